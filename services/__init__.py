@@ -1,0 +1,1 @@
+"""Evidentia's services: one package each, the same layout in every one (app, handlers, core modules)."""

@@ -1,0 +1,1 @@
+"""Embedder service: ``chunks.created`` -> ``chunks.embedded`` in batches; the only GPU service."""

@@ -1,0 +1,103 @@
+"""An async token bucket that keeps the whole process under NCBI's request rate.
+
+NCBI allows at most 3 E-utilities requests a second without an API key and 10 with one. Every
+coroutine of the process that talks to E-utilities takes a token from the *same* bucket
+(:func:`process_limiter`), so ten concurrent handlers still make at most 3 (or 10) calls a second.
+
+The bucket reserves tokens: a caller that finds the bucket empty takes a token "on credit" (the
+count goes negative) and sleeps until the refill has paid for it. Callers are therefore served in
+the order they asked, with no lock and no busy loop, and a caller cancelled while waiting gives its
+token back. The default burst is 1 token, which spaces calls evenly ``1/rate`` seconds apart; NCBI
+counts calls per second, and a larger burst could send ``2 x rate`` calls within one second.
+
+The clock and the sleep are injectable, so tests check the schedule without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+RATE_WITHOUT_KEY = 3.0
+RATE_WITH_KEY = 10.0
+
+
+class TokenBucket:
+    """At most ``rate`` acquisitions a second on average, ``burst`` at once."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: float = 1.0,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        if burst < 1:
+            raise ValueError("burst must be at least 1")
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = self.burst
+        self._updated = clock()
+        self.waited_s = 0.0  # total time callers were asked to wait (for tests and metrics)
+
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed = max(0.0, now - self._updated)
+        self._updated = now
+        self._tokens = min(self.burst, self._tokens + elapsed * self.rate)
+
+    def reserve(self) -> float:
+        """Take one token now (on credit if need be); return how long the caller must wait."""
+        self._refill()
+        self._tokens -= 1.0
+        wait = 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+        self.waited_s += wait
+        return wait
+
+    async def acquire(self) -> None:
+        """Wait until the caller may make one request."""
+        wait = self.reserve()  # no await before this: reservations are atomic under asyncio
+        if wait <= 0:
+            return
+        try:
+            await self._sleep(wait)
+        except asyncio.CancelledError:
+            self._tokens += 1.0  # give the unused token back
+            raise
+
+    async def __aenter__(self) -> TokenBucket:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def rate_for(api_key: str | None, override: float | None = None) -> float:
+    """NCBI's rate: ``override`` if set, else 10/s with an API key, 3/s without."""
+    if override is not None:
+        return override
+    return RATE_WITH_KEY if api_key else RATE_WITHOUT_KEY
+
+
+_LIMITERS: dict[float, TokenBucket] = {}
+_LIMITERS_LOCK = threading.Lock()
+
+
+def process_limiter(rate: float) -> TokenBucket:
+    """The process-wide bucket for ``rate``: every client asking for the same rate shares it."""
+    with _LIMITERS_LOCK:
+        bucket = _LIMITERS.get(rate)
+        if bucket is None:
+            bucket = _LIMITERS[rate] = TokenBucket(rate)
+        return bucket

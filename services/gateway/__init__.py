@@ -1,0 +1,1 @@
+"""Gateway service: the HTTP API (FastAPI) in front of the Kafka services."""

@@ -1,0 +1,235 @@
+"""The gateway: Evidentia's HTTP API. It holds no data of its own; it asks the services over Kafka."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+from aiokafka.errors import KafkaError
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from services.gateway.kafka import GatewayKafka
+from services.gateway.schemas import (
+    AskRequest,
+    AskResponse,
+    IngestAccepted,
+    IngestRequest,
+    SearchRequest,
+    SearchResponse,
+)
+from shared import metrics
+from shared.broker import RemoteError, RequestTimeout
+from shared.db import create_pool
+from shared.db.jobs import JobStatus, create_job, job_status
+from shared.events import (
+    DocumentFetched,
+    IngestRequested,
+    RetrievalRequest,
+    SynthesisReply,
+    SynthesisRequest,
+    SynthesisToken,
+)
+from shared.settings import Settings, get_settings
+from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.kafka = GatewayKafka(settings)
+        self._pool: asyncpg.Pool | None = None
+
+    async def start(self) -> None:
+        self._pool = await create_pool(self.settings.database)
+        await self.kafka.start()
+
+    async def stop(self) -> None:
+        await self.kafka.stop()
+        if self._pool is not None:
+            await self._pool.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "gateway not started"
+        return self._pool
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    gateway = Gateway(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(
+        title="Evidentia",
+        version="0.1.0",
+        description="Answers to medical questions from the literature; every claim cites the paper it rests on.",
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.HTTP_REQUESTS.labels(path, request.method, str(response.status_code)).inc()
+        metrics.HTTP_LATENCY.labels(path, request.method).observe(time.perf_counter() - start)
+        return response
+
+    @app.exception_handler(RequestTimeout)
+    async def on_timeout(request: Request, exc: RequestTimeout) -> JSONResponse:
+        return JSONResponse({"detail": f"upstream service did not answer in time: {exc}"}, status_code=504)
+
+    @app.exception_handler(RemoteError)
+    async def on_remote(request: Request, exc: RemoteError) -> JSONResponse:
+        return JSONResponse({"detail": exc.error.message, "type": exc.error.type}, status_code=exc.error.status)
+
+    @app.exception_handler(KafkaError)
+    async def on_kafka(request: Request, exc: KafkaError) -> JSONResponse:
+        return JSONResponse({"detail": f"message broker unavailable: {exc}"}, status_code=503)
+
+    @app.get("/healthz", tags=["operations"], summary="Liveness")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"], summary="Readiness: Kafka and PostgreSQL reachable")
+    async def readyz() -> JSONResponse:
+        checks: dict[str, bool] = {}
+        try:
+            checks["kafka"] = gateway.kafka.started and await gateway.kafka.broker.ping(timeout=3.0)
+        except Exception:
+            checks["kafka"] = False
+        try:
+            checks["postgres"] = bool(await gateway.pool.fetchval("SELECT 1"))
+        except Exception:
+            checks["postgres"] = False
+        ok = all(checks.values())
+        return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics", response_class=Response)
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/ingest", status_code=202, response_model=IngestAccepted, tags=["ingestion"],
+              summary="Start an ingestion job (query, PMIDs or inline documents); returns at once")
+    async def ingest(body: IngestRequest) -> IngestAccepted:
+        job_id = uuid.uuid4().hex
+        kind = "documents" if body.documents else ("query" if body.query else "pmids")
+        await create_job(gateway.pool, job_id, kind, body.model_dump(mode="json", exclude={"documents"}))
+        if body.query or body.pmids:
+            event = IngestRequested(job_id=job_id, query=body.query, pmids=[p.strip() for p in body.pmids],
+                                    max_results=body.max_results, refresh=body.refresh)
+            await gateway.kafka.publish(event, INGEST_REQUESTS, job_id)
+        if body.documents:
+            from shared.db.jobs import add_job_documents, mark_job, set_stage
+
+            ids = [d.document_id for d in body.documents]
+            await add_job_documents(gateway.pool, job_id, ids)
+            await set_stage(gateway.pool, ids, "fetched")
+            for doc in body.documents:
+                fetched = DocumentFetched(document_id=doc.document_id, source=doc.source, source_id=doc.source_id,
+                                          format="document-json", document=doc, job_id=job_id)
+                await gateway.kafka.publish(fetched, DOCUMENTS_FETCHED, doc.document_id)
+            if not (body.query or body.pmids):
+                await mark_job(gateway.pool, job_id, "discovered")
+        return IngestAccepted(job_id=job_id, status_url=f"/v1/ingest/{job_id}")
+
+    @app.get("/v1/ingest/{job_id}", response_model=JobStatus, tags=["ingestion"],
+             summary="Progress of an ingestion job: documents per stage, failures")
+    async def ingest_status(job_id: str) -> JobStatus:
+        status = await job_status(gateway.pool, job_id)
+        if status is None:
+            raise HTTPException(404, f"no ingestion job {job_id}")
+        return status
+
+    @app.post("/v1/search", response_model=SearchResponse, tags=["search"],
+              summary="Search the literature (dense, lexical or hybrid) with clinical filters")
+    async def search(body: SearchRequest) -> SearchResponse:
+        reply = await gateway.kafka.retrieve(
+            RetrievalRequest(query=body.query, top_k=body.top_k, top_n=body.top_n, mode=body.mode,
+                             filters=body.filters, ef_search=body.ef_search)
+        )
+        return SearchResponse(query=body.query, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
+
+    async def _retrieve_for(body: AskRequest) -> tuple[RetrievalRequest, Any, float]:
+        start = time.perf_counter()
+        request = RetrievalRequest(query=body.question, top_k=body.top_k, top_n=body.top_n, mode=body.mode,
+                                   filters=body.filters)
+        found = await gateway.kafka.retrieve(request)
+        return request, found, (time.perf_counter() - start) * 1000
+
+    @app.post("/v1/ask", response_model=AskResponse, tags=["answers"],
+              summary="Answer a question from the literature, every claim cited")
+    async def ask(body: AskRequest) -> AskResponse:
+        request, found, retrieval_ms = await _retrieve_for(body)
+        start = time.perf_counter()
+        answer = await gateway.kafka.synthesize(
+            SynthesisRequest(trace_id=request.trace_id, question=body.question, passages=found.hits)
+        )
+        return AskResponse(
+            question=body.question, answer=answer.answer, mode=answer.mode, model=answer.model,
+            citations=answer.citations, citation_check=answer.citation_check, disclaimer=answer.disclaimer,
+            sources=found.hits if body.return_sources else [],
+            timings_ms={"retrieval": retrieval_ms, "synthesis": (time.perf_counter() - start) * 1000},
+        )
+
+    @app.post("/v1/ask/stream", tags=["answers"], response_class=StreamingResponse,
+              summary="The same answer as server-sent events: retrieval_done, token..., citations, metrics, done")
+    async def ask_stream(body: AskRequest) -> StreamingResponse:
+        async def events() -> AsyncIterator[str]:
+            start = time.perf_counter()
+            try:
+                request, found, retrieval_ms = await _retrieve_for(body)
+                yield _sse("retrieval_done", {"sources": [h.model_dump(mode="json") for h in found.hits]})
+                first: float | None = None
+                synth = SynthesisRequest(trace_id=request.trace_id, question=body.question, passages=found.hits,
+                                         stream=True)
+                async for kind, raw in gateway.kafka.synthesize_stream(synth):
+                    if kind == "SynthesisToken":
+                        token = SynthesisToken.model_validate_json(raw)
+                        if first is None:
+                            first = time.perf_counter() - start
+                            metrics.TIME_TO_FIRST_TOKEN.observe(first)
+                        yield _sse("token", {"seq": token.seq, "text": token.text})
+                    else:
+                        final = SynthesisReply.model_validate_json(raw)
+                        if final.error:
+                            yield _sse("error", final.error.model_dump())
+                            return
+                        yield _sse("citations", {"answer": final.answer, "mode": final.mode,
+                                                 "citations": [c.model_dump() for c in final.citations],
+                                                 "citation_check": final.citation_check.model_dump(),
+                                                 "disclaimer": final.disclaimer})
+                yield _sse("metrics", {"retrieval_ms": retrieval_ms,
+                                       "time_to_first_token_ms": (first or 0.0) * 1000,
+                                       "total_ms": (time.perf_counter() - start) * 1000})
+                yield _sse("done", {})
+            except (RequestTimeout, RemoteError, KafkaError) as exc:
+                yield _sse("error", {"type": type(exc).__name__, "message": str(exc)})
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    return app
+
+
+def _sse(event: str, data: Any) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"

@@ -1,0 +1,70 @@
+"""The gateway's side of Kafka: a broker, a reply topic of its own, and typed request helpers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from faststream.kafka import KafkaBroker
+
+from shared.broker import ReplyClient, make_broker
+from shared.events import (
+    Event,
+    RetrievalReply,
+    RetrievalRequest,
+    SynthesisReply,
+    SynthesisRequest,
+)
+from shared.settings import Settings
+from shared.topics import (
+    RETRIEVAL_REQUESTS,
+    SYNTHESIS_REQUESTS,
+    TopicSpec,
+    delete_topics,
+    ensure_topics,
+    reply_topic,
+    standard_topics,
+)
+
+log = logging.getLogger(__name__)
+
+
+class GatewayKafka:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.broker: KafkaBroker = make_broker("gateway", settings)
+        self.reply_topic = reply_topic(f"gateway-{settings.service.instance_id}")
+        self.replies = ReplyClient(self.broker, self.reply_topic)
+        self.replies.install()
+        self.started = False
+
+    async def start(self) -> None:
+        k = self.settings.kafka
+        specs = standard_topics(k.topic_partitions)
+        specs.append(TopicSpec(self.reply_topic, 1, {"retention.ms": str(3600 * 1000)}))
+        await ensure_topics(k.bootstrap, specs, k.replication_factor)
+        await self.broker.start()
+        self.started = True
+
+    async def stop(self) -> None:
+        await self.broker.stop()
+        self.started = False
+        await delete_topics(self.settings.kafka.bootstrap, [self.reply_topic])
+
+    async def publish(self, event: Event, topic: str, key: str) -> None:
+        await self.broker.publish(event, topic=topic, key=key.encode())
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        return await self.replies.request(
+            RETRIEVAL_REQUESTS, request, RetrievalReply, self.settings.kafka.request_timeout_s
+        )
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
+        return await self.replies.request(
+            SYNTHESIS_REQUESTS, request, SynthesisReply, self.settings.kafka.request_timeout_s
+        )
+
+    def synthesize_stream(self, request: SynthesisRequest) -> AsyncIterator[tuple[str, bytes]]:
+        return self.replies.stream(
+            SYNTHESIS_REQUESTS, request, "SynthesisReply", self.settings.kafka.request_timeout_s
+        )

@@ -1,0 +1,87 @@
+"""The gateway's HTTP request and response bodies (they make the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from shared.events import Citation, CitationCheck
+from shared.models import ParsedDocument, SearchFilters, SearchHit
+
+
+class IngestRequest(BaseModel):
+    """Start an ingestion job: a PubMed query, a list of PMIDs, or documents given inline (JSON import)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str | None = Field(None, min_length=1, max_length=4000, description="A PubMed query (esearch).")
+    pmids: list[str] = Field(default_factory=list, max_length=10_000, description="PubMed ids.")
+    documents: list[ParsedDocument] = Field(
+        default_factory=list, max_length=1000, description="Documents in the JSON-lines import format."
+    )
+    max_results: int = Field(500, ge=1, le=100_000, description="Most PMIDs taken from the query.")
+    refresh: bool = Field(False, description="Fetch again documents already stored.")
+
+    @model_validator(mode="after")
+    def _something(self) -> IngestRequest:
+        if not (self.query or self.pmids or self.documents):
+            raise ValueError("give a query, pmids or documents")
+        bad = [p for p in self.pmids if not p.strip().isdigit()]
+        if bad:
+            raise ValueError(f"PMIDs are digits only; not: {bad[:5]}")
+        return self
+
+
+class IngestAccepted(BaseModel):
+    job_id: str
+    status_url: str
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=10_000, description="A question or search terms.")
+    top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before reranking/fusion cut.")
+    top_n: int = Field(5, ge=1, le=100, description="Passages returned.")
+    mode: Literal["dense", "lexical", "hybrid", "hybrid+rerank"] = Field("hybrid", description="Search method.")
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    ef_search: int | None = Field(None, ge=1, le=1000, description="HNSW ef_search for this query.")
+
+
+class SearchResponse(BaseModel):
+    query: str
+    hits: list[SearchHit]
+    model: str | None
+    took_ms: float
+
+
+class AskRequest(BaseModel):
+    """A question (seed 001 ``QueryInput``: 1..10,000 characters)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=10_000)
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    top_k: int = Field(20, ge=1, le=200)
+    top_n: int = Field(5, ge=1, le=20)
+    mode: Literal["dense", "lexical", "hybrid", "hybrid+rerank"] = "hybrid"
+    return_sources: bool = Field(True, description="Include the retrieved passages in the response.")
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> AskRequest:
+        if not self.question.strip():
+            raise ValueError("question is blank")
+        return self
+
+
+class AskResponse(BaseModel):
+    question: str
+    answer: str
+    mode: str = Field(description="llm, extractive (no API key), insufficient-evidence or emergency.")
+    model: str | None
+    citations: list[Citation]
+    citation_check: CitationCheck
+    disclaimer: str
+    sources: list[SearchHit] = Field(default_factory=list)
+    timings_ms: dict[str, float] = Field(default_factory=dict)

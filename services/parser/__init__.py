@@ -1,0 +1,1 @@
+"""Parser service: raw documents -> stored documents and chunks (``documents.fetched`` -> ``chunks.created``)."""

@@ -1,0 +1,139 @@
+"""Parser handlers: decode ``documents.fetched`` -> parse and chunk -> store -> publish ``chunks.created``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import asyncpg
+from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.middlewares import AckPolicy
+
+from services.parser.chunking import Chunker, build_chunker
+from services.parser.core import chunk_document, parse_content
+from services.parser.store import chunks_missing_vectors, delete_document, store_document
+from shared import metrics
+from shared.broker import PoisonEvent, add_dead_letter_hook, decode
+from shared.db import create_pool
+from shared.db.jobs import fail_documents_hook, set_stage
+from shared.events import ChunkCreated, DocumentDeleted, DocumentFetched
+from shared.models import ParsedDocument
+from shared.settings import Settings
+from shared.topics import CHUNKS_CREATED, DOCUMENTS_FETCHED
+
+log = logging.getLogger(__name__)
+GROUP_ID = "evidentia-parser"
+
+
+class ParserState:
+    """What the handlers need, made once per process at start-up."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._pool: asyncpg.Pool | None = None
+        self._chunker: Chunker | None = None
+
+    async def start(self) -> None:
+        self._pool = await create_pool(self.settings.database)
+        add_dead_letter_hook(fail_documents_hook(self._pool))
+        # Loading the tokenizer takes a moment; do it off the event loop.
+        self._chunker = await asyncio.to_thread(build_chunker, self.settings)
+
+    async def stop(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def ready(self) -> bool:
+        return (
+            self._pool is not None
+            and self._chunker is not None
+            and bool(await self.pool.fetchval("SELECT 1"))
+        )
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "parser not started"
+        return self._pool
+
+    @property
+    def chunker(self) -> Chunker:
+        assert self._chunker is not None, "parser not started"
+        return self._chunker
+
+
+def parse_event(event: DocumentFetched, chunker: Chunker) -> list[ParsedDocument]:
+    """The pure part: one fetched document -> parsed documents with chunks (PoisonEvent if it cannot be)."""
+    try:
+        if event.format == "document-json":
+            assert event.document is not None
+            doc = event.document
+            return [doc if doc.chunks else chunk_document(doc, chunker)]
+        assert event.content is not None
+        return parse_content(event.format, event.content, chunker=chunker)
+    except ValueError as exc:  # bad XML, unsafe XML, wrong format: never going to work
+        raise PoisonEvent(f"cannot parse {event.document_id} ({event.format}): {exc}") from exc
+
+
+def register(broker: KafkaBroker, state: ParserState) -> None:
+    chunks_out = broker.publisher(CHUNKS_CREATED, title="chunks.created", schema=ChunkCreated)
+
+    @broker.subscriber(
+        DOCUMENTS_FETCHED,
+        group_id=GROUP_ID,
+        auto_offset_reset="earliest",
+        ack_policy=AckPolicy.ACK,
+        title="documents.fetched:parser",
+        description="DocumentFetched (parse, store, chunk) or DocumentDeleted (remove).",
+    )
+    async def on_document(msg: KafkaMessage) -> None:
+        try:
+            body: dict[str, Any] = json.loads(msg.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PoisonEvent(f"not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise PoisonEvent("event is not a JSON object")
+        if "format" not in body and "source_id" in body:
+            await _delete(decode(DocumentDeleted, body))
+            return
+        event = decode(DocumentFetched, body)
+        docs = await asyncio.to_thread(parse_event, event, state.chunker)
+        for doc in docs:
+            result = await store_document(state.pool, doc)
+            metrics.DOCUMENTS_STORED.labels(result.outcome).inc()
+            chunks = result.chunks
+            if result.outcome == "unchanged":
+                chunks = await chunks_missing_vectors(state.pool, doc.document_id)
+                if not chunks:
+                    await set_stage(state.pool, [doc.document_id], "embedded", force=True)
+                    continue
+            await set_stage(state.pool, [doc.document_id], "parsed", force=True)
+            key = doc.document_id.encode()
+            await asyncio.gather(
+                *(
+                    chunks_out.publish(
+                        ChunkCreated(
+                            trace_id=event.trace_id,
+                            chunk_id=chunk.chunk_id,
+                            document_id=doc.document_id,
+                            ordinal=chunk.ordinal,
+                            text=chunk.embedding_text,
+                            token_count=chunk.token_count,
+                            job_id=event.job_id,
+                        ),
+                        key=key,
+                    )
+                    for chunk in chunks
+                )
+            )
+            metrics.CHUNKS_STORED.labels("parser").inc(len(chunks))
+            log.info(
+                "document stored",
+                extra={"document_id": doc.document_id, "outcome": result.outcome, "chunks": len(chunks)},
+            )
+
+    async def _delete(event: DocumentDeleted) -> None:
+        existed = await delete_document(state.pool, event.document_id)
+        await set_stage(state.pool, [event.document_id], "deleted", force=True)
+        log.info("document deleted", extra={"document_id": event.document_id, "existed": existed})

@@ -1,0 +1,155 @@
+"""Documents and chunks in PostgreSQL: upsert keyed by (source, source id), replace on change.
+
+A document whose content hash is unchanged is left alone (no new chunks, no new events); a changed
+one replaces its chunks in one transaction, so readers never see half of each version. Vectors of
+replaced chunks go with them (``ON DELETE CASCADE``); the new chunks' ids carry the new hash, so a
+late vector for an old chunk can never attach to a new one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+import asyncpg
+
+from services.parser.chunking import embedding_text
+from shared.models import Chunk, ParsedDocument
+
+Outcome = Literal["inserted", "updated", "unchanged"]
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    chunk_id: str
+    ordinal: int
+    embedding_text: str
+    token_count: int
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    document_id: str
+    outcome: Outcome
+    chunks: list[StoredChunk]
+
+
+def chunk_id(document_id: str, content_hash: str, ordinal: int) -> str:
+    return f"{document_id}#{content_hash[:12]}#{ordinal}"
+
+
+def _metadata(doc: ParsedDocument) -> str:
+    return json.dumps(doc.model_dump(mode="json", exclude={"chunks", "full_text", "abstract"}))
+
+
+async def store_document(pool: asyncpg.Pool, doc: ParsedDocument) -> StoreResult:
+    """Insert or replace ``doc`` and its chunks; tell what happened and which chunks are new."""
+    digest = doc.content_hash()
+    doc_id = doc.document_id
+    async with pool.acquire() as conn, conn.transaction():
+        current = await conn.fetchval(
+            "SELECT content_hash FROM documents WHERE document_id = $1 FOR UPDATE", doc_id
+        )
+        if current == digest:
+            return StoreResult(doc_id, "unchanged", [])
+        outcome: Outcome = "inserted" if current is None else "updated"
+        await conn.execute(
+            """
+            INSERT INTO documents (document_id, source, source_id, pmid, pmcid, doi, title, abstract,
+                full_text, journal, journal_iso, year, pub_date, language, publication_types, study_type,
+                evidence_level, mesh_terms, retracted, metadata, content_hash, updated_at)
+            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20::jsonb,$21, now())
+            ON CONFLICT (document_id) DO UPDATE SET
+                pmid = EXCLUDED.pmid, pmcid = EXCLUDED.pmcid, doi = EXCLUDED.doi, title = EXCLUDED.title,
+                abstract = EXCLUDED.abstract, full_text = EXCLUDED.full_text, journal = EXCLUDED.journal,
+                journal_iso = EXCLUDED.journal_iso, year = EXCLUDED.year, pub_date = EXCLUDED.pub_date,
+                language = EXCLUDED.language, publication_types = EXCLUDED.publication_types,
+                study_type = EXCLUDED.study_type, evidence_level = EXCLUDED.evidence_level,
+                mesh_terms = EXCLUDED.mesh_terms, retracted = EXCLUDED.retracted,
+                metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash, updated_at = now()
+            """,
+            doc_id,
+            doc.source,
+            doc.source_id,
+            doc.pmid,
+            doc.pmcid,
+            doc.doi,
+            doc.title,
+            doc.abstract,
+            doc.full_text,
+            doc.journal.title,
+            doc.journal.iso_abbrev,
+            doc.year,
+            doc.pub_date,
+            doc.language,
+            doc.publication_types,
+            doc.study_type,
+            doc.evidence_level,
+            [m.descriptor for m in doc.mesh],
+            doc.retracted,
+            _metadata(doc),
+            digest,
+        )
+        await conn.execute("DELETE FROM chunks WHERE document_id = $1", doc_id)
+        stored = [_stored(doc_id, digest, doc.title, c) for c in doc.chunks]
+        await conn.executemany(
+            """
+            INSERT INTO chunks (chunk_id, document_id, ordinal, section, doc_title, content, embedding_text,
+                                token_count, char_start, char_end)
+            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
+            """,
+            [
+                (
+                    s.chunk_id,
+                    doc_id,
+                    c.ordinal,
+                    c.section,
+                    doc.title,
+                    c.text,
+                    s.embedding_text,
+                    c.token_count,
+                    c.char_start,
+                    c.char_end,
+                )
+                for s, c in zip(stored, doc.chunks, strict=True)
+            ],
+        )
+        return StoreResult(doc_id, outcome, stored)
+
+
+def _stored(doc_id: str, digest: str, title: str, c: Chunk) -> StoredChunk:
+    return StoredChunk(
+        chunk_id(doc_id, digest, c.ordinal),
+        c.ordinal,
+        embedding_text(title, c.section, c.text),
+        c.token_count,
+    )
+
+
+async def delete_document(pool: asyncpg.Pool, doc_id: str) -> bool:
+    """Remove a withdrawn document with its chunks and vectors; True if it existed."""
+    result: str = await pool.execute("DELETE FROM documents WHERE document_id = $1", doc_id)
+    return result.endswith(" 1")
+
+
+async def chunks_missing_vectors(pool: asyncpg.Pool, doc_id: str) -> list[StoredChunk]:
+    """Chunks of a stored document that have no vector in the active index yet.
+
+    An unchanged document normally needs nothing; but if an earlier run stored it and died before its
+    chunk events were published (or before they were embedded), these are the chunks to send again.
+    """
+    table = await pool.fetchval("SELECT table_name FROM vector_indexes WHERE state = 'active'")
+    if table is None:
+        rows = await pool.fetch(
+            "SELECT chunk_id, ordinal, embedding_text, token_count FROM chunks WHERE document_id = $1 ORDER BY ordinal",
+            doc_id,
+        )
+    else:
+        rows = await pool.fetch(
+            f"""SELECT c.chunk_id, c.ordinal, c.embedding_text, c.token_count
+                FROM chunks c LEFT JOIN {table} v ON v.chunk_id = c.chunk_id
+                WHERE c.document_id = $1 AND v.chunk_id IS NULL ORDER BY c.ordinal""",
+            doc_id,
+        )
+    return [StoredChunk(r["chunk_id"], r["ordinal"], r["embedding_text"], r["token_count"]) for r in rows]

@@ -1,0 +1,1 @@
+"""Retriever service: owns the vector store (``chunks.embedded``) and answers ``retrieval.requests``."""

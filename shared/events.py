@@ -1,0 +1,262 @@
+"""Every event that crosses a Kafka topic, as versioned pydantic models.
+
+Rules (checked by ``tests/unit/test_event_contracts.py`` against ``docs/schemas/``):
+- every event carries ``schema_version`` (a ``Literal``) and a ``trace_id`` that follows one piece of
+  work through every service and every log line;
+- an incompatible change (a field removed, renamed, retyped, or made required) bumps ``schema_version``;
+  adding an optional field does not;
+- consumers ignore fields they do not know, so producers may be upgraded first.
+
+Events are keyed by ``document_id`` on the pipeline topics, so one document's events stay ordered.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shared.models import ParsedDocument, SearchFilters, SearchHit, Source
+
+
+def new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Event(BaseModel):
+    """Base of every event: version, trace id, when it was made."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    schema_version: int
+    trace_id: str = Field(default_factory=new_trace_id, min_length=1, max_length=64)
+    created_at: datetime = Field(default_factory=_now)
+
+
+# --- ingestion -------------------------------------------------------------------------------------
+
+
+class IngestRequested(Event):
+    """A request to discover documents (topic ``ingest.requests``, keyed by job id)."""
+
+    schema_version: Literal[1] = 1
+    job_id: str
+    query: str | None = Field(None, description="A PubMed query run through esearch.")
+    pmids: list[str] = Field(default_factory=list, description="PMIDs given directly.")
+    database: Literal["pubmed", "pmc"] = "pubmed"
+    max_results: int = Field(500, ge=1, le=100_000)
+    refresh: bool = Field(False, description="Fetch again even when already stored.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> IngestRequested:
+        if not self.query and not self.pmids:
+            raise ValueError("an ingest request needs a query or PMIDs")
+        return self
+
+
+class PmidDiscovered(Event):
+    """One PubMed id to fetch (topic ``pmids.discovered``, keyed by document id).
+
+    Other systems may publish these directly; see ``docs/contracts.md``.
+    """
+
+    schema_version: Literal[1] = 1
+    pmid: str = Field(pattern=r"^[1-9][0-9]{0,9}$", description="PubMed id, digits only.")
+    job_id: str | None = None
+    refresh: bool = False
+
+    @field_validator("pmid", mode="before")
+    @classmethod
+    def _strip(cls, v: Any) -> Any:
+        return str(v).strip() if isinstance(v, str | int) else v
+
+    @property
+    def document_id(self) -> str:
+        return f"pubmed:{self.pmid}"
+
+
+DocumentFormat = Literal["pubmed-xml", "jats-xml", "bookshelf-nxml", "document-json"]
+
+
+class DocumentFetched(Event):
+    """One raw document (topic ``documents.fetched``, keyed by document id).
+
+    ``content`` is the raw record (one ``PubmedArticle``, one JATS ``article``, one Bookshelf
+    ``book-part`` file) for the XML formats; ``document`` is the already-structured document for
+    ``document-json`` (the JSON-lines import).
+    """
+
+    schema_version: Literal[1] = 1
+    document_id: str
+    source: Source
+    source_id: str
+    format: DocumentFormat
+    content: str | None = None
+    document: ParsedDocument | None = None
+    job_id: str | None = None
+
+    @model_validator(mode="after")
+    def _payload(self) -> DocumentFetched:
+        if self.format == "document-json":
+            if self.document is None:
+                raise ValueError("format document-json needs `document`")
+        elif not self.content:
+            raise ValueError(f"format {self.format} needs `content`")
+        return self
+
+
+class DocumentDeleted(Event):
+    """A document withdrawn at its source (a PubMed ``DeleteCitation``), topic ``documents.fetched``."""
+
+    schema_version: Literal[1] = 1
+    document_id: str
+    source: Source
+    source_id: str
+    job_id: str | None = None
+
+
+class ChunkCreated(Event):
+    """One chunk to embed (topic ``chunks.created``, keyed by document id)."""
+
+    schema_version: Literal[1] = 1
+    chunk_id: str
+    document_id: str
+    ordinal: int = Field(ge=0)
+    text: str = Field(min_length=1, description="The embedding text: 'Document: ...\\nSection: ...\\n\\n...'.")
+    token_count: int = Field(ge=0)
+    job_id: str | None = None
+    token_ids: list[int] | None = Field(None, description="Pre-tokenised input ids, when the parser has them.")
+
+
+class ChunkEmbedded(Event):
+    """One chunk's vector (topic ``chunks.embedded``, keyed by document id)."""
+
+    schema_version: Literal[1] = 1
+    chunk_id: str
+    document_id: str
+    model: str
+    dim: int = Field(ge=1)
+    embedding: list[float]
+    job_id: str | None = None
+
+    @model_validator(mode="after")
+    def _dim(self) -> ChunkEmbedded:
+        if len(self.embedding) != self.dim:
+            raise ValueError(f"embedding has {len(self.embedding)} values, dim says {self.dim}")
+        return self
+
+
+# --- request/reply -----------------------------------------------------------------------------------
+
+
+class ErrorInfo(BaseModel):
+    type: str
+    message: str
+    status: int = Field(500, description="HTTP status the gateway should answer with.")
+
+
+class RetrievalRequest(Event):
+    """A search (topic ``retrieval.requests``; reply to the ``reply_to`` header's topic)."""
+
+    schema_version: Literal[1] = 1
+    query: str = Field(min_length=1, max_length=10_000)
+    top_k: int = Field(20, ge=1, le=200)
+    top_n: int = Field(5, ge=1, le=100)
+    mode: Literal["dense", "lexical", "hybrid", "hybrid+rerank"] = "hybrid"
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    ef_search: int | None = Field(None, ge=1, le=1000)
+    extra_chunk_ids: list[str] = Field(default_factory=list, description="Chunks to add (cited earlier).")
+
+
+class RetrievalReply(Event):
+    schema_version: Literal[1] = 1
+    hits: list[SearchHit] = Field(default_factory=list)
+    model: str | None = None
+    took_ms: float = 0.0
+    error: ErrorInfo | None = None
+
+
+class Citation(BaseModel):
+    number: int = Field(ge=1, description="Display number [n], in order of first appearance.")
+    citation_id: str = Field(description="PMID:..., PMCID:... or NBK:...")
+    document_id: str
+    title: str
+    journal: str | None = None
+    year: int | None = None
+    url: str | None = None
+
+
+class CitationCheck(BaseModel):
+    cited: list[str] = Field(default_factory=list, description="Every id the answer cited.")
+    verified: list[str] = Field(default_factory=list, description="Cited ids that were among the sources.")
+    removed: list[str] = Field(default_factory=list, description="Cited ids that were not; taken out.")
+    uncited_sentences: list[str] = Field(default_factory=list)
+
+
+class SynthesisRequest(Event):
+    """Compose an answer from retrieved passages (topic ``synthesis.requests``)."""
+
+    schema_version: Literal[1] = 1
+    question: str = Field(min_length=1, max_length=10_000)
+    passages: list[SearchHit] = Field(default_factory=list)
+    stream: bool = False
+
+
+class SynthesisReply(Event):
+    schema_version: Literal[1] = 1
+    answer: str = ""
+    mode: Literal["llm", "extractive", "insufficient-evidence", "emergency"] = "extractive"
+    model: str | None = None
+    citations: list[Citation] = Field(default_factory=list)
+    citation_check: CitationCheck = Field(default_factory=CitationCheck)
+    disclaimer: str = ""
+    took_ms: float = 0.0
+    error: ErrorInfo | None = None
+
+
+class SynthesisToken(Event):
+    """One piece of a streamed answer, published on the reply topic before the final reply."""
+
+    schema_version: Literal[1] = 1
+    seq: int = Field(ge=0)
+    text: str
+
+
+# --- dead letters -------------------------------------------------------------------------------------
+
+
+class DeadLetter(Event):
+    """An event that could not be processed (topic ``<topic>.dlq``), with why."""
+
+    schema_version: Literal[1] = 1
+    topic: str
+    partition: int | None = None
+    offset: int | None = None
+    key: str | None = None
+    service: str
+    error_type: str
+    error: str
+    attempts: int
+    payload: str = Field(description="The original message body, decoded as UTF-8 with replacement.")
+
+
+PIPELINE_EVENTS: tuple[type[Event], ...] = (
+    IngestRequested,
+    PmidDiscovered,
+    DocumentFetched,
+    DocumentDeleted,
+    ChunkCreated,
+    ChunkEmbedded,
+    RetrievalRequest,
+    RetrievalReply,
+    SynthesisRequest,
+    SynthesisReply,
+    SynthesisToken,
+    DeadLetter,
+)

@@ -1,0 +1,60 @@
+"""Prometheus metrics shared by every service.
+
+Per-topic consumed/published/failed counts and handler latency come from FastStream's
+``KafkaPrometheusMiddleware`` (installed by :func:`shared.broker.make_broker`); the metrics here are
+the ones FastStream cannot know about.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+registry: CollectorRegistry = REGISTRY
+
+DEAD_LETTERS = Counter(
+    "evidentia_dead_letters_total",
+    "Events sent to a dead-letter topic.",
+    ["service", "topic", "error_type"],
+)
+HANDLER_RETRIES = Counter(
+    "evidentia_handler_retries_total",
+    "Attempts at an event that failed and were retried.",
+    ["service", "topic", "transient"],
+)
+REQUEST_LATENCY = Histogram(
+    "evidentia_request_reply_seconds",
+    "Round trip of a Kafka request/reply call, from publish to reply.",
+    ["topic", "outcome"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+REQUEST_TIMEOUTS = Counter("evidentia_request_timeouts_total", "Request/reply calls that timed out.", ["topic"])
+BATCH_SIZE = Histogram(
+    "evidentia_batch_size",
+    "Events per batch taken by a batch consumer.",
+    ["service", "topic"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+)
+DOCUMENTS_STORED = Counter(
+    "evidentia_documents_total", "Documents processed by the parser, by outcome.", ["outcome"]
+)
+CHUNKS_STORED = Counter("evidentia_chunks_written_total", "Chunks written (text or vectors).", ["service"])
+EMBED_SECONDS = Histogram(
+    "evidentia_embed_batch_seconds",
+    "Seconds the model spent encoding one batch.",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+EMBED_PASSAGES = Counter("evidentia_embedded_passages_total", "Passages embedded.")
+EMBED_DEVICE = Gauge("evidentia_embedding_device_info", "Device the embedder runs on.", ["device", "model"])
+NCBI_REQUESTS = Counter("evidentia_ncbi_requests_total", "E-utilities calls by utility and status.", ["utility", "status"])
+TIME_TO_FIRST_TOKEN = Histogram(
+    "evidentia_time_to_first_token_seconds",
+    "From question to the first streamed token.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
+HTTP_REQUESTS = Counter("evidentia_http_requests_total", "Gateway HTTP requests.", ["route", "method", "status"])
+HTTP_LATENCY = Histogram(
+    "evidentia_http_request_seconds",
+    "Gateway HTTP request latency.",
+    ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)

@@ -1,0 +1,183 @@
+"""Domain models shared by services: what a parsed document, a chunk and a search hit are.
+
+``ParsedDocument`` is also the public output contract of ``evidentia parse`` and the input
+contract of the JSON-lines document import (see ``docs/contracts.md``): absent values are
+``None`` or empty lists, never missing keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Source = Literal["pubmed", "pmc", "bookshelf"]
+StudyType = Literal[
+    "meta-analysis",
+    "systematic-review",
+    "randomized-controlled-trial",
+    "guideline",
+    "clinical-trial",
+    "cohort",
+    "case-control",
+    "observational",
+    "case-report",
+    "review",
+    "editorial",
+    "other",
+]
+
+
+def document_id(source: str, source_id: str) -> str:
+    """Stable id of a document across every topic and table: ``pubmed:12345``, ``pmc:PMC123``."""
+    return f"{source}:{source_id}"
+
+
+class Author(BaseModel):
+    last_name: str | None = None
+    fore_name: str | None = None
+    initials: str | None = None
+    collective_name: str | None = None
+    affiliations: list[str] = Field(default_factory=list)
+
+    @property
+    def display(self) -> str:
+        if self.collective_name:
+            return self.collective_name
+        return " ".join(p for p in (self.last_name, self.initials) if p) or ""
+
+
+class Journal(BaseModel):
+    title: str | None = None
+    iso_abbrev: str | None = None
+    volume: str | None = None
+    issue: str | None = None
+    pages: str | None = None
+
+
+class MeshHeading(BaseModel):
+    descriptor: str
+    qualifiers: list[str] = Field(default_factory=list)
+    major: bool = False
+
+
+class AbstractSection(BaseModel):
+    label: str | None = None
+    category: str | None = None
+    text: str
+
+
+class Section(BaseModel):
+    """A section of ``full_text``: ``full_text[char_start:char_end]`` is its text."""
+
+    title: str
+    char_start: int
+    char_end: int
+
+
+class Chunk(BaseModel):
+    section: str | None = None
+    ordinal: int
+    text: str
+    token_count: int
+    char_start: int
+    char_end: int
+
+
+class ParsedDocument(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    source: Source = "pubmed"
+    source_id: str
+    pmid: str | None = None
+    pmcid: str | None = None
+    doi: str | None = None
+    pii: str | None = Field(None, description="Publisher item identifier (PubMed ArticleIdList), if any.")
+    title: str = ""
+    abstract: str | None = None
+    abstract_sections: list[AbstractSection] = Field(default_factory=list)
+    authors: list[Author] = Field(default_factory=list)
+    journal: Journal = Field(default_factory=Journal)
+    pub_date: str | None = None
+    year: int | None = None
+    language: str | None = None
+    publication_types: list[str] = Field(default_factory=list)
+    study_type: StudyType | None = None
+    evidence_level: float | None = None
+    mesh: list[MeshHeading] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+    chemicals: list[str] = Field(default_factory=list)
+    retracted: bool = False
+    full_text: str | None = None
+    sections: list[Section] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list, description="PMIDs this document cites.")
+    chunks: list[Chunk] = Field(default_factory=list)
+
+    @property
+    def document_id(self) -> str:
+        return document_id(self.source, self.source_id)
+
+    def content_hash(self) -> str:
+        """Hash of everything that shapes the stored text and metadata (not the chunks)."""
+        payload = self.model_dump_json(exclude={"chunks"})
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    @property
+    def url(self) -> str | None:
+        if self.pmid:
+            return f"https://pubmed.ncbi.nlm.nih.gov/{self.pmid}/"
+        if self.pmcid:
+            return f"https://pmc.ncbi.nlm.nih.gov/articles/{self.pmcid}/"
+        if self.source == "bookshelf":
+            return f"https://www.ncbi.nlm.nih.gov/books/{self.source_id}/"
+        return None
+
+
+class SearchFilters(BaseModel):
+    """Restrictions on what a search may return."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    year_from: int | None = Field(None, ge=1800, le=2100, description="Earliest publication year.")
+    year_to: int | None = Field(None, ge=1800, le=2100, description="Latest publication year.")
+    journals: list[str] = Field(default_factory=list, description="Journal titles or ISO abbreviations.")
+    study_types: list[StudyType] = Field(default_factory=list, description="Only these study types.")
+    min_evidence_level: float | None = Field(None, ge=0, le=1, description="Lowest evidence weight (0..1).")
+    mesh: list[str] = Field(default_factory=list, description="MeSH descriptors, any of which must match.")
+    sources: list[Source] = Field(default_factory=list, description="pubmed, pmc and/or bookshelf.")
+    include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
+    max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
+
+
+class SearchHit(BaseModel):
+    """One retrieved passage with the metadata needed to cite it."""
+
+    chunk_id: str
+    document_id: str
+    source: Source
+    source_id: str
+    pmid: str | None = None
+    pmcid: str | None = None
+    doi: str | None = None
+    title: str
+    journal: str | None = None
+    year: int | None = None
+    study_type: str | None = None
+    evidence_level: float | None = None
+    section: str | None = None
+    text: str
+    score: float
+    dense_score: float | None = None
+    lexical_score: float | None = None
+    rank: int
+    url: str | None = None
+
+    @property
+    def citation_id(self) -> str:
+        """The id an answer cites this passage by: PMID, else PMCID, else the Bookshelf id."""
+        if self.pmid:
+            return f"PMID:{self.pmid}"
+        if self.pmcid:
+            return f"PMCID:{self.pmcid}"
+        return f"NBK:{self.source_id}" if self.source == "bookshelf" else f"{self.source}:{self.source_id}"

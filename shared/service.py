@@ -1,0 +1,84 @@
+"""How every consumer service is built and run: one FastStream app with /metrics, /healthz, /readyz.
+
+``make_app`` wraps a broker in ``AsgiFastStream`` so the same process serves Prometheus metrics and
+Kubernetes probes next to its consumers; ``run_app`` runs it under uvicorn. ``/healthz`` (liveness)
+answers while the process's event loop is alive; ``/readyz`` answers 204 only when the broker is
+connected and the service's own readiness check (database, model) passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import uvicorn
+from faststream.asgi import AsgiFastStream, AsgiResponse, get
+from faststream.asgi.factories import make_ping_asgi
+from faststream.kafka import KafkaBroker
+from prometheus_client import make_asgi_app
+
+from shared import metrics
+from shared.logging import configure_logging
+from shared.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORTS = {"fetcher": 9101, "parser": 9102, "embedder": 9103, "retriever": 9104, "synthesizer": 9105}
+
+Hook = Callable[[], Awaitable[Any]]
+ReadyCheck = Callable[[], Awaitable[bool]]
+
+
+def make_app(
+    name: str,
+    broker: KafkaBroker,
+    *,
+    on_startup: Sequence[Hook] = (),
+    after_startup: Sequence[Hook] = (),
+    on_shutdown: Sequence[Hook] = (),
+    ready: ReadyCheck | None = None,
+    description: str = "",
+) -> AsgiFastStream:
+    @get(include_in_schema=False)
+    async def healthz(scope: Any) -> AsgiResponse:
+        return AsgiResponse(b"ok", 200)
+
+    broker_ping = make_ping_asgi(broker, timeout=5.0, include_in_schema=False)
+
+    @get(include_in_schema=False)
+    async def readyz(scope: Any) -> AsgiResponse:
+        try:
+            ok = await broker.ping(timeout=5.0) and (ready is None or await ready())
+        except Exception:  # any failure of a dependency means "not ready", never a crash
+            log.warning("readiness check failed", exc_info=True)
+            ok = False
+        return AsgiResponse(b"ready" if ok else b"not ready", 204 if ok else 503)
+
+    from faststream.specification import AsyncAPI
+
+    return AsgiFastStream(
+        broker,
+        asgi_routes=[
+            ("/metrics", make_asgi_app(metrics.registry)),
+            ("/healthz", healthz),
+            ("/readyz", readyz),
+            ("/ping", broker_ping),
+        ],
+        on_startup=list(on_startup),
+        after_startup=list(after_startup),
+        on_shutdown=list(on_shutdown),
+        specification=AsyncAPI(title=f"Evidentia {name}", version="1.0.0", description=description),
+        asyncapi_path="/docs/asyncapi",
+    )
+
+
+def run_app(name: str, app: AsgiFastStream) -> None:
+    """Run a service until SIGTERM/SIGINT: consumers, metrics and probes in one process."""
+    settings = get_settings()
+    configure_logging(name, settings.service.log_level, settings.service.log_format)
+    port = settings.service.metrics_port or DEFAULT_PORTS.get(name, 9100)
+    config = uvicorn.Config(app, host="0.0.0.0", port=port, log_config=None, access_log=False, lifespan="on")
+    log.info("starting service", extra={"port": port})
+    asyncio.run(uvicorn.Server(config).serve())

