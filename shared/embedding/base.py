@@ -63,9 +63,7 @@ class Embedder(Protocol):
         """Embed queries (with the query prefix, if any)."""
         ...
 
-    def encode_pretokenized(
-        self, ids: Sequence[Sequence[int]], batch_size: int | None = None
-    ) -> FloatArray:
+    def encode_pretokenized(self, ids: Sequence[Sequence[int]], batch_size: int | None = None) -> FloatArray:
         """Embed texts already turned into model input ids by :meth:`token_ids`."""
         ...
 
@@ -139,7 +137,8 @@ class BaseEmbedder(ABC):
         self._max_seq_length = config.max_seq_length
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, device={self.device!r}, source={self.config.source!r})"
+        source = self.config.source
+        return f"{type(self).__name__}(name={self.name!r}, device={self.device!r}, source={source!r})"
 
     def warm_up(self) -> None:
         if self._loaded:
@@ -184,9 +183,7 @@ class BaseEmbedder(ABC):
         self.warm_up()
         return self._encode([self.query_prefix + t for t in texts], batch_size or self.batch_size)
 
-    def encode_pretokenized(
-        self, ids: Sequence[Sequence[int]], batch_size: int | None = None
-    ) -> FloatArray:
+    def encode_pretokenized(self, ids: Sequence[Sequence[int]], batch_size: int | None = None) -> FloatArray:
         if not ids:
             return self._empty()
         self.warm_up()

