@@ -199,6 +199,50 @@ class CitationCheck(BaseModel):
     uncited_sentences: list[str] = Field(default_factory=list)
 
 
+EvidenceStrength = Literal["high", "moderate", "low", "insufficient"]
+
+
+class KeyFinding(BaseModel):
+    """One finding of an evidence summary and the sources it rests on."""
+
+    finding: str = Field(min_length=1, description="The finding, in one or two sentences.")
+    supporting_pmids: list[str] = Field(
+        default_factory=list,
+        description="Ids of the sources that support it: PMIDs (digits), or PMCID:/NBK: ids for sources without one.",
+    )
+
+
+class EvidenceSummary(BaseModel):
+    """A structured summary of the evidence behind an answer (seed 000 ``EvidenceSummary``).
+
+    In LLM mode Claude fills it through tool use with this model's JSON schema; offline it is built
+    from the retrieved sources' metadata and the extracted sentences (``method`` says which).
+    """
+
+    summary: str = Field(description="Two or three sentences: what the retrieved studies show, and how firmly.")
+    study_count: int = Field(ge=0, description="Number of distinct studies the summary rests on.")
+    study_types: list[str] = Field(
+        default_factory=list, description="Kinds of study among them, e.g. meta-analysis, randomized-controlled-trial."
+    )
+    strength: EvidenceStrength = Field(
+        description="Strength of the evidence: high (consistent meta-analyses/systematic reviews or several RCTs), "
+        "moderate (an RCT or consistent controlled studies), low (observational, small or conflicting studies), "
+        "insufficient (the sources do not answer the question)."
+    )
+    key_findings: list[KeyFinding] = Field(default_factory=list, description="The main findings, each with its sources.")
+    supporting_pmids: list[str] = Field(default_factory=list, description="Every source id the summary rests on.")
+    method: Literal["llm", "extractive"] = Field(
+        "llm", description="llm (written by Claude through tool use) or extractive (built without a model)."
+    )
+
+
+class ChatTurn(BaseModel):
+    """One earlier turn of a conversation, given to the model as context."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
 class SynthesisRequest(Event):
     """Compose an answer from retrieved passages (topic ``synthesis.requests``)."""
 
@@ -206,6 +250,14 @@ class SynthesisRequest(Event):
     question: str = Field(min_length=1, max_length=10_000)
     passages: list[SearchHit] = Field(default_factory=list)
     stream: bool = False
+    history: list[ChatTurn] = Field(
+        default_factory=list, description="Earlier turns of the conversation (oldest first), for the model."
+    )
+    citation_numbers: dict[str, int] = Field(
+        default_factory=dict,
+        description="Display numbers already given in this conversation (citation id -> n), kept stable.",
+    )
+    summarize: bool = Field(True, description="Also produce the structured evidence summary.")
 
 
 class SynthesisReply(Event):
@@ -218,6 +270,11 @@ class SynthesisReply(Event):
     disclaimer: str = ""
     took_ms: float = 0.0
     error: ErrorInfo | None = None
+    numbered_answer: str | None = Field(
+        None, description="The answer with its citations as conversation-wide display numbers [1], [2]..."
+    )
+    summary: EvidenceSummary | None = Field(None, description="The structured evidence summary.")
+    time_to_first_token_ms: float | None = Field(None, description="From request to the first token (streamed).")
 
 
 class SynthesisToken(Event):

@@ -150,7 +150,7 @@ class LlmSettings(BaseSettings):
     anthropic_base_url: str | None = Field(
         None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL"), description="Anthropic API base URL."
     )
-    model: str = Field("claude-sonnet-4-5", description="Claude model used for answers.")
+    model: str = Field("claude-sonnet-4-6", description="Claude model used for answers.")
     temperature: float = Field(0.3, ge=0, le=1, description="Sampling temperature.")
     max_tokens: int = Field(2000, ge=1, description="Largest answer, in tokens.")
     timeout_s: float = Field(60.0, gt=0, description="Timeout of one Anthropic call.")
@@ -181,6 +181,41 @@ class ServiceSettings(BaseSettings):
     gateway_url: str = Field("http://127.0.0.1:8000", description="Where the CLI finds the gateway.")
 
 
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_GATEWAY_", **_COMMON)
+
+    api_key_hashes: str = Field(
+        "",
+        description=(
+            "SHA-256 hex digests of the accepted API keys (`Authorization: Bearer <key>`), comma separated; "
+            "make one with `printf %s \"$KEY\" | sha256sum`. Empty: authentication is OFF and every `/v1` route "
+            "is open (fine on 127.0.0.1, never for a shared deployment)."
+        ),
+    )
+    rate_limit_per_minute: float = Field(
+        120, ge=0, description="Steady requests per minute per API key (per client address when auth is off); 0: no limit."
+    )
+    rate_limit_burst: int = Field(30, ge=1, description="Requests a key may make at once above the steady rate.")
+    max_body_bytes: int = Field(
+        8_388_608, ge=1024, description="Largest request body accepted on `/v1` routes (larger: HTTP 413)."
+    )
+    cors_origins: str = Field(
+        "", description="Origins allowed by CORS, comma separated (`*`: any); empty: no CORS headers (same origin only)."
+    )
+    conversation_turns: int = Field(
+        6, ge=0, description="Earlier turns of a conversation given to the model and to follow-up rewriting."
+    )
+    max_cited_chunks: int = Field(
+        15, ge=0, description="Most chunks cited earlier in a conversation added to a follow-up's retrieval."
+    )
+
+    def key_hashes(self) -> frozenset[str]:
+        return frozenset(h.strip().lower() for h in self.api_key_hashes.split(",") if h.strip())
+
+    def origins(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
@@ -194,6 +229,7 @@ class Settings(BaseSettings):
     llm: LlmSettings = Field(default_factory=LlmSettings)  # type: ignore[arg-type]
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)  # type: ignore[arg-type]
     service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=1)

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg
 from aiokafka.errors import KafkaError
 from fastapi import FastAPI, HTTPException, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.gateway import security, web
+from services.gateway.answers import AnswerService
+from services.gateway.conversations import PgConversationStore
 from services.gateway.kafka import GatewayKafka
 from services.gateway.schemas import (
-    AskRequest,
-    AskResponse,
     IngestAccepted,
     IngestRequest,
     SearchRequest,
@@ -33,9 +32,6 @@ from shared.events import (
     DocumentFetched,
     IngestRequested,
     RetrievalRequest,
-    SynthesisReply,
-    SynthesisRequest,
-    SynthesisToken,
 )
 from shared.settings import Settings, get_settings
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
@@ -83,6 +79,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    answers = AnswerService(settings, lambda: gateway.kafka, PgConversationStore(lambda: gateway.pool))
+    app.state.answers = answers
+    app.include_router(answers.router)
+    app.include_router(web.router)
+    security.install(app, settings.gateway)
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -169,67 +170,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         return SearchResponse(query=body.query, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
 
-    async def _retrieve_for(body: AskRequest) -> tuple[RetrievalRequest, Any, float]:
-        start = time.perf_counter()
-        request = RetrievalRequest(query=body.question, top_k=body.top_k, top_n=body.top_n, mode=body.mode,
-                                   filters=body.filters)
-        found = await gateway.kafka.retrieve(request)
-        return request, found, (time.perf_counter() - start) * 1000
-
-    @app.post("/v1/ask", response_model=AskResponse, tags=["answers"],
-              summary="Answer a question from the literature, every claim cited")
-    async def ask(body: AskRequest) -> AskResponse:
-        request, found, retrieval_ms = await _retrieve_for(body)
-        start = time.perf_counter()
-        answer = await gateway.kafka.synthesize(
-            SynthesisRequest(trace_id=request.trace_id, question=body.question, passages=found.hits)
-        )
-        return AskResponse(
-            question=body.question, answer=answer.answer, mode=answer.mode, model=answer.model,
-            citations=answer.citations, citation_check=answer.citation_check, disclaimer=answer.disclaimer,
-            sources=found.hits if body.return_sources else [],
-            timings_ms={"retrieval": retrieval_ms, "synthesis": (time.perf_counter() - start) * 1000},
-        )
-
-    @app.post("/v1/ask/stream", tags=["answers"], response_class=StreamingResponse,
-              summary="The same answer as server-sent events: retrieval_done, token..., citations, metrics, done")
-    async def ask_stream(body: AskRequest) -> StreamingResponse:
-        async def events() -> AsyncIterator[str]:
-            start = time.perf_counter()
-            try:
-                request, found, retrieval_ms = await _retrieve_for(body)
-                yield _sse("retrieval_done", {"sources": [h.model_dump(mode="json") for h in found.hits]})
-                first: float | None = None
-                synth = SynthesisRequest(trace_id=request.trace_id, question=body.question, passages=found.hits,
-                                         stream=True)
-                async for kind, raw in gateway.kafka.synthesize_stream(synth):
-                    if kind == "SynthesisToken":
-                        token = SynthesisToken.model_validate_json(raw)
-                        if first is None:
-                            first = time.perf_counter() - start
-                            metrics.TIME_TO_FIRST_TOKEN.observe(first)
-                        yield _sse("token", {"seq": token.seq, "text": token.text})
-                    else:
-                        final = SynthesisReply.model_validate_json(raw)
-                        if final.error:
-                            yield _sse("error", final.error.model_dump())
-                            return
-                        yield _sse("citations", {"answer": final.answer, "mode": final.mode,
-                                                 "citations": [c.model_dump() for c in final.citations],
-                                                 "citation_check": final.citation_check.model_dump(),
-                                                 "disclaimer": final.disclaimer})
-                yield _sse("metrics", {"retrieval_ms": retrieval_ms,
-                                       "time_to_first_token_ms": (first or 0.0) * 1000,
-                                       "total_ms": (time.perf_counter() - start) * 1000})
-                yield _sse("done", {})
-            except (RequestTimeout, RemoteError, KafkaError) as exc:
-                yield _sse("error", {"type": type(exc).__name__, "message": str(exc)})
-
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
     return app
 
-
-def _sse(event: str, data: Any) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"

@@ -16,5 +16,5 @@ app = make_app(
     broker,
     on_startup=[state.start],
     ready=state.ready,
-    description="Answers synthesis requests with cited answers: Claude when configured, extractive otherwise.",
+    description="Answers synthesis requests with cited answers: Claude when configured, else extractive.",
 )

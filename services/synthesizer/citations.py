@@ -8,7 +8,7 @@ make a claim without any citation are flagged.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shared.events import Citation, CitationCheck
@@ -66,26 +66,29 @@ class CitationVerifier:
         verified = [c for c in cited if c in self.sources]
         removed = [c for c in cited if c not in self.sources]
 
-        def fix(match: re.Match[str]) -> str:
-            keep = [normalise(k, v) for k, v in _ID.findall(match.group(1))]
-            keep = [c for c in dict.fromkeys(keep) if c in self.sources]
-            if not keep:
-                return ""
-            if renumber:
-                return "".join(f"[{self._number(c)}]" for c in keep)
-            return "[" + ", ".join(keep) + "]"
+        def fixer(numbers: bool) -> Callable[[re.Match[str]], str]:
+            def fix(match: re.Match[str]) -> str:
+                keep = [normalise(k, v) for k, v in _ID.findall(match.group(1))]
+                keep = [c for c in dict.fromkeys(keep) if c in self.sources]
+                if not keep:
+                    return ""
+                if numbers:
+                    return "".join(f"[{self._number(c)}]" for c in keep)
+                return "[" + ", ".join(keep) + "]"
 
-        cleaned = _BRACKET.sub(fix, text)
-        cleaned = re.sub(r"[ \t]+([.,;:!?])", r"\1", cleaned)
-        cleaned = re.sub(r"[ \t]{2,}", " ", cleaned).strip()
-        for c in verified:
+            return fix
+
+        for c in verified:  # numbers follow the order of first appearance
             self._number(c)
-        uncited = [s for s in split_sentences(text)
-                   if _is_claim(s) and not _BRACKET.search(s)]
+        with_ids = _tidy(_BRACKET.sub(fixer(False), text))
+        cleaned = _tidy(_BRACKET.sub(fixer(True), text)) if renumber else with_ids
+        # A claim whose only citation was removed is now uncited, and flagged as such.
+        uncited = [s for s in split_sentences(with_ids) if _is_claim(s) and not _BRACKET.search(s)]
         citations = [self._citation(c) for c in sorted(verified, key=self._number)]
         return VerifiedAnswer(
-            cleaned, citations, CitationCheck(cited=cited, verified=verified, removed=removed,
-                                              uncited_sentences=uncited)
+            cleaned,
+            citations,
+            CitationCheck(cited=cited, verified=verified, removed=removed, uncited_sentences=uncited),
         )
 
     def _number(self, cid: str) -> int:
@@ -95,8 +98,20 @@ class CitationVerifier:
 
     def _citation(self, cid: str) -> Citation:
         hit = self.sources[cid]
-        return Citation(number=self._number(cid), citation_id=cid, document_id=hit.document_id, title=hit.title,
-                        journal=hit.journal, year=hit.year, url=hit.url)
+        return Citation(
+            number=self._number(cid),
+            citation_id=cid,
+            document_id=hit.document_id,
+            title=hit.title,
+            journal=hit.journal,
+            year=hit.year,
+            url=hit.url,
+        )
+
+
+def _tidy(text: str) -> str:
+    text = re.sub(r"[ \t]+([.,;:!?])", r"\1", text)
+    return re.sub(r"[ \t]{2,}", " ", text).strip()
 
 
 def _is_claim(sentence: str) -> bool:

@@ -1,7 +1,16 @@
-"""The synthesizer's core: question + passages -> a verified, cited answer. No Kafka here."""
+"""The synthesizer's core: question + passages -> a verified, cited answer and evidence summary. No Kafka.
+
+Order of checks: an emergency is answered at once (no model call); passages below the relevance threshold
+are dropped and, if none is left, the answer says the evidence is insufficient; otherwise Claude (or the
+extractive answerer offline) writes the answer, whose citations are then verified against the passages and
+numbered conversation-wide. The evidence summary is produced alongside (concurrently in LLM mode).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -9,9 +18,12 @@ from services.synthesizer.citations import CitationVerifier
 from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.safety import DISCLAIMER, EMERGENCY_ANSWER, is_emergency
-from shared.events import SynthesisReply, SynthesisRequest, SynthesisToken
+from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
+from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.models import SearchHit
 from shared.settings import Settings
+
+log = logging.getLogger(__name__)
 
 INSUFFICIENT = (
     "The retrieved evidence is insufficient to answer this question: no stored source is relevant enough. "
@@ -30,6 +42,10 @@ class Synthesizer:
         llm = ClaudeAnswerer(settings.llm) if settings.llm.anthropic_api_key else None
         return cls(settings, llm)
 
+    @property
+    def mode(self) -> str:
+        return "llm" if self.llm is not None else "extractive"
+
     def relevant(self, hits: Sequence[SearchHit]) -> list[SearchHit]:
         """Passages worth citing: dense similarity at or above the threshold (lexical-only hits pass)."""
         floor = self.settings.retrieval.min_score
@@ -37,24 +53,95 @@ class Synthesizer:
 
     def _early(self, req: SynthesisRequest, start: float) -> SynthesisReply | None:
         if is_emergency(req.question):
-            return SynthesisReply(trace_id=req.trace_id, answer=EMERGENCY_ANSWER, mode="emergency",
-                                  disclaimer=DISCLAIMER, took_ms=_ms(start))
+            return SynthesisReply(
+                trace_id=req.trace_id,
+                answer=EMERGENCY_ANSWER,
+                numbered_answer=EMERGENCY_ANSWER,
+                mode="emergency",
+                disclaimer=DISCLAIMER,
+                took_ms=_ms(start),
+            )
         if not self.relevant(req.passages):
-            return SynthesisReply(trace_id=req.trace_id, answer=INSUFFICIENT, mode="insufficient-evidence",
-                                  disclaimer=DISCLAIMER, took_ms=_ms(start))
+            return self._insufficient(req, start, CitationCheck())
         return None
 
-    def _finish(self, req: SynthesisRequest, raw: str, mode: str, start: float) -> SynthesisReply:
-        hits = self.relevant(req.passages)
-        verified = CitationVerifier(hits).verify(raw)
-        if not verified.citations:
-            return SynthesisReply(trace_id=req.trace_id, answer=INSUFFICIENT, mode="insufficient-evidence",
-                                  disclaimer=DISCLAIMER, citation_check=verified.check, took_ms=_ms(start))
+    def _insufficient(self, req: SynthesisRequest, start: float, check: CitationCheck) -> SynthesisReply:
         return SynthesisReply(
-            trace_id=req.trace_id, answer=verified.text, mode=mode,  # type: ignore[arg-type]
-            model=self.llm.model if mode == "llm" and self.llm else None,
-            citations=verified.citations, citation_check=verified.check, disclaimer=DISCLAIMER,
+            trace_id=req.trace_id,
+            answer=INSUFFICIENT,
+            numbered_answer=INSUFFICIENT,
+            mode="insufficient-evidence",
+            disclaimer=DISCLAIMER,
+            citation_check=check,
             took_ms=_ms(start),
+            summary=insufficient_summary(self.mode) if req.summarize else None,
+        )
+
+    def _summary_task(
+        self, req: SynthesisRequest, hits: list[SearchHit]
+    ) -> asyncio.Task[dict[str, object] | None]:
+        assert self.llm is not None
+
+        async def run() -> dict[str, object] | None:
+            try:
+                return await self.llm.summary(req.question, hits)  # type: ignore[union-attr]
+            except Exception:
+                log.exception("evidence summary failed; falling back to the extractive one")
+                return None
+
+        return asyncio.create_task(run())
+
+    async def _finish(
+        self,
+        req: SynthesisRequest,
+        raw: str,
+        mode: str,
+        start: float,
+        summary_task: asyncio.Task[dict[str, object] | None] | None = None,
+        ttft_ms: float | None = None,
+    ) -> SynthesisReply:
+        hits = self.relevant(req.passages)
+        verified = CitationVerifier(hits, req.citation_numbers).verify(raw)
+        numbered = CitationVerifier(hits, req.citation_numbers).verify(raw, renumber=True)
+        if not verified.citations:
+            if summary_task is not None:
+                summary_task.cancel()
+            return self._insufficient(req, start, verified.check)
+        summary: EvidenceSummary | None = None
+        check = verified.check
+        if req.summarize:
+            checked = None
+            if summary_task is not None:
+                data = await summary_task
+                checked = check_summary(data, hits, "llm") if data is not None else None
+                if checked is not None:
+                    check = check.model_copy(
+                        update={"removed": list(dict.fromkeys([*check.removed, *checked.removed]))}
+                    )
+            if checked is not None:
+                summary = checked.summary
+            else:  # offline, or Claude gave no valid summary: build it from the sources the answer cites
+                cited = set(verified.check.verified)
+                chosen = [
+                    (s.text, s.hit)
+                    for s in self.extractive.select(req.question, hits)
+                    if s.hit.citation_id in cited
+                ]
+                summary = extractive_summary(
+                    chosen or [(c.title, _hit_for(hits, c.citation_id)) for c in verified.citations]
+                )
+        return SynthesisReply(
+            trace_id=req.trace_id,
+            answer=verified.text,
+            numbered_answer=numbered.text,
+            mode=mode,  # type: ignore[arg-type]
+            model=self.llm.model if mode == "llm" and self.llm else None,
+            citations=verified.citations,
+            citation_check=check,
+            disclaimer=DISCLAIMER,
+            summary=summary,
+            took_ms=_ms(start),
+            time_to_first_token_ms=ttft_ms,
         )
 
     async def answer(self, req: SynthesisRequest) -> SynthesisReply:
@@ -64,31 +151,57 @@ class Synthesizer:
             return early
         hits = self.relevant(req.passages)
         if self.llm is not None:
-            return self._finish(req, await self.llm.answer(req.question, hits), "llm", start)
-        return self._finish(req, self.extractive.answer(req.question, hits), "extractive", start)
+            task = self._summary_task(req, hits) if req.summarize else None
+            try:
+                raw = await self.llm.answer(req.question, hits, req.history)
+            except BaseException:
+                if task is not None:
+                    task.cancel()
+                raise
+            return await self._finish(req, raw, "llm", start, task)
+        return await self._finish(req, self.extractive.answer(req.question, hits), "extractive", start)
 
     async def stream(self, req: SynthesisRequest) -> AsyncIterator[SynthesisToken | SynthesisReply]:
-        """Token events in order, then the final verified reply."""
+        """Token events numbered from 0 in order, then the final verified reply."""
         start = time.perf_counter()
         early = self._early(req, start)
         if early is not None:
             yield SynthesisToken(trace_id=req.trace_id, seq=0, text=early.answer)
-            yield early
+            yield early.model_copy(update={"time_to_first_token_ms": early.took_ms})
             return
         hits = self.relevant(req.passages)
         parts: list[str] = []
+        ttft: float | None = None
         if self.llm is not None:
-            seq = 0
-            async for text in self.llm.stream(req.question, hits):
-                parts.append(text)
-                yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=text)
-                seq += 1
-            yield self._finish(req, "".join(parts), "llm", start)
+            task = self._summary_task(req, hits) if req.summarize else None
+            try:
+                seq = 0
+                async for text in self.llm.stream(req.question, hits, req.history):
+                    if not text:
+                        continue
+                    if ttft is None:
+                        ttft = _ms(start)
+                    parts.append(text)
+                    yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=text)
+                    seq += 1
+            except BaseException:
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+                raise
+            yield await self._finish(req, "".join(parts), "llm", start, task, ttft)
         else:
             raw = self.extractive.answer(req.question, hits)
             for seq, line in enumerate(raw.splitlines(keepends=True)):
+                if ttft is None:
+                    ttft = _ms(start)
                 yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=line)
-            yield self._finish(req, raw, "extractive", start)
+            yield await self._finish(req, raw, "extractive", start, None, ttft)
+
+
+def _hit_for(hits: Sequence[SearchHit], citation_id: str) -> SearchHit:
+    return next(h for h in hits if h.citation_id == citation_id)
 
 
 def _ms(start: float) -> float:

@@ -18,7 +18,77 @@ from shared.models import SearchHit
 _LABEL = re.compile(r"^(?:[A-Z][A-Z &/,-]{2,40}):\s+")
 _WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _STOP = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "been", "being", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "may", "might", "more", "most", "no", "not", "of", "on", "or", "our", "should", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your"]
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "being",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "may",
+        "might",
+        "more",
+        "most",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "should",
+        "so",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
 )
 
 
@@ -64,7 +134,11 @@ class ExtractiveAnswerer:
                 continue
             rank_weight = 1.0 / (1.0 + 0.15 * (hit.rank - 1))
             # Conclusions and results answer questions better than background.
-            bonus = 1.2 if re.search(r"\b(conclu|result|found|associated|reduc|increas|effective)", s.lower()) else 1.0
+            bonus = (
+                1.2
+                if re.search(r"\b(conclu|result|found|associated|reduc|increas|effective)", s.lower())
+                else 1.0
+            )
             scored.append(ScoredSentence(s, hit, overlap * rank_weight * bonus, pos))
         scored.sort(key=lambda x: -x.score)
         # Keep sentences close to the best one: weak matches dilute the answer.

@@ -1,4 +1,4 @@
-"""Synthesizer handlers: ``synthesis.requests`` -> answer (whole, or token events then the answer) -> reply."""
+"""Synthesizer handlers: ``synthesis.requests`` -> answer (whole, or tokens then the answer) -> reply."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
         group_id=GROUP_ID,
         auto_offset_reset="latest",
         ack_policy=AckPolicy.ACK,
+        no_reply=True,  # replies are published explicitly (tokens, then the answer); no empty extra one
         title="synthesis.requests:synthesizer",
-        description="A SynthesisRequest; SynthesisToken events (if streamed) then a SynthesisReply go to reply_to.",
+        description="A SynthesisRequest; SynthesisTokens (if streamed), then a SynthesisReply, to reply_to.",
     )
     async def on_request(request: SynthesisRequest, msg: KafkaMessage) -> None:
         try:
@@ -53,6 +54,8 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
             answer = await state.core.answer(request)
         except Exception as exc:  # the caller gets the error instead of a timeout
             log.exception("synthesis failed")
-            answer = SynthesisReply(trace_id=request.trace_id,
-                                    error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502))
+            answer = SynthesisReply(
+                trace_id=request.trace_id,
+                error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502),
+            )
         await reply(broker, msg, answer)

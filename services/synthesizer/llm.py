@@ -1,15 +1,41 @@
-"""Claude through the anthropic SDK: whole or streamed answers. The system prompt is marked for caching."""
+"""Claude through the anthropic SDK: whole or streamed answers, and the evidence summary through tool use.
+
+The system prompt is the same for every call and marked for prompt caching. The SDK (2.x) has no typed
+``temperature`` argument, so it goes in the request body (``extra_body``), which the API accepts.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anthropic
 
-from services.synthesizer.prompts import SYSTEM_PROMPT, user_message
+from services.synthesizer.prompts import SUMMARY_INSTRUCTION, SYSTEM_PROMPT, user_message
+from services.synthesizer.summary import TOOL_NAME, summary_tool
+from shared.events import ChatTurn
 from shared.models import SearchHit
 from shared.settings import LlmSettings
+
+log = logging.getLogger(__name__)
+
+
+def history_messages(history: Sequence[ChatTurn]) -> list[dict[str, Any]]:
+    """Earlier turns as alternating user/assistant messages starting with a user one (as the API requires)."""
+    out: list[dict[str, Any]] = []
+    for turn in history:
+        if not turn.content.strip():
+            continue
+        if not out and turn.role != "user":
+            continue
+        if out and out[-1]["role"] == turn.role:
+            out[-1]["content"] += "\n\n" + turn.content
+        else:
+            out.append({"role": turn.role, "content": turn.content})
+    if out and out[-1]["role"] == "user":  # the new question comes as a user message next
+        out.pop()
+    return out
 
 
 class ClaudeAnswerer:
@@ -29,24 +55,42 @@ class ClaudeAnswerer:
     def model(self) -> str:
         return self.settings.model
 
-    def _params(self, question: str, hits: Sequence[SearchHit]) -> dict[str, Any]:
+    def _params(
+        self, question: str, hits: Sequence[SearchHit], history: Sequence[ChatTurn] = (), suffix: str = ""
+    ) -> dict[str, Any]:
         return {
             "model": self.settings.model,
             "max_tokens": self.settings.max_tokens,
             "system": [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": user_message(question, hits)}],
-            # Not a typed argument in every SDK version; the API accepts it in the body.
+            "messages": [
+                *history_messages(history),
+                {"role": "user", "content": user_message(question, hits) + suffix},
+            ],
             "extra_body": {"temperature": self.settings.temperature},
         }
 
-    async def answer(self, question: str, hits: Sequence[SearchHit]) -> str:
-        message = await self.client.messages.create(**self._params(question, hits))
-        return "".join(block.text for block in message.content if getattr(block, "type", "") == "text")
+    async def answer(self, question: str, hits: Sequence[SearchHit], history: Sequence[ChatTurn] = ()) -> str:
+        message = await self.client.messages.create(**self._params(question, hits, history))
+        return "".join(block.text for block in message.content if block.type == "text")
 
-    async def stream(self, question: str, hits: Sequence[SearchHit]) -> AsyncIterator[str]:
-        async with self.client.messages.stream(**self._params(question, hits)) as stream:
+    async def stream(
+        self, question: str, hits: Sequence[SearchHit], history: Sequence[ChatTurn] = ()
+    ) -> AsyncIterator[str]:
+        async with self.client.messages.stream(**self._params(question, hits, history)) as stream:
             async for text in stream.text_stream:
                 yield text
+
+    async def summary(self, question: str, hits: Sequence[SearchHit]) -> dict[str, Any] | None:
+        """The tool input Claude gives for ``record_evidence_summary`` (forced), or None if it gives none."""
+        params = self._params(question, hits, (), SUMMARY_INSTRUCTION)
+        params["tools"] = [summary_tool()]
+        params["tool_choice"] = {"type": "tool", "name": TOOL_NAME}
+        message = await self.client.messages.create(**params)
+        for block in message.content:
+            if block.type == "tool_use" and block.name == TOOL_NAME and isinstance(block.input, dict):
+                return dict(block.input)
+        log.warning("no evidence summary tool call in the reply", extra={"stop_reason": message.stop_reason})
+        return None
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -1,0 +1,410 @@
+"""``/v1/ask``, ``/v1/ask/stream`` and ``/v1/conversations/{id}``: one turn of a conversation.
+
+A turn: an emergency is answered at once (no retrieval, no model); otherwise a follow-up is rewritten to
+stand alone, retrieval runs on it with the chunks cited earlier in the conversation added, the
+synthesizer answers (whole, or token by token relayed as server-sent events), and the turn is stored
+with its citations, which keep their display numbers for the whole conversation.
+
+Server-sent events of ``/v1/ask/stream``, in order: ``retrieval_done`` (the sources), ``token`` (``seq``
+from 0, in order), ``citations`` (the verified answer, its citations and the reference list),
+``summary`` (the evidence summary), ``metrics`` (time to first token...), ``done``; or ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka.errors import KafkaError
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import StreamingResponse
+
+from services.gateway.conversations import (
+    ConversationConflict,
+    ConversationContext,
+    ConversationStore,
+    ConversationView,
+    TurnRecord,
+    new_conversation_id,
+)
+from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.schemas import AskRequest, AskResponse
+from shared import metrics
+from shared.broker import RemoteError, RequestTimeout
+from shared.events import (
+    Citation,
+    RetrievalReply,
+    RetrievalRequest,
+    SynthesisReply,
+    SynthesisRequest,
+    SynthesisToken,
+    new_trace_id,
+)
+from shared.models import SearchHit
+from shared.safety import DISCLAIMER, EMERGENCY_ANSWER, is_emergency
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+MAX_QUERY = 10_000
+
+
+class AnswerKafka(Protocol):
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply: ...
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply: ...
+
+    def synthesize_stream(self, request: SynthesisRequest) -> AsyncIterator[tuple[str, bytes]]: ...
+
+
+@dataclass
+class Turn:
+    body: AskRequest
+    owner: str | None
+    ctx: ConversationContext
+    number: int
+    standalone: str
+    trace_id: str
+    start: float
+
+
+def sse(event: str, data: Any) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+class TokenOrder:
+    """Releases streamed tokens strictly by ``seq`` (0, 1, 2...), holding any that arrive early."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.held: dict[int, SynthesisToken] = {}
+
+    def push(self, token: SynthesisToken) -> list[SynthesisToken]:
+        if token.seq < self.next:
+            return []  # a duplicate
+        self.held[token.seq] = token
+        out = []
+        while self.next in self.held:
+            out.append(self.held.pop(self.next))
+            self.next += 1
+        return out
+
+    def flush(self) -> list[SynthesisToken]:
+        out = [self.held[k] for k in sorted(self.held)]
+        self.held.clear()
+        return out
+
+
+class AnswerService:
+    def __init__(
+        self,
+        settings: Settings,
+        kafka: Callable[[], AnswerKafka],
+        store: ConversationStore,
+        rewriter: FollowUpRewriter | None = None,
+    ):
+        self.settings = settings
+        self._kafka = kafka
+        self.store = store
+        self.rewriter = rewriter or FollowUpRewriter(settings.llm)
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self.router = self._routes()
+
+    @property
+    def kafka(self) -> AnswerKafka:
+        return self._kafka()
+
+    # --- one turn ---------------------------------------------------------------------------------
+
+    def _lock(self, conversation_id: str | None) -> asyncio.Lock:
+        """The lock serialising the turns of one conversation (a new conversation needs none shared)."""
+        if conversation_id is None:
+            return asyncio.Lock()
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[conversation_id] = lock
+        return lock
+
+    async def _context(self, body: AskRequest, owner: str | None) -> ConversationContext:
+        g = self.settings.gateway
+        if body.conversation_id is None:
+            return ConversationContext(new_conversation_id())
+        ctx = await self.store.context(body.conversation_id, owner, g.conversation_turns, g.max_cited_chunks)
+        if ctx is None:
+            raise HTTPException(404, f"no conversation {body.conversation_id}")
+        return ctx
+
+    async def _begin(self, body: AskRequest, owner: str | None, start: float) -> Turn:
+        ctx = await self._context(body, owner)  # again, under the conversation's lock: it may have moved on
+        standalone = body.question.strip()
+        if ctx.turns and not is_emergency(body.question):
+            standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question)
+        return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start)
+
+    async def _retrieve(self, turn: Turn) -> tuple[list[SearchHit], float]:
+        t0 = time.perf_counter()
+        b = turn.body
+        found = await self.kafka.retrieve(
+            RetrievalRequest(
+                trace_id=turn.trace_id,
+                query=turn.standalone,
+                top_k=b.top_k,
+                top_n=b.top_n,
+                mode=b.mode,
+                filters=b.filters,
+                extra_chunk_ids=turn.ctx.cited_chunk_ids,
+            )
+        )
+        return found.hits, (time.perf_counter() - t0) * 1000
+
+    def _synthesis(self, turn: Turn, hits: list[SearchHit], stream: bool) -> SynthesisRequest:
+        return SynthesisRequest(
+            trace_id=turn.trace_id,
+            question=turn.standalone,
+            passages=hits,
+            stream=stream,
+            history=turn.ctx.history,
+            citation_numbers=turn.ctx.numbering,
+            summarize=turn.body.summary,
+        )
+
+    @staticmethod
+    def _emergency(turn: Turn) -> SynthesisReply:
+        return SynthesisReply(
+            trace_id=turn.trace_id,
+            answer=EMERGENCY_ANSWER,
+            numbered_answer=EMERGENCY_ANSWER,
+            mode="emergency",
+            disclaimer=DISCLAIMER,
+        )
+
+    @staticmethod
+    def references(ctx: ConversationContext, reply: SynthesisReply) -> list[Citation]:
+        refs = {c.citation_id: c for c in ctx.references}
+        for c in reply.citations:
+            refs.setdefault(c.citation_id, c)
+        return sorted(refs.values(), key=lambda c: c.number)
+
+    async def _save(
+        self, turn: Turn, reply: SynthesisReply, hits: list[SearchHit], timings: dict[str, float]
+    ) -> None:
+        verified = set(reply.citation_check.verified)
+        chunks = list(dict.fromkeys(h.chunk_id for h in hits if h.citation_id in verified))
+        await self.store.save_turn(
+            turn.ctx.conversation_id,
+            TurnRecord(
+                owner=turn.owner,
+                turn=turn.number,
+                question=turn.body.question,
+                standalone_question=turn.standalone,
+                answer=reply.answer,
+                display=reply.numbered_answer or reply.answer,
+                mode=reply.mode,
+                citations=reply.citations,
+                cited_chunk_ids=chunks,
+                citation_check=reply.citation_check,
+                summary=reply.summary,
+                timings_ms=timings,
+            ),
+        )
+
+    def _response(
+        self, turn: Turn, reply: SynthesisReply, hits: list[SearchHit], timings: dict[str, float]
+    ) -> AskResponse:
+        return AskResponse(
+            question=turn.body.question,
+            conversation_id=turn.ctx.conversation_id,
+            turn=turn.number,
+            standalone_question=turn.standalone,
+            answer=reply.answer,
+            numbered_answer=reply.numbered_answer or reply.answer,
+            mode=reply.mode,
+            model=reply.model,
+            citations=reply.citations,
+            references=self.references(turn.ctx, reply),
+            citation_check=reply.citation_check,
+            summary=reply.summary,
+            disclaimer=reply.disclaimer,
+            sources=hits if turn.body.return_sources else [],
+            timings_ms=timings,
+        )
+
+    # --- routes -------------------------------------------------------------------------------------
+
+    def _routes(self) -> APIRouter:
+        router = APIRouter(tags=["answers"])
+
+        @router.post(
+            "/v1/ask",
+            response_model=AskResponse,
+            summary="Answer a question from the literature, every claim cited (one conversation turn)",
+            responses={
+                404: {"description": "Unknown conversation"},
+                409: {"description": "Another turn of the conversation was stored meanwhile"},
+            },
+        )
+        async def ask(body: AskRequest, request: Request) -> AskResponse:
+            start = time.perf_counter()
+            owner = _owner(request)
+            await self._context(body, owner)  # 404 before anything else
+            async with self._lock(body.conversation_id):
+                turn = await self._begin(body, owner, start)
+                hits: list[SearchHit] = []
+                timings: dict[str, float] = {}
+                if is_emergency(body.question):
+                    reply = self._emergency(turn)
+                else:
+                    hits, timings["retrieval"] = await self._retrieve(turn)
+                    t0 = time.perf_counter()
+                    reply = await self.kafka.synthesize(self._synthesis(turn, hits, stream=False))
+                    timings["synthesis"] = (time.perf_counter() - t0) * 1000
+                timings["total"] = (time.perf_counter() - start) * 1000
+                try:
+                    await self._save(turn, reply, hits, timings)
+                except ConversationConflict as exc:
+                    raise HTTPException(409, f"conversation changed meanwhile: {exc}") from exc
+                return self._response(turn, reply, hits, timings)
+
+        @router.post(
+            "/v1/ask/stream",
+            response_class=StreamingResponse,
+            summary="The same answer as server-sent events: retrieval_done, token..., citations, summary, "
+            "metrics, done (or error)",
+            responses={200: {"content": {"text/event-stream": {}}}},
+        )
+        async def ask_stream(body: AskRequest, request: Request) -> StreamingResponse:
+            start = time.perf_counter()
+            owner = _owner(request)
+            await self._context(body, owner)  # 404 as a status, before the stream starts
+            return StreamingResponse(
+                self._stream(body, owner, start),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+
+        @router.get(
+            "/v1/conversations/{conversation_id}",
+            response_model=ConversationView,
+            summary="A conversation: its messages, and its reference list numbered [1], [2]...",
+        )
+        async def conversation(conversation_id: str, request: Request) -> ConversationView:
+            view = await self.store.view(conversation_id, _owner(request))
+            if view is None:
+                raise HTTPException(404, f"no conversation {conversation_id}")
+            return view
+
+        return router
+
+    async def _stream(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
+        try:
+            async with self._lock(body.conversation_id):
+                async for chunk in self._stream_turn(body, owner, start):
+                    yield chunk
+        except HTTPException as exc:
+            yield sse(
+                "error", {"type": "HTTPException", "message": str(exc.detail), "status": exc.status_code}
+            )
+        except ConversationConflict as exc:
+            yield sse("error", {"type": "ConversationConflict", "message": str(exc), "status": 409})
+        except RemoteError as exc:
+            yield sse(
+                "error", {"type": exc.error.type, "message": exc.error.message, "status": exc.error.status}
+            )
+        except RequestTimeout as exc:
+            yield sse("error", {"type": "RequestTimeout", "message": str(exc), "status": 504})
+        except KafkaError as exc:
+            yield sse("error", {"type": type(exc).__name__, "message": str(exc), "status": 503})
+        except Exception as exc:  # the stream has started: an error event is the only way left to say so
+            log.exception("answer stream failed")
+            yield sse("error", {"type": type(exc).__name__, "message": "internal error", "status": 500})
+
+    async def _stream_turn(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
+        turn = await self._begin(body, owner, start)
+        head = {
+            "conversation_id": turn.ctx.conversation_id,
+            "turn": turn.number,
+            "standalone_question": turn.standalone,
+        }
+        timings: dict[str, float] = {}
+        first: float | None = None
+        hits: list[SearchHit] = []
+        if is_emergency(body.question):
+            reply = self._emergency(turn)
+            yield sse("retrieval_done", {**head, "sources": [], "skipped": "emergency"})
+            first = time.perf_counter() - start
+            yield sse("token", {"seq": 0, "text": reply.answer})
+        else:
+            hits, timings["retrieval"] = await self._retrieve(turn)
+            yield sse(
+                "retrieval_done",
+                {
+                    **head,
+                    "retrieval_ms": timings["retrieval"],
+                    "count": len(hits),
+                    "sources": [h.model_dump(mode="json") for h in hits] if body.return_sources else [],
+                },
+            )
+            order = TokenOrder()
+            final: SynthesisReply | None = None
+            async for kind, raw in self.kafka.synthesize_stream(self._synthesis(turn, hits, stream=True)):
+                if kind == "SynthesisToken":
+                    for token in order.push(SynthesisToken.model_validate_json(raw)):
+                        if first is None:
+                            first = time.perf_counter() - start
+                            metrics.TIME_TO_FIRST_TOKEN.observe(first)
+                        yield sse("token", {"seq": token.seq, "text": token.text})
+                else:
+                    final = SynthesisReply.model_validate_json(raw)
+            for token in order.flush():  # a gap never filled: send what there is, still in order
+                yield sse("token", {"seq": token.seq, "text": token.text})
+            if final is None or final.error is not None:
+                err = (
+                    final.error.model_dump()
+                    if final is not None and final.error
+                    else {"type": "NoReply", "message": "the synthesizer sent no answer", "status": 502}
+                )
+                yield sse("error", err)
+                return
+            reply = final
+            if reply.time_to_first_token_ms is not None:
+                timings["synthesis_time_to_first_token"] = reply.time_to_first_token_ms
+        timings["time_to_first_token"] = (first or 0.0) * 1000
+        timings["total"] = (time.perf_counter() - start) * 1000
+        await self._save(turn, reply, hits, timings)
+        yield sse(
+            "citations",
+            {
+                **head,
+                "answer": reply.answer,
+                "numbered_answer": reply.numbered_answer or reply.answer,
+                "mode": reply.mode,
+                "model": reply.model,
+                "citations": [c.model_dump() for c in reply.citations],
+                "references": [c.model_dump() for c in self.references(turn.ctx, reply)],
+                "citation_check": reply.citation_check.model_dump(),
+                "disclaimer": reply.disclaimer,
+            },
+        )
+        if reply.summary is not None:
+            yield sse("summary", reply.summary.model_dump())
+        yield sse(
+            "metrics",
+            {
+                "retrieval_ms": timings.get("retrieval"),
+                "time_to_first_token_ms": timings["time_to_first_token"],
+                "synthesis_time_to_first_token_ms": timings.get("synthesis_time_to_first_token"),
+                "total_ms": timings["total"],
+            },
+        )
+        yield sse("done", head)
+
+
+def _owner(request: Request) -> str | None:
+    value = getattr(request.state, "api_key_id", None)
+    return value if isinstance(value, str) else None

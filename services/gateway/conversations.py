@@ -1,0 +1,293 @@
+"""Conversations (seed 002) in PostgreSQL: messages, and citations numbered [1], [2]... conversation-wide.
+
+A conversation belongs to the API key that started it (``owner``); another key gets 404 for it. With
+authentication off every conversation is ownerless and open to everyone who can reach the gateway.
+
+Turns of one conversation are serialised: the gateway holds a per-conversation lock for a turn (one
+process), and the store refuses a turn whose number or citation numbers were taken meanwhile (several
+gateway processes): :class:`ConversationConflict`, HTTP 409.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import asyncpg
+from pydantic import BaseModel, Field
+
+from shared.events import ChatTurn, Citation, CitationCheck, EvidenceSummary
+
+
+class ConversationConflict(Exception):
+    """Another turn of the same conversation was stored meanwhile."""
+
+
+@dataclass
+class ConversationContext:
+    """What a new turn needs from the earlier ones."""
+
+    conversation_id: str
+    turns: int = 0
+    history: list[ChatTurn] = field(default_factory=list)
+    numbering: dict[str, int] = field(default_factory=dict)
+    cited_chunk_ids: list[str] = field(default_factory=list)  # most recent turn first
+    last_question: str | None = None  # the standalone question of the latest turn
+    references: list[Citation] = field(default_factory=list)  # every citation so far, by number
+
+
+@dataclass
+class TurnRecord:
+    owner: str | None  # a new conversation's owner (ignored for an existing one)
+    turn: int
+    question: str
+    standalone_question: str
+    answer: str
+    display: str
+    mode: str
+    citations: list[Citation]
+    cited_chunk_ids: list[str]
+    citation_check: CitationCheck
+    summary: EvidenceSummary | None
+    timings_ms: dict[str, float]
+
+
+class MessageView(BaseModel):
+    turn: int
+    role: str
+    content: str = Field(description="User: the question as asked. Assistant: the answer citing [n].")
+    standalone_question: str | None = Field(None, description="User: the question as searched (rewritten).")
+    answer_with_ids: str | None = Field(None, description="Assistant: the answer citing [PMID:...] ids.")
+    mode: str | None = None
+    citations: list[Citation] = Field(
+        default_factory=list, description="Assistant: the sources this turn cites."
+    )
+    citation_check: CitationCheck | None = None
+    summary: EvidenceSummary | None = None
+    created_at: datetime | None = None
+
+
+class ConversationView(BaseModel):
+    conversation_id: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    messages: list[MessageView]
+    references: list[Citation] = Field(
+        description="Every source cited in the conversation, by display number."
+    )
+
+
+class ConversationStore(Protocol):
+    async def context(
+        self, conversation_id: str, owner: str | None, max_turns: int, max_chunks: int
+    ) -> ConversationContext | None: ...
+
+    async def save_turn(self, conversation_id: str, record: TurnRecord) -> None: ...
+
+    async def view(self, conversation_id: str, owner: str | None) -> ConversationView | None: ...
+
+
+def new_conversation_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _visible(row_owner: str | None, owner: str | None) -> bool:
+    return row_owner is None or row_owner == owner
+
+
+class PgConversationStore:
+    def __init__(self, pool: Callable[[], asyncpg.Pool]):
+        self._pool = pool
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self._pool()
+
+    async def context(
+        self, conversation_id: str, owner: str | None, max_turns: int, max_chunks: int
+    ) -> ConversationContext | None:
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow(
+                "SELECT owner FROM conversations WHERE conversation_id = $1", conversation_id
+            )
+            if row is None or not _visible(row["owner"], owner):
+                return None
+            turns = await conn.fetchval(
+                "SELECT coalesce(max(turn), 0) FROM conversation_messages WHERE conversation_id = $1",
+                conversation_id,
+            )
+            msgs = await conn.fetch(
+                """SELECT turn, role, content, standalone_question, cited_chunk_ids FROM conversation_messages
+                   WHERE conversation_id = $1 AND turn > $2 ORDER BY turn, role DESC""",
+                conversation_id,
+                max(0, turns - max(max_turns, 1)),
+            )
+            refs = [
+                _citation(r)
+                for r in await conn.fetch(
+                    "SELECT * FROM conversation_citations WHERE conversation_id = $1 ORDER BY number",
+                    conversation_id,
+                )
+            ]
+            chunk_rows = await conn.fetch(
+                """SELECT cited_chunk_ids FROM conversation_messages
+                   WHERE conversation_id = $1 AND role = 'assistant' ORDER BY turn DESC""",
+                conversation_id,
+            )
+        ctx = ConversationContext(
+            conversation_id, int(turns), numbering={c.citation_id: c.number for c in refs}, references=refs
+        )
+        for m in msgs:  # ordered by turn, 'user' before 'assistant'
+            if max_turns > 0:
+                ctx.history.append(ChatTurn(role=m["role"], content=m["content"]))
+            if m["role"] == "user":
+                ctx.last_question = m["standalone_question"] or m["content"]
+        for r in chunk_rows:
+            for chunk in r["cited_chunk_ids"]:
+                if chunk not in ctx.cited_chunk_ids and len(ctx.cited_chunk_ids) < max_chunks:
+                    ctx.cited_chunk_ids.append(chunk)
+        return ctx
+
+    async def save_turn(self, conversation_id: str, record: TurnRecord) -> None:
+        details = {
+            "citation_check": record.citation_check.model_dump(mode="json"),
+            "summary": record.summary.model_dump(mode="json") if record.summary else None,
+            "timings_ms": record.timings_ms,
+        }
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                if record.turn == 1:  # a new conversation is stored with its first turn, not before
+                    await conn.execute(
+                        """INSERT INTO conversations (conversation_id, owner, title) VALUES ($1, $2, $3)
+                           ON CONFLICT (conversation_id) DO NOTHING""",
+                        conversation_id,
+                        record.owner,
+                        record.question[:200],
+                    )
+                await conn.execute(
+                    "SELECT 1 FROM conversations WHERE conversation_id = $1 FOR UPDATE", conversation_id
+                )
+                await conn.execute(
+                    """INSERT INTO conversation_messages
+                           (conversation_id, turn, role, content, standalone_question)
+                       VALUES ($1, $2, 'user', $3, $4)""",
+                    conversation_id,
+                    record.turn,
+                    record.question,
+                    record.standalone_question,
+                )
+                await conn.execute(
+                    """INSERT INTO conversation_messages (conversation_id, turn, role, content, display, mode,
+                                                          cited_ids, cited_chunk_ids, details)
+                       VALUES ($1, $2, 'assistant', $3, $4, $5, $6, $7, $8::jsonb)""",
+                    conversation_id,
+                    record.turn,
+                    record.answer,
+                    record.display,
+                    record.mode,
+                    [c.citation_id for c in record.citations],
+                    record.cited_chunk_ids,
+                    json.dumps(details),
+                )
+                for c in record.citations:
+                    existing = await conn.fetchval(
+                        """SELECT number FROM conversation_citations
+                           WHERE conversation_id = $1 AND citation_id = $2""",
+                        conversation_id,
+                        c.citation_id,
+                    )
+                    if existing is not None:
+                        if existing != c.number:
+                            raise ConversationConflict(f"{c.citation_id} is already [{existing}]")
+                        continue
+                    await conn.execute(
+                        """INSERT INTO conversation_citations
+                               (conversation_id, citation_id, number, document_id, title, journal, year, url,
+                                first_turn)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
+                        conversation_id,
+                        c.citation_id,
+                        c.number,
+                        c.document_id,
+                        c.title,
+                        c.journal,
+                        c.year,
+                        c.url,
+                        record.turn,
+                    )
+                await conn.execute(
+                    "UPDATE conversations SET updated_at = now() WHERE conversation_id = $1", conversation_id
+                )
+        except asyncpg.UniqueViolationError as exc:
+            raise ConversationConflict(str(exc)) from exc
+
+    async def view(self, conversation_id: str, owner: str | None) -> ConversationView | None:
+        async with self.pool.acquire() as conn:
+            conv = await conn.fetchrow(
+                "SELECT * FROM conversations WHERE conversation_id = $1", conversation_id
+            )
+            if conv is None or not _visible(conv["owner"], owner):
+                return None
+            rows = await conn.fetch(
+                "SELECT * FROM conversation_messages WHERE conversation_id = $1 ORDER BY turn, role DESC",
+                conversation_id,
+            )
+            refs = await conn.fetch(
+                "SELECT * FROM conversation_citations WHERE conversation_id = $1 ORDER BY number",
+                conversation_id,
+            )
+        references = [_citation(r) for r in refs]
+        by_id = {c.citation_id: c for c in references}
+        return ConversationView(
+            conversation_id=conversation_id,
+            title=conv["title"],
+            created_at=conv["created_at"],
+            updated_at=conv["updated_at"],
+            references=references,
+            messages=[_message(r, by_id) for r in rows],
+        )
+
+
+def _citation(r: asyncpg.Record) -> Citation:
+    return Citation(
+        number=r["number"],
+        citation_id=r["citation_id"],
+        document_id=r["document_id"],
+        title=r["title"],
+        journal=r["journal"],
+        year=r["year"],
+        url=r["url"],
+    )
+
+
+def _message(r: asyncpg.Record, refs: dict[str, Citation]) -> MessageView:
+    details: dict[str, Any] = (
+        json.loads(r["details"]) if isinstance(r["details"], str) else dict(r["details"])
+    )
+    if r["role"] == "user":
+        return MessageView(
+            turn=r["turn"],
+            role="user",
+            content=r["content"],
+            standalone_question=r["standalone_question"],
+            created_at=r["created_at"],
+        )
+    cited: Sequence[str] = r["cited_ids"]
+    return MessageView(
+        turn=r["turn"],
+        role="assistant",
+        content=r["display"] or r["content"],
+        answer_with_ids=r["content"],
+        mode=r["mode"],
+        citations=[refs[c] for c in cited if c in refs],
+        citation_check=CitationCheck.model_validate(details["citation_check"])
+        if details.get("citation_check")
+        else None,
+        summary=EvidenceSummary.model_validate(details["summary"]) if details.get("summary") else None,
+        created_at=r["created_at"],
+    )

@@ -1,0 +1,177 @@
+"""Guards on the ``/v1`` API: API keys, a per-key rate limit, a request body size limit; and CORS.
+
+- API keys: ``Authorization: Bearer <key>``; the gateway keeps only SHA-256 digests of the keys
+  (``EVIDENTIA_GATEWAY_API_KEY_HASHES``). No digests configured means authentication is off.
+  A missing or unknown key gets 401 with ``WWW-Authenticate: Bearer``.
+- Rate limit: a token bucket per key (per client address when authentication is off): a steady
+  ``rate_limit_per_minute`` with bursts of ``rate_limit_burst``; over it, 429 with ``Retry-After``.
+- Body size: a ``Content-Length`` over ``max_body_bytes`` gets 413 before anything is read; a chunked body
+  is counted as it is read and cut off at the limit with 413.
+- CORS (``EVIDENTIA_GATEWAY_CORS_ORIGINS``) wraps everything, so refusals carry CORS headers too.
+
+The web page (``/``), health probes, metrics and the OpenAPI docs are not guarded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import time
+from collections import OrderedDict
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from shared.settings import GatewaySettings
+
+GUARDED_PREFIX = "/v1/"
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class TokenBucket:
+    """Per-identity token buckets (at most ``max_keys`` remembered, least recently used dropped)."""
+
+    def __init__(self, per_minute: float, burst: int, max_keys: int = 10_000):
+        self.rate = per_minute / 60.0
+        self.burst = float(burst)
+        self.max_keys = max_keys
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, identity: str, now: float | None = None) -> float:
+        """0 if allowed (a token taken), else the seconds until one is available."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.pop(identity, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        wait = 0.0
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            wait = (1.0 - tokens) / self.rate
+        self._buckets[identity] = (tokens, now)
+        while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+        return wait
+
+
+class ApiGuard:
+    """Pure ASGI middleware (streaming responses pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, settings: GatewaySettings):
+        self.app = app
+        self.hashes = settings.key_hashes()
+        self.max_body = settings.max_body_bytes
+        self.bucket = TokenBucket(settings.rate_limit_per_minute, settings.rate_limit_burst)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.hashes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(GUARDED_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        identity = self._identify(headers)
+        if identity is None:
+            await _refuse(
+                send,
+                401,
+                "missing or invalid API key: send `Authorization: Bearer <key>`",
+                {"www-authenticate": 'Bearer realm="evidentia"'},
+            )
+            return
+        if identity == "":
+            client = scope.get("client")
+            identity = f"addr:{client[0] if client else 'unknown'}"
+        wait = self.bucket.take(identity)
+        if wait > 0:
+            await _refuse(
+                send,
+                429,
+                f"rate limit exceeded; retry in {math.ceil(wait)} s",
+                {"retry-after": str(max(1, math.ceil(wait)))},
+            )
+            return
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            await _refuse(send, 413, f"request body over {self.max_body} bytes")
+            return
+        scope.setdefault("state", {})["api_key_id"] = identity if identity.startswith("key:") else None
+
+        received = 0
+        started = False
+        refused = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, started, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body:  # a chunked body: refuse it here, and stop the app reading
+                    refused = True
+                    if not started:
+                        started = True
+                        await _refuse(send, 413, f"request body over {self.max_body} bytes")
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return  # the 413 went out already; whatever the app says next is dropped
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        await self.app(scope, limited_receive, tracking_send)
+
+    def _identify(self, headers: dict[str, str]) -> str | None:
+        """``key:<digest prefix>`` for a valid key, "" when auth is off, None when refused."""
+        if not self.hashes:
+            return ""
+        auth = headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        digest = key_digest(token.strip())
+        ok = False
+        for h in self.hashes:  # compare against every digest, in constant time each
+            ok |= hmac.compare_digest(digest, h)
+        return f"key:{digest[:16]}" if ok else None
+
+
+async def _refuse(send: Send, status: int, detail: str, extra: dict[str, str] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def install(app: FastAPI, settings: GatewaySettings) -> None:
+    """Add the guard, then CORS around it (the last middleware added is the outermost)."""
+    app.add_middleware(ApiGuard, settings=settings)
+    origins = settings.origins()
+    if origins:
+        kwargs: dict[str, Any] = {
+            "allow_origins": origins,
+            "allow_methods": ["GET", "POST", "OPTIONS"],
+            "allow_headers": ["Authorization", "Content-Type"],
+            "expose_headers": ["Retry-After"],
+            "max_age": 600,
+        }
+        app.add_middleware(CORSMiddleware, **kwargs)

@@ -1,0 +1,335 @@
+"""A local fake of the Anthropic Messages API on 127.0.0.1 (a random port), for the real ``anthropic`` SDK.
+
+    with FakeAnthropic() as fake:
+        client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="test", max_retries=0)
+        ...
+        assert "PMID:123" in fake.requests[-1].user_text
+
+``POST /v1/messages`` answers:
+
+- a request with ``tools`` gets a ``tool_use`` block calling the first tool, whose input comes from
+  ``tool_input`` (a callable of the request's source ids; by default a valid evidence summary citing the first
+  two sources, plus one id that was never given, so callers can check it is removed);
+- any other request gets a text answer from ``answer`` (a callable of the source ids; by default two sentences
+  citing the first two sources and one citing a hallucinated PMID);
+- ``"stream": true`` gets the answer as server-sent events, frame for frame as the real API sends them
+  (``message_start``, ``content_block_start``, ``content_block_delta`` per piece, ``content_block_stop``,
+  ``message_delta``, ``message_stop``), with ``token_delay_s`` between deltas.
+
+Queued replies (:meth:`reply_text`, :meth:`reply_tool`, :meth:`fail_next`) take precedence, first in first
+out. Every request is recorded with its headers and JSON body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HALLUCINATED_PMID = "99999999"
+_SOURCE_ID = re.compile(r"^Source \d+ \[([A-Za-z]+:[A-Za-z0-9]+)\]", re.MULTILINE)
+
+
+def default_answer(ids: Sequence[str]) -> str:
+    if not ids:
+        return "The retrieved sources do not answer this question."
+    first = ids[0]
+    second = ids[1] if len(ids) > 1 else ids[0]
+    return (
+        f"The strongest evidence comes from the first source, which reports a clear benefit [{first}]. "
+        f"A second study reached a consistent result in a different population [{second}]. "
+        f"Some claim that it cures everything [PMID:{HALLUCINATED_PMID}]."
+    )
+
+
+def _bare(cid: str) -> str:
+    return cid.removeprefix("PMID:")
+
+
+def default_tool_input(ids: Sequence[str]) -> dict[str, Any]:
+    used = list(ids[:2])
+    return {
+        "summary": "Two studies suggest a benefit; the evidence is moderate.",
+        "study_count": len(used) + 5,  # over-counts on purpose: the synthesizer clamps it
+        "study_types": ["randomized-controlled-trial"],
+        "strength": "moderate",
+        "key_findings": [
+            {"finding": "A clear benefit was reported.", "supporting_pmids": [_bare(i) for i in used[:1]]},
+            {
+                "finding": "A consistent result in another population.",
+                "supporting_pmids": [_bare(i) for i in used[1:]],
+            },
+            {"finding": "It cures everything.", "supporting_pmids": [HALLUCINATED_PMID]},
+        ],
+        "supporting_pmids": [*(_bare(i) for i in used), HALLUCINATED_PMID],
+    }
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float
+
+    @property
+    def user_text(self) -> str:
+        """The text of the last user message."""
+        messages = self.body.get("messages") or []
+        users = [m for m in messages if m.get("role") == "user"]
+        if not users:
+            return ""
+        content = users[-1].get("content")
+        if isinstance(content, str):
+            return content
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+
+    @property
+    def source_ids(self) -> list[str]:
+        return _SOURCE_ID.findall(self.user_text)
+
+    @property
+    def streamed(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def uses_tools(self) -> bool:
+        return bool(self.body.get("tools"))
+
+
+@dataclass
+class _Queued:
+    kind: str  # "text" | "tool" | "error"
+    text: str = ""
+    tool_input: dict[str, Any] = field(default_factory=dict)
+    status: int = 500
+
+
+class FakeAnthropic:
+    def __init__(
+        self,
+        *,
+        answer: Callable[[Sequence[str]], str] = default_answer,
+        tool_input: Callable[[Sequence[str]], dict[str, Any]] = default_tool_input,
+        token_delay_s: float = 0.0,
+        chunk_words: int = 2,
+    ):
+        self.answer = answer
+        self.tool_input = tool_input
+        self.token_delay_s = token_delay_s
+        self.chunk_words = chunk_words
+        self.requests: list[RecordedRequest] = []
+        self._queue: list[_Queued] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- scripting -------------------------------------------------------------------------------
+
+    def reply_text(self, text: str) -> None:
+        with self._lock:
+            self._queue.append(_Queued("text", text=text))
+
+    def reply_tool(self, tool_input: dict[str, Any]) -> None:
+        with self._lock:
+            self._queue.append(_Queued("tool", tool_input=tool_input))
+
+    def fail_next(self, status: int = 500) -> None:
+        with self._lock:
+            self._queue.append(_Queued("error", status=status))
+
+    def _next(self, tools: bool) -> _Queued | None:
+        with self._lock:
+            for i, q in enumerate(self._queue):
+                if q.kind == "error" or (q.kind == "tool") == tools:
+                    return self._queue.pop(i)
+        return None
+
+    # --- server ----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "not started"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> FakeAnthropic:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except json.JSONDecodeError:
+                    self._json(
+                        400,
+                        {
+                            "type": "error",
+                            "error": {"type": "invalid_request_error", "message": "body is not JSON"},
+                        },
+                    )
+                    return
+                rec = RecordedRequest(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
+                )
+                with fake._lock:
+                    fake.requests.append(rec)
+                if self.path.split("?")[0] != "/v1/messages":
+                    self._json(
+                        404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}}
+                    )
+                    return
+                fake._respond(self, rec)
+
+            def _json(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that went away mid-answer (a cancelled call) is not an error here
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-anthropic")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeAnthropic:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- answers ---------------------------------------------------------------------------------
+
+    def _respond(self, h: BaseHTTPRequestHandler, rec: RecordedRequest) -> None:
+        queued = self._next(rec.uses_tools)
+        model = str(rec.body.get("model", "claude-fake"))
+        if queued is not None and queued.kind == "error":
+            data = json.dumps(
+                {"type": "error", "error": {"type": "api_error", "message": "injected failure"}}
+            )
+            h.send_response(queued.status)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data.encode())
+            return
+        usage = {"input_tokens": max(1, len(rec.user_text) // 4), "output_tokens": 0}
+        if rec.uses_tools:
+            tool = rec.body["tools"][0]
+            tool_input = queued.tool_input if queued is not None else self.tool_input(rec.source_ids)
+            content: list[dict[str, Any]] = [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{len(self.requests)}",
+                    "name": tool["name"],
+                    "input": tool_input,
+                }
+            ]
+            self._send_message(h, model, content, "tool_use", usage)
+            return
+        text = queued.text if queued is not None else self.answer(rec.source_ids)
+        if rec.streamed:
+            self._stream(h, model, text, usage)
+        else:
+            self._send_message(h, model, [{"type": "text", "text": text}], "end_turn", usage)
+
+    def _send_message(
+        self,
+        h: BaseHTTPRequestHandler,
+        model: str,
+        content: list[dict[str, Any]],
+        stop_reason: str,
+        usage: dict[str, int],
+    ) -> None:
+        payload = {
+            "id": f"msg_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {**usage, "output_tokens": 42},
+        }
+        data = json.dumps(payload).encode()
+        h.send_response(200)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def pieces(self, text: str) -> list[str]:
+        """How a text is split into ``text_delta`` events: ``chunk_words`` words (with their spaces) each."""
+        words = re.findall(r"\S+\s*|\s+", text)
+        return ["".join(words[i : i + self.chunk_words]) for i in range(0, len(words), self.chunk_words)]
+
+    def _stream(self, h: BaseHTTPRequestHandler, model: str, text: str, usage: dict[str, int]) -> None:
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("cache-control", "no-cache")
+        h.end_headers()
+
+        def frame(event: str, data: dict[str, Any]) -> None:
+            h.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+            h.wfile.flush()
+
+        frame(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": f"msg_{len(self.requests)}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {**usage, "output_tokens": 1},
+                },
+            },
+        )
+        frame(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        )
+        pieces = self.pieces(text)
+        for piece in pieces:
+            if self.token_delay_s:
+                time.sleep(self.token_delay_s)
+            frame(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+            )
+        frame("content_block_stop", {"type": "content_block_stop", "index": 0})
+        frame(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": len(pieces)},
+            },
+        )
+        frame("message_stop", {"type": "message_stop"})

@@ -1,0 +1,232 @@
+"""The gateway app in-process (httpx ASGI transport) with fakes for Kafka and the conversation store.
+
+The synthesizer behind the fake Kafka is the real core (``services.synthesizer.core``), in LLM mode
+against the fake Anthropic server (real SDK over HTTP) or offline, so a turn runs the same code as in
+the running system except for the Kafka hop and PostgreSQL, which the integration tests cover.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Iterator
+
+import anthropic
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from services.gateway.app import create_app
+from services.gateway.conversations import ConversationContext, ConversationView, MessageView, TurnRecord
+from services.gateway.rewrite import FollowUpRewriter
+from services.synthesizer.core import Synthesizer
+from services.synthesizer.llm import ClaudeAnswerer
+from shared.broker import RemoteError
+from shared.events import (
+    ChatTurn,
+    Citation,
+    ErrorInfo,
+    RetrievalReply,
+    RetrievalRequest,
+    SynthesisReply,
+    SynthesisRequest,
+    SynthesisToken,
+)
+from shared.models import SearchHit
+from shared.settings import GatewaySettings, LlmSettings, Settings
+from tests.fakes.anthropic_server import FakeAnthropic
+
+
+def hit(pmid: str, text: str, rank: int = 1, study_type: str = "randomized-controlled-trial") -> SearchHit:
+    return SearchHit(
+        chunk_id=f"pubmed:{pmid}#h#0",
+        document_id=f"pubmed:{pmid}",
+        source="pubmed",
+        source_id=pmid,
+        pmid=pmid,
+        title=f"Study {pmid} of screening",
+        journal="Prev Med",
+        year=2001,
+        study_type=study_type,
+        text=text,
+        score=1.0,
+        dense_score=0.8,
+        rank=rank,
+        url=f"https://pubmed.ncbi.nlm.nih.gov/{pmid}/",
+    )
+
+
+HITS = [
+    hit("101", "Telephone counseling increased mammography screening among nonadherent women."),
+    hit(
+        "202",
+        "Tailored print materials increased mammography screening rates modestly in older women.",
+        2,
+        "cohort",
+    ),
+    hit("303", "Reminder letters alone did not change mammography screening rates in this population.", 3),
+]
+
+
+class FakeKafka:
+    """Retrieval returns fixed hits; synthesis runs the real synthesizer core in-process."""
+
+    def __init__(self, synth: Synthesizer, hits: list[SearchHit] | None = None, shuffle_tokens: bool = False):
+        self.synth = synth
+        self.hits = list(hits if hits is not None else HITS)
+        self.shuffle_tokens = shuffle_tokens
+        self.retrievals: list[RetrievalRequest] = []
+        self.syntheses: list[SynthesisRequest] = []
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        self.retrievals.append(request)
+        return RetrievalReply(hits=self.hits)
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
+        self.syntheses.append(request)
+        try:
+            return await self.synth.answer(request)
+        except Exception as exc:  # as the handler + ReplyClient do: an error reply, raised as RemoteError
+            raise RemoteError(ErrorInfo(type=type(exc).__name__, message=str(exc), status=502)) from exc
+
+    async def synthesize_stream(self, request: SynthesisRequest) -> AsyncIterator[tuple[str, bytes]]:
+        self.syntheses.append(request)
+        events: list[SynthesisToken | SynthesisReply] = []
+        try:
+            async for e in self.synth.stream(request):
+                events.append(e)
+        except Exception as exc:  # as the handler does: the tokens so far, then an error reply
+            events.append(
+                SynthesisReply(error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502))
+            )
+        tokens, final = events[:-1], events[-1]
+        if self.shuffle_tokens:  # as if the reply topic delivered them out of order
+            random.Random(7).shuffle(tokens)
+        for e in [*tokens, final]:
+            yield type(e).__name__, e.model_dump_json().encode()
+
+
+class MemoryStore:
+    """The conversation store's contract, in memory (PostgreSQL's is exercised by the integration tests)."""
+
+    def __init__(self) -> None:
+        self.conversations: dict[str, dict[str, object]] = {}
+
+    async def context(
+        self, conversation_id: str, owner: str | None, max_turns: int, max_chunks: int
+    ) -> ConversationContext | None:
+        conv = self.conversations.get(conversation_id)
+        if conv is None or (conv["owner"] is not None and conv["owner"] != owner):
+            return None
+        turns: list[TurnRecord] = conv["turns"]  # type: ignore[assignment]
+        refs: dict[str, Citation] = conv["refs"]  # type: ignore[assignment]
+        ctx = ConversationContext(
+            conversation_id,
+            len(turns),
+            numbering={k: c.number for k, c in refs.items()},
+            references=sorted(refs.values(), key=lambda c: c.number),
+        )
+        for t in turns[-max_turns:] if max_turns else []:
+            ctx.history += [
+                ChatTurn(role="user", content=t.question),
+                ChatTurn(role="assistant", content=t.answer),
+            ]
+        if turns:
+            ctx.last_question = turns[-1].standalone_question
+        for t in reversed(turns):
+            for c in t.cited_chunk_ids:
+                if c not in ctx.cited_chunk_ids and len(ctx.cited_chunk_ids) < max_chunks:
+                    ctx.cited_chunk_ids.append(c)
+        return ctx
+
+    async def save_turn(self, conversation_id: str, record: TurnRecord) -> None:
+        conv = self.conversations.setdefault(
+            conversation_id, {"owner": record.owner, "turns": [], "refs": {}}
+        )
+        conv["turns"].append(record)  # type: ignore[attr-defined]
+        for c in record.citations:
+            conv["refs"].setdefault(c.citation_id, c)  # type: ignore[attr-defined]
+
+    async def view(self, conversation_id: str, owner: str | None) -> ConversationView | None:
+        ctx = await self.context(conversation_id, owner, 0, 0)
+        if ctx is None:
+            return None
+        turns: list[TurnRecord] = self.conversations[conversation_id]["turns"]  # type: ignore[assignment]
+        messages: list[MessageView] = []
+        for t in turns:
+            messages.append(
+                MessageView(
+                    turn=t.turn, role="user", content=t.question, standalone_question=t.standalone_question
+                )
+            )
+            messages.append(
+                MessageView(
+                    turn=t.turn,
+                    role="assistant",
+                    content=t.display,
+                    answer_with_ids=t.answer,
+                    mode=t.mode,
+                    citations=t.citations,
+                )
+            )
+        from datetime import UTC, datetime
+
+        now = datetime.now(UTC)
+        return ConversationView(
+            conversation_id=conversation_id,
+            title=turns[0].question,
+            created_at=now,
+            updated_at=now,
+            messages=messages,
+            references=ctx.references,
+        )
+
+
+@pytest.fixture(scope="module")
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic(token_delay_s=0.0) as fake:
+        yield fake
+
+
+def llm_settings(fake: FakeAnthropic) -> LlmSettings:
+    return LlmSettings(
+        anthropic_api_key=SecretStr("test-key"),
+        anthropic_base_url=fake.url,  # type: ignore[call-arg]
+        model="claude-test",
+    )
+
+
+def build_app(
+    *,
+    fake: FakeAnthropic | None = None,
+    gateway: GatewaySettings | None = None,
+    hits: list[SearchHit] | None = None,
+    shuffle: bool = False,
+    claude_rewrites: bool = False,
+) -> tuple[FastAPI, FakeKafka, MemoryStore]:
+    settings = Settings(gateway=gateway or GatewaySettings())  # type: ignore[call-arg]
+    app = create_app(settings)
+    if fake is not None:
+        client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake.url, max_retries=0)
+        synth = Synthesizer(settings, ClaudeAnswerer(llm_settings(fake), client))
+    else:
+        synth = Synthesizer(settings)
+    kafka = FakeKafka(synth, hits, shuffle)
+    store = MemoryStore()
+    app.state.gateway.kafka = kafka
+    answers = app.state.answers
+    answers.store = store
+    if claude_rewrites and fake is not None:
+        answers.rewriter = FollowUpRewriter(
+            llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0)
+        )
+    else:
+        answers.rewriter = FollowUpRewriter(LlmSettings())  # type: ignore[call-arg]
+    return app, kafka, store
+
+
+def client(app: FastAPI, key: str | None = None) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gateway", headers=headers, timeout=30
+    )
