@@ -18,7 +18,7 @@ TORCH_SPEC := torch==2.13.0+cpu
 TORCH_PIP_ARGS ?= --find-links $${PIP_FIND_LINKS:-../shared/wheels}
 
 .PHONY: help venv kafka kafka-libs postgres stack stack-stop stack-status require-venv demo test test-unit \
-	test-integration lint typecheck check docs up down models
+	test-integration lint typecheck check docs up down models browser-deps
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,8 +55,18 @@ stack-status: require-venv ## Show whether Kafka and PostgreSQL are running
 demo: venv ## The whole system locally: Kafka, Postgres, six services; ingest the sample; ask; stop
 	$(VENV)/bin/evidentia demo
 
-test: venv ## Unit and integration tests (starts its own Kafka and Postgres on free ports)
+test: venv browser-deps ## Unit and integration tests (starts its own Kafka and Postgres on free ports)
 	$(PY) -m pytest
+
+# The web page's browser test drives Debian's chromium with chromium-driver (Selenium).  Installs them
+# with apt-get when missing and we are root (CI); does nothing when they are there.
+browser-deps: ## Install headless Chromium + chromedriver for the browser test (apt, when missing)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing chromium and chromium-driver (apt-get)"; \
+	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    chromium chromium-driver fonts-liberation >/dev/null; \
+	else echo "note: chromium/chromedriver missing and not root: the browser test will be skipped" >&2; fi
 
 test-unit: venv ## Unit tests only (no Kafka, no Postgres)
 	$(PY) -m pytest -m "not integration"

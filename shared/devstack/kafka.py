@@ -52,6 +52,9 @@ DEFAULT_JVM_OPTS = (
     "-Djava.net.preferIPv4Stack=true",
 )
 
+#: Maven colours its messages even in batch mode; error messages drop the escape codes.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
 _LOG4J2_PROPERTIES = """\
 # Written by shared/devstack/kafka.py on every start; edit there.
 status = warn
@@ -189,7 +192,7 @@ class LocalKafka:
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
             shutil.rmtree(staging, ignore_errors=True)
-            output = (result.stdout + result.stderr).strip()[-3000:]
+            output = _ANSI_ESCAPE.sub("", result.stdout + result.stderr).strip()[-3000:]
             raise DevstackError(
                 f"Maven could not resolve Kafka's jars (exit {result.returncode}): "
                 f"{shlex.join(cmd)}\n{output}"
@@ -363,6 +366,32 @@ class LocalKafka:
             self._format(java)
         if self.log_file.exists():
             self.log_file.replace(self.log_file.with_name(self.log_file.name + ".1"))
+        for attempt in (1, 2):
+            self._launch(java)
+            if not wait:
+                return True
+            try:
+                if self.wait_ready(timeout=timeout):
+                    return True
+            except DevstackError:
+                # Killed by a signal before it could even log (seen only under heavy parallel test
+                # load): one more try.  Any other early exit is a real error and is reported.
+                code = self._proc.poll() if self._proc is not None else None
+                if attempt == 1 and code is not None and code < 0:
+                    with self.log_file.open("a") as log:
+                        log.write(
+                            f"# devstack: broker killed by signal {-code} during start-up; relaunching\n"
+                        )
+                    continue
+                raise
+            self.stop()
+            raise DevstackError(
+                f"Kafka did not become ready on {self.bootstrap} within {timeout:.0f}s.\n"
+                f"Last lines of {self.log_file}:\n{tail(self.log_file)}"
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launch(self, java: str) -> None:
         cmd = [
             java, *self.heap_opts.split(), *DEFAULT_JVM_OPTS,
             f"-Dlog4j2.configurationFile={self.log4j_properties}",
@@ -381,13 +410,6 @@ class LocalKafka:
                 start_new_session=True,
             )
         self.pid_file.write_text(f"{self._proc.pid}\n")
-        if wait and not self.wait_ready(timeout=timeout):
-            self.stop()
-            raise DevstackError(
-                f"Kafka did not become ready on {self.bootstrap} within {timeout:.0f}s.\n"
-                f"Last lines of {self.log_file}:\n{tail(self.log_file)}"
-            )
-        return True
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Poll until the broker answers a metadata request listing itself; False on timeout.
@@ -397,8 +419,12 @@ class LocalKafka:
         deadline = time.monotonic() + timeout
         while True:
             if not self.is_running():
+                code = self._proc.poll() if self._proc is not None else None
+                how = (
+                    "" if code is None else f" (killed by signal {-code})" if code < 0 else f" (exit {code})"
+                )
                 raise DevstackError(
-                    f"the Kafka broker exited during start-up.\nLast lines of {self.log_file}:\n"
+                    f"the Kafka broker exited during start-up{how}.\nLast lines of {self.log_file}:\n"
                     f"{tail(self.log_file)}"
                 )
             if port_accepts(self.host, self.port) and self._metadata_ok():

