@@ -71,6 +71,10 @@ class Embedder(Protocol):
         """Model input ids of each text: special tokens included, truncated to ``max_seq_length``."""
         ...
 
+    def passage_token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`token_ids` of passages with the passage prefix (e5) applied: what to ship for passages."""
+        ...
+
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` alone (no special tokens, no truncation)."""
         ...
@@ -147,6 +151,9 @@ class BaseEmbedder(ABC):
             if not self._loaded:
                 self._load()
                 self._loaded = True
+                from shared.metrics import EMBED_DEVICE
+
+                EMBED_DEVICE.labels(device=self.device, model=self.name).set(1)
 
     @abstractmethod
     def _load(self) -> None:

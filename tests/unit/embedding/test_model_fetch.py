@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from shared.cli.main import main
+from shared.cli import models as models_cli
 from shared.embedding.fetch import FetchError, fetch_model, is_fetched, known_model, write_model_folder
 from shared.embedding.onnx import read_max_seq_length, read_pooling
 
@@ -65,7 +66,10 @@ def test_fetch_refuses_unknown_and_pypi_models(tmp_path: Path) -> None:
 
 
 def test_models_list_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["models", "list", "--json", "--models-dir", str(tmp_path)]) == 0
+    parser = argparse.ArgumentParser()
+    models_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["models", "list", "--json", "--models-dir", str(tmp_path)])
+    assert args.func(args) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["all-MiniLM-L6-v2"]["available"] is True
     assert rows["bge-small-en-v1.5"]["available"] is False
