@@ -120,4 +120,6 @@ def _is_claim(sentence: str) -> bool:
     if len(s.split()) < 5 or s.endswith("?") or s.endswith(":") or s.startswith("#"):
         return False
     lowered = s.lower()
-    return not lowered.startswith(("note:", "disclaimer", "this answer", "this is not medical advice"))
+    return not lowered.startswith(
+        ("note:", "disclaimer", "this answer", "this is not medical advice", "extractive answer")
+    )

@@ -146,9 +146,14 @@ class ExtractiveAnswerer:
         scored = [x for x in scored if x.score >= floor]
         chosen: list[ScoredSentence] = []
         per_source: Counter[str] = Counter()
+        seen: set[str] = set()
         for item in scored:
             if per_source[item.hit.citation_id] >= self.max_per_source:
                 continue
+            key = " ".join(terms(item.text))
+            if key in seen:  # the same sentence in two chunks (overlap) or two records: quote it once
+                continue
+            seen.add(key)
             chosen.append(item)
             per_source[item.hit.citation_id] += 1
             if len(chosen) >= self.max_sentences:

@@ -10,15 +10,32 @@ from shared.settings import Settings
 
 
 def hit(pmid: str, text: str, rank: int = 1, dense: float | None = 0.8) -> SearchHit:
-    return SearchHit(chunk_id=f"pubmed:{pmid}#x#0", document_id=f"pubmed:{pmid}", source="pubmed", source_id=pmid,
-                     pmid=pmid, title=f"Paper {pmid}", text=text, score=1.0, dense_score=dense, rank=rank)
+    return SearchHit(
+        chunk_id=f"pubmed:{pmid}#x#0",
+        document_id=f"pubmed:{pmid}",
+        source="pubmed",
+        source_id=pmid,
+        pmid=pmid,
+        title=f"Paper {pmid}",
+        text=text,
+        score=1.0,
+        dense_score=dense,
+        rank=rank,
+    )
 
 
 PASSAGES = [
-    hit("101", "Background is long and general here. Telephone counseling increased mammography screening "
-               "among nonadherent women compared with usual care. The trial ran three years in an HMO."),
-    hit("202", "Tailored print materials did not significantly increase mammography screening rates in this "
-               "cohort of women.", rank=2),
+    hit(
+        "101",
+        "Background is long and general here. Telephone counseling increased mammography screening "
+        "among nonadherent women compared with usual care. The trial ran three years in an HMO.",
+    ),
+    hit(
+        "202",
+        "Tailored print materials did not significantly increase mammography screening rates in this "
+        "cohort of women.",
+        rank=2,
+    ),
 ]
 
 
@@ -28,8 +45,11 @@ def synth() -> Synthesizer:
 
 
 async def test_extractive_answer_quotes_sources_with_their_citations(synth: Synthesizer) -> None:
-    reply = await synth.answer(SynthesisRequest(question="Does telephone counseling increase mammography "
-                                                         "screening?", passages=PASSAGES))
+    reply = await synth.answer(
+        SynthesisRequest(
+            question="Does telephone counseling increase mammography screening?", passages=PASSAGES
+        )
+    )
     assert reply.mode == "extractive"
     assert "Telephone counseling increased mammography screening" in reply.answer
     assert "[PMID:101]" in reply.answer
@@ -47,16 +67,20 @@ async def test_no_relevant_passage_means_insufficient_evidence(synth: Synthesize
 
 
 async def test_emergency_answers_at_once_without_sources(synth: Synthesizer) -> None:
-    reply = await synth.answer(SynthesisRequest(question="My father has crushing chest pain right now, what do I do?",
-                                                passages=PASSAGES))
+    reply = await synth.answer(
+        SynthesisRequest(
+            question="My father has crushing chest pain right now, what do I do?", passages=PASSAGES
+        )
+    )
     assert reply.mode == "emergency"
     assert "emergency" in reply.answer.lower()
     assert reply.citations == []
 
 
 async def test_stream_yields_ordered_tokens_then_the_same_reply_shape(synth: Synthesizer) -> None:
-    req = SynthesisRequest(question="Does telephone counseling increase mammography screening?", passages=PASSAGES,
-                           stream=True)
+    req = SynthesisRequest(
+        question="Does telephone counseling increase mammography screening?", passages=PASSAGES, stream=True
+    )
     events = [e async for e in synth.stream(req)]
     tokens = [e for e in events if isinstance(e, SynthesisToken)]
     assert [t.seq for t in tokens] == list(range(len(tokens)))
@@ -78,8 +102,11 @@ def test_extractive_drops_labels_questions_and_weak_matches() -> None:
     from services.synthesizer.extractive import ExtractiveAnswerer
 
     hits = [
-        hit("1", "OBJECTIVE: Is aspirin better than placebo for preventing stroke in adults? RESULTS: Aspirin "
-                 "reduced the risk of stroke by a fifth compared with placebo in adults over sixty."),
+        hit(
+            "1",
+            "OBJECTIVE: Is aspirin better than placebo for preventing stroke in adults? RESULTS: Aspirin "
+            "reduced the risk of stroke by a fifth compared with placebo in adults over sixty.",
+        ),
         hit("2", "The hospital cafeteria served lunch to adults every day of the week without fail.", rank=2),
     ]
     chosen = ExtractiveAnswerer().select("Does aspirin prevent stroke in adults?", hits)
@@ -87,3 +114,35 @@ def test_extractive_drops_labels_questions_and_weak_matches() -> None:
     assert texts[0].startswith("Aspirin reduced the risk of stroke")
     assert not any(t.endswith("?") for t in texts)
     assert all("cafeteria" not in t for t in texts)
+
+
+def test_extractive_quotes_a_sentence_once_even_when_two_chunks_hold_it() -> None:
+    from services.synthesizer.extractive import ExtractiveAnswerer
+
+    text = "Aspirin reduced the risk of stroke by a fifth compared with placebo in adults over sixty."
+    twice = [
+        hit("1", text),
+        SearchHit(
+            chunk_id="pubmed:1#x#1",
+            document_id="pubmed:1",
+            source="pubmed",
+            source_id="1",
+            pmid="1",
+            title="Paper 1",
+            text=text + " More text here.",
+            score=1.0,
+            dense_score=0.8,
+            rank=2,
+        ),
+    ]
+    chosen = ExtractiveAnswerer().select("Does aspirin prevent stroke in adults?", twice)
+    assert [c.text for c in chosen] == [text]
+
+
+async def test_the_extractive_label_is_not_flagged_as_an_uncited_claim(synth: Synthesizer) -> None:
+    reply = await synth.answer(
+        SynthesisRequest(
+            question="Does telephone counseling increase mammography screening?", passages=PASSAGES
+        )
+    )
+    assert not any(s.startswith("Extractive answer") for s in reply.citation_check.uncited_sentences)
