@@ -23,6 +23,7 @@ import pytest
 from shared.devstack.kafka import LocalKafka
 from shared.devstack.postgres import LocalPostgres
 from shared.devstack.processes import ServiceStack
+from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.eutils_server import FakeEutils
 
 
@@ -132,3 +133,26 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that stop Kafka or PostgreSQL run last, so a slow recovery cannot disturb the others."""
     items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
+
+
+@pytest.fixture(scope="module")
+def llm_mode(stack: Stack) -> Iterator[FakeAnthropic]:
+    """The running synthesizer and gateway switched to Claude mode against the fake Anthropic server.
+
+    Both processes are restarted with ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` set, so the LLM path runs
+    through real Kafka exactly as in production; at the end of the module they are restarted without them
+    (back to extractive mode) for the other tests.
+    """
+    with FakeAnthropic() as fake:
+        changed = ("synthesizer", "gateway")
+        for name in changed:
+            proc = stack.services.processes[name]
+            proc.env = {**proc.env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
+            stack.services.restart(name)
+        try:
+            yield fake
+        finally:
+            for name in changed:
+                proc = stack.services.processes[name]
+                proc.env = {k: v for k, v in proc.env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+                stack.services.restart(name)
