@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared import metrics
 from shared.events import DeadLetter, ErrorInfo, Event
-from shared.logging import trace_id_var
+from shared.logs import trace_id_var
 from shared.settings import KafkaSettings, Settings, get_settings
 from shared.topics import dlq
 
@@ -55,11 +55,23 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.TooManyConnectionsError,
     asyncpg.InterfaceError,
+    # The server going down under a running query ("terminating connection due to administrator
+    # command", a crash of another backend), or the client noticing a connection broken mid-operation.
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.InternalClientError,
+    # Serialization failures and deadlocks: retrying the whole handler is the documented remedy.
+    asyncpg.TransactionRollbackError,
     KafkaConnectionError,
     KafkaTimeoutError,
     NodeNotReadyError,
 )
-POISON_ERRORS: tuple[type[BaseException], ...] = (PoisonEvent, ValidationError, json.JSONDecodeError, UnicodeDecodeError)
+POISON_ERRORS: tuple[type[BaseException], ...] = (
+    PoisonEvent,
+    ValidationError,
+    json.JSONDecodeError,
+    UnicodeDecodeError,
+)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -109,7 +121,12 @@ async def publish_dead_letters(
         metrics.DEAD_LETTERS.labels(service, record.topic, type(exc).__name__).inc()
         log.error(
             "event sent to dead-letter topic",
-            extra={"topic": record.topic, "offset": record.offset, "error_type": type(exc).__name__, "error": str(exc)[:500]},
+            extra={
+                "topic": record.topic,
+                "offset": record.offset,
+                "error_type": type(exc).__name__,
+                "error": str(exc)[:500],
+            },
         )
     keys = [k for k in (key_str(r.key) for r in records) if k]
     for hook in _dead_letter_hooks:
@@ -152,8 +169,11 @@ class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
     async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
         records = records_of(msg)
         topic = records[0].topic if records else "?"
-        token = trace_id_var.set(_trace_of(records[0].value) if records and isinstance(records[0].value, bytes) else None)
+        token = trace_id_var.set(
+            _trace_of(records[0].value) if records and isinstance(records[0].value, bytes) else None
+        )
         attempt = 0
+        failures = 0  # only failures of the handler itself count towards max_attempts
         try:
             while True:
                 attempt += 1
@@ -164,7 +184,12 @@ class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
                 except Exception as exc:
                     transient = is_transient(exc)
                     poison = isinstance(exc, POISON_ERRORS)
-                    if poison or (not transient and attempt >= self.policy.max_attempts):
+                    if not transient:
+                        failures += 1
+                    # An outage makes every attempt fail with an infrastructure error, and its end often
+                    # with one odd error (a connection broken mid-query): neither may use up the budget
+                    # of a healthy event, or the outage would dead-letter (lose) good work.
+                    if poison or failures >= self.policy.max_attempts:
                         broker: KafkaBroker = self.context.get("broker")
                         await publish_dead_letters(broker, self.policy.service, records, exc, attempt)
                         return None
@@ -173,13 +198,42 @@ class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
                         "handler failed; retrying",
                         extra={"topic": topic, "attempt": attempt, "transient": transient, "error": repr(exc)[:500]},
                     )
-                    await asyncio.sleep(self.policy.delay(attempt))
+                    await asyncio.sleep(self.policy.delay(attempt if transient else failures))
         finally:
             trace_id_var.reset(token)
 
 
+def install_metadata_backoff() -> bool:
+    """Make aiokafka wait ``retry_backoff_ms`` after a failed metadata update (idempotent).
+
+    While the broker is unreachable, aiokafka's producer sender loop asks for a metadata update, which
+    fails at once (connection refused), and asks again at once: a busy loop that logged ~2,000 errors
+    a second per process and burned a CPU core for the whole outage (seen in the Kafka-restart fault
+    test, aiokafka 0.14). The update now fails after the client's own retry back-off (100 ms by
+    default) instead, so an outage costs a few requests a second. True when the patch is in place.
+    """
+    from aiokafka.client import AIOKafkaClient
+
+    original = getattr(AIOKafkaClient, "_metadata_update", None)
+    if original is None:  # a future aiokafka without it: nothing to patch
+        return False
+    if getattr(original, "_evidentia_backoff", False):
+        return True
+
+    async def _metadata_update(self: AIOKafkaClient, cluster_metadata: Any, topics: Any) -> bool:
+        ok = bool(await original(self, cluster_metadata, topics))
+        if not ok:
+            await asyncio.sleep(float(getattr(self, "_retry_backoff", 0.1)))
+        return ok
+
+    _metadata_update._evidentia_backoff = True  # type: ignore[attr-defined]
+    AIOKafkaClient._metadata_update = _metadata_update  # type: ignore[method-assign]
+    return True
+
+
 def make_broker(service: str, settings: Settings | None = None, **kwargs: Any) -> KafkaBroker:
     """A KafkaBroker for ``service`` with metrics and dead-letter handling installed."""
+    install_metadata_backoff()
     s = settings or get_settings()
     k: KafkaSettings = s.kafka
     return KafkaBroker(
@@ -276,7 +330,9 @@ class ReplyClient:
         )
         return cid, queue
 
-    async def request(self, topic: str, event: Event, reply_model: type[E], timeout: float, key: str | None = None) -> E:
+    async def request(
+        self, topic: str, event: Event, reply_model: type[E], timeout: float, key: str | None = None
+    ) -> E:
         start = time.perf_counter()
         cid, queue = await self._send(topic, event, key)
         outcome = "ok"

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.models import ParsedDocument, SearchFilters, SearchHit, Source
+from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, Source
 
 
 def new_trace_id() -> str:
@@ -131,7 +131,21 @@ class ChunkCreated(Event):
     text: str = Field(min_length=1, description="The embedding text: 'Document: ...\\nSection: ...\\n\\n...'.")
     token_count: int = Field(ge=0)
     job_id: str | None = None
-    token_ids: list[int] | None = Field(None, description="Pre-tokenised input ids, when the parser has them.")
+    token_ids: list[int] | None = Field(
+        None,
+        description=(
+            "Model input ids of `text` (special tokens included, truncated to the model's limit), made by "
+            "the tokenizer of `token_model`; the embedder uses them only when that is its own model."
+        ),
+    )
+    token_model: str | None = Field(None, description="The embedding model whose tokenizer made `token_ids`.")
+    target_model: str | None = Field(
+        None,
+        description=(
+            "On `chunks.reindex` only: the embedding model to re-embed this chunk with "
+            "(`evidentia reindex --model`); only embedders of that model embed it."
+        ),
+    )
 
 
 class ChunkEmbedded(Event):
@@ -172,6 +186,18 @@ class RetrievalRequest(Event):
     filters: SearchFilters = Field(default_factory=SearchFilters)
     ef_search: int | None = Field(None, ge=1, le=1000)
     extra_chunk_ids: list[str] = Field(default_factory=list, description="Chunks to add (cited earlier).")
+    query_form: QueryForm | None = Field(
+        None,
+        description=(
+            "A structured query (therapeutic: drug + disease; condition-findings): the retriever embeds its "
+            "template and matches its terms lexically; `query` stays the display text."
+        ),
+    )
+    reranker: Literal["auto", "none", "cross-encoder", "llm"] | None = Field(
+        None, description="Reranker for `hybrid+rerank`; default: the retriever's setting."
+    )
+    mmr: bool = Field(False, description="Diversify the top_n with maximal marginal relevance.")
+    mmr_lambda: float | None = Field(None, ge=0, le=1, description="MMR trade-off; default: the setting.")
 
 
 class RetrievalReply(Event):
@@ -229,7 +255,9 @@ class EvidenceSummary(BaseModel):
         "moderate (an RCT or consistent controlled studies), low (observational, small or conflicting studies), "
         "insufficient (the sources do not answer the question)."
     )
-    key_findings: list[KeyFinding] = Field(default_factory=list, description="The main findings, each with its sources.")
+    key_findings: list[KeyFinding] = Field(
+        default_factory=list, description="The main findings, each with its sources."
+    )
     supporting_pmids: list[str] = Field(default_factory=list, description="Every source id the summary rests on.")
     method: Literal["llm", "extractive"] = Field(
         "llm", description="llm (written by Claude through tool use) or extractive (built without a model)."
@@ -285,6 +313,24 @@ class SynthesisToken(Event):
     text: str
 
 
+class NcbiCountRequest(Event):
+    """How many PubMed records a query matches (topic ``ncbi.requests``; reply to ``reply_to``).
+
+    Served by the fetcher, the only service that talks to NCBI (``esearch rettype=count``).
+    """
+
+    schema_version: Literal[1] = 1
+    term: str = Field(min_length=1, max_length=4000, description="An E-utilities search term.")
+    database: Literal["pubmed", "pmc"] = "pubmed"
+
+
+class NcbiCountReply(Event):
+    schema_version: Literal[1] = 1
+    term: str = ""
+    count: int = Field(0, ge=0)
+    error: ErrorInfo | None = None
+
+
 # --- dead letters -------------------------------------------------------------------------------------
 
 
@@ -315,5 +361,7 @@ PIPELINE_EVENTS: tuple[type[Event], ...] = (
     SynthesisRequest,
     SynthesisReply,
     SynthesisToken,
+    NcbiCountRequest,
+    NcbiCountReply,
     DeadLetter,
 )

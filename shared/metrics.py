@@ -34,9 +34,7 @@ BATCH_SIZE = Histogram(
     ["service", "topic"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 )
-DOCUMENTS_STORED = Counter(
-    "evidentia_documents_total", "Documents processed by the parser, by outcome.", ["outcome"]
-)
+DOCUMENTS_STORED = Counter("evidentia_documents_total", "Documents processed by the parser, by outcome.", ["outcome"])
 CHUNKS_STORED = Counter("evidentia_chunks_written_total", "Chunks written (text or vectors).", ["service"])
 EMBED_SECONDS = Histogram(
     "evidentia_embed_batch_seconds",
@@ -44,8 +42,16 @@ EMBED_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 EMBED_PASSAGES = Counter("evidentia_embedded_passages_total", "Passages embedded.")
+EMBED_RATE = Gauge("evidentia_embed_passages_per_second", "Passages per second of the last encoded batch.")
+CONSUMER_LAG = Gauge(
+    "evidentia_consumer_lag",
+    "Records not yet consumed (high watermark - next offset) on the partitions of the last batch.",
+    ["service", "topic"],
+)
 EMBED_DEVICE = Gauge("evidentia_embedding_device_info", "Device the embedder runs on.", ["device", "model"])
-NCBI_REQUESTS = Counter("evidentia_ncbi_requests_total", "E-utilities calls by utility and status.", ["utility", "status"])
+NCBI_REQUESTS = Counter(
+    "evidentia_ncbi_requests_total", "E-utilities calls by utility and status.", ["utility", "status"]
+)
 TIME_TO_FIRST_TOKEN = Histogram(
     "evidentia_time_to_first_token_seconds",
     "From question to the first streamed token.",

@@ -13,16 +13,21 @@ import os
 import socket
 import uuid
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_COMMON: dict[str, Any] = {"env_file": ".env", "env_file_encoding": "utf-8", "extra": "ignore"}
+
+def _config(prefix: str = "", *, populate_by_name: bool = False) -> SettingsConfigDict:
+    """Every concern reads EVIDENTIA_* variables (and .env) and ignores variables it does not know."""
+    return SettingsConfigDict(
+        env_prefix=prefix, env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=populate_by_name
+    )
 
 
 class KafkaSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_KAFKA_", **_COMMON)
+    model_config = _config("EVIDENTIA_KAFKA_")
 
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma separated.")
     topic_partitions: int = Field(6, ge=1, description="Partitions of each pipeline topic when Evidentia creates it.")
@@ -39,7 +44,7 @@ class KafkaSettings(BaseSettings):
 
 
 class DatabaseSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_DATABASE_", **_COMMON)
+    model_config = _config("EVIDENTIA_DATABASE_")
 
     url: str = Field(
         "postgresql://evidentia:evidentia@127.0.0.1:5433/evidentia",
@@ -55,7 +60,7 @@ class DatabaseSettings(BaseSettings):
 
 class EmbeddingSettings(BaseSettings):
     # populate_by_name: `EmbeddingSettings(model="bge-small-en-v1.5")` works as well as the env variable.
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_EMBEDDING_", populate_by_name=True, **_COMMON)
+    model_config = _config("EVIDENTIA_EMBEDDING_", populate_by_name=True)
 
     model: str = Field(
         "all-MiniLM-L6-v2",
@@ -88,7 +93,7 @@ class EmbeddingSettings(BaseSettings):
 
 
 class ChunkingSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_CHUNK_", **_COMMON)
+    model_config = _config("EVIDENTIA_CHUNK_")
 
     tokens: int = Field(512, ge=16, description="Largest chunk of an article, in the embedding model's tokens.")
     overlap: int = Field(50, ge=0, description="Overlap between consecutive article chunks, in tokens.")
@@ -99,7 +104,7 @@ class ChunkingSettings(BaseSettings):
 
 
 class NcbiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_", **_COMMON)
+    model_config = _config("EVIDENTIA_")
 
     eutils_base_url: str = Field(
         "https://eutils.ncbi.nlm.nih.gov/entrez/eutils/", description="NCBI E-utilities base URL."
@@ -140,7 +145,7 @@ class NcbiSettings(BaseSettings):
 
 
 class LlmSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_LLM_", **_COMMON)
+    model_config = _config("EVIDENTIA_LLM_")
 
     anthropic_api_key: SecretStr | None = Field(
         None,
@@ -157,17 +162,52 @@ class LlmSettings(BaseSettings):
 
 
 class RetrievalSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_RETRIEVAL_", **_COMMON)
+    model_config = _config("EVIDENTIA_RETRIEVAL_")
 
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before reranking.")
     top_n: int = Field(5, ge=1, le=100, description="Passages returned after reranking.")
     min_score: float = Field(
         0.2, description="Below this similarity a passage is not evidence; an answer with none says so."
     )
+    lexical: Literal["bm25", "fts"] = Field(
+        "bm25",
+        description="Lexical ranking: `bm25` (Okapi BM25 over the store's term statistics) or `fts` (ts_rank_cd).",
+    )
+    bm25_k1: float = Field(0.9, ge=0, description="BM25 term-frequency saturation `k1`.")
+    bm25_b: float = Field(0.4, ge=0, le=1, description="BM25 length normalisation `b`.")
+    bm25_title_weight: float = Field(1.0, ge=0, description="BM25F weight of a title term (text terms weigh 1).")
+    bm25_section_weight: float = Field(0.0, ge=0, description="BM25F weight of a section-heading term.")
+    rrf_k: int = Field(60, ge=0, description="Reciprocal rank fusion constant `k`.")
+    dense_weight: float = Field(1.0, ge=0, description="Weight of the dense ranking in the fusion.")
+    lexical_weight: float = Field(1.0, ge=0, description="Weight of the lexical ranking in the fusion.")
+    fusion_depth: int = Field(
+        100, ge=1, le=1000, description="Results each ranking contributes to the fusion (at least `top_k`)."
+    )
+    reranker: Literal["auto", "none", "cross-encoder", "llm"] = Field(
+        "auto",
+        description=(
+            "Reranker of `hybrid+rerank`: `auto` is the cross-encoder when one is configured, else Claude when "
+            "an API key is set, else none (the fused order)."
+        ),
+    )
+    cross_encoder: str | None = Field(
+        None,
+        description=(
+            "Cross-encoder for reranking: a local folder (sentence-transformers CrossEncoder, or an ONNX export "
+            "with `model.onnx` + `tokenizer.json`) or a hub name where the hub is reachable."
+        ),
+    )
+    rerank_llm_model: str | None = Field(
+        None, description="Claude model of the LLM reranker; default: `EVIDENTIA_LLM_MODEL`."
+    )
+    rerank_max_chars: int = Field(1500, ge=100, description="Passage characters shown to a reranker.")
+    mmr_lambda: float = Field(
+        0.7, ge=0, le=1, description="MMR trade-off when diversity is asked for: 1 = relevance only, 0 = novelty."
+    )
 
 
 class ServiceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_", **_COMMON)
+    model_config = _config("EVIDENTIA_")
 
     instance_id: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
@@ -182,25 +222,28 @@ class ServiceSettings(BaseSettings):
 
 
 class GatewaySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EVIDENTIA_GATEWAY_", **_COMMON)
+    model_config = _config("EVIDENTIA_GATEWAY_")
 
     api_key_hashes: str = Field(
         "",
         description=(
             "SHA-256 hex digests of the accepted API keys (`Authorization: Bearer <key>`), comma separated; "
-            "make one with `printf %s \"$KEY\" | sha256sum`. Empty: authentication is OFF and every `/v1` route "
+            'make one with `printf %s "$KEY" | sha256sum`. Empty: authentication is OFF and every `/v1` route '
             "is open (fine on 127.0.0.1, never for a shared deployment)."
         ),
     )
     rate_limit_per_minute: float = Field(
-        120, ge=0, description="Steady requests per minute per API key (per client address when auth is off); 0: no limit."
+        120,
+        ge=0,
+        description="Steady requests per minute per API key (per client address when auth is off); 0: no limit.",
     )
     rate_limit_burst: int = Field(30, ge=1, description="Requests a key may make at once above the steady rate.")
     max_body_bytes: int = Field(
         8_388_608, ge=1024, description="Largest request body accepted on `/v1` routes (larger: HTTP 413)."
     )
     cors_origins: str = Field(
-        "", description="Origins allowed by CORS, comma separated (`*`: any); empty: no CORS headers (same origin only)."
+        "",
+        description="Origins allowed by CORS, comma separated (`*`: any); empty: no CORS headers (same origin only).",
     )
     conversation_turns: int = Field(
         6, ge=0, description="Earlier turns of a conversation given to the model and to follow-up rewriting."
@@ -216,10 +259,39 @@ class GatewaySettings(BaseSettings):
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
 
+class WorkflowSettings(BaseSettings):
+    model_config = _config("EVIDENTIA_WORKFLOW_")
+
+    cache_ttl_s: int = Field(
+        5 * 24 * 3600,
+        ge=0,
+        description="How long workflow results (disease terms, search terms, hit counts) are cached.",
+    )
+    min_results: int = Field(
+        3, ge=0, description="Fewest PubMed hits for `drug AND disease` before a broader disease term is tried."
+    )
+    evidence_max_per_query: int = Field(
+        50, ge=1, le=10_000, description="Most PMIDs ingested from each expanded search of `/v1/evidence`."
+    )
+    evidence_max_queries: int = Field(8, ge=5, le=10, description="Most PubMed searches one evidence request runs.")
+    ingest_wait_s: float = Field(
+        180.0, ge=0, description="How long `/v1/evidence` waits for its ingestion jobs before searching anyway."
+    )
+    agent_max_steps: int = Field(6, ge=1, le=20, description="Most tool-using turns of agentic mode.")
+    rxnav_url: str | None = Field(
+        None,
+        description=(
+            "Base URL of an RxNav-style drug interaction API (`/REST/rxcui.json`, `/REST/interaction/list.json`); "
+            "unset: the `check_drug_interaction` tool says it is not configured."
+        ),
+    )
+    rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one drug interaction API call.")
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
-    model_config = SettingsConfigDict(**_COMMON)
+    model_config = _config()
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)  # type: ignore[arg-type]
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)  # type: ignore[arg-type]
@@ -230,6 +302,7 @@ class Settings(BaseSettings):
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)  # type: ignore[arg-type]
     service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)  # type: ignore[arg-type]
+    workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=1)
@@ -246,10 +319,7 @@ def settings_table() -> list[tuple[str, str, str]]:
         prefix = str(cls.model_config.get("env_prefix", ""))
         for name, field in cls.model_fields.items():
             alias = field.validation_alias
-            if isinstance(alias, AliasChoices):
-                variable = str(alias.choices[0])
-            else:
-                variable = f"{prefix}{name}".upper()
+            variable = str(alias.choices[0]) if isinstance(alias, AliasChoices) else f"{prefix}{name}".upper()
             if field.default_factory is not None:
                 default = "(generated)"
             elif field.default is None:

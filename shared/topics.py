@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -13,11 +14,20 @@ PMIDS_DISCOVERED = "pmids.discovered"
 DOCUMENTS_FETCHED = "documents.fetched"
 CHUNKS_CREATED = "chunks.created"
 CHUNKS_EMBEDDED = "chunks.embedded"
+CHUNKS_REINDEX = "chunks.reindex"
 RETRIEVAL_REQUESTS = "retrieval.requests"
 SYNTHESIS_REQUESTS = "synthesis.requests"
+NCBI_REQUESTS = "ncbi.requests"
 
-PIPELINE_TOPICS = (INGEST_REQUESTS, PMIDS_DISCOVERED, DOCUMENTS_FETCHED, CHUNKS_CREATED, CHUNKS_EMBEDDED)
-REQUEST_TOPICS = (RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS)
+PIPELINE_TOPICS = (
+    INGEST_REQUESTS,
+    PMIDS_DISCOVERED,
+    DOCUMENTS_FETCHED,
+    CHUNKS_CREATED,
+    CHUNKS_EMBEDDED,
+    CHUNKS_REINDEX,
+)
+REQUEST_TOPICS = (RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS, NCBI_REQUESTS)
 REPLY_TOPIC_PREFIX = "replies."
 
 log = logging.getLogger(__name__)
@@ -61,10 +71,8 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec], replication_fact
         if not missing:
             return []
         new = [NewTopic(s.name, s.partitions, replication_factor, topic_configs=s.config) for s in missing]
-        try:
+        with contextlib.suppress(TopicAlreadyExistsError):  # another instance won the race
             await admin.create_topics(new)
-        except TopicAlreadyExistsError:  # another instance won the race
-            pass
         log.info("created topics", extra={"topics": [s.name for s in missing]})
         return [s.name for s in missing]
     finally:

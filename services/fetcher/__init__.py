@@ -1,1 +1,4 @@
-"""Fetcher service: discovers PMIDs and fetches raw documents (``ingest.requests`` -> ``pmids.discovered`` -> ``documents.fetched``)."""
+"""Fetcher service: discovers PMIDs and fetches raw documents.
+
+``ingest.requests`` -> ``pmids.discovered`` -> ``documents.fetched``.
+"""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import tempfile
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -106,13 +106,15 @@ class Stack:
 def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
     env = dict(os.environ)
     env.update(infra.env)
-    env.update({
-        "EVIDENTIA_EUTILS_BASE_URL": fake_eutils.url,
-        "EVIDENTIA_KAFKA_TOPIC_PARTITIONS": "3",
-        "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "30",
-        "EVIDENTIA_LOG_FORMAT": "json",
-        "EVIDENTIA_LLM_MODEL": "claude-test",
-    })
+    env.update(
+        {
+            "EVIDENTIA_EUTILS_BASE_URL": fake_eutils.url,
+            "EVIDENTIA_KAFKA_TOPIC_PARTITIONS": "3",
+            "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "30",
+            "EVIDENTIA_LOG_FORMAT": "json",
+            "EVIDENTIA_LLM_MODEL": "claude-test",
+        }
+    )
     env.pop("ANTHROPIC_API_KEY", None)
     names = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
     ports = {name: free_port() for name in names}

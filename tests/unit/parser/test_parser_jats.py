@@ -1,6 +1,6 @@
 """PMC JATS on every real PMC file in tests/fixtures/pmc: exact expected values."""
 
-# ruff: noqa: E501  (tables of expected values, one record a line)
+
 from __future__ import annotations
 
 from pathlib import Path

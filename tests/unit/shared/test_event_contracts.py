@@ -24,7 +24,9 @@ def test_event_schema_is_committed_and_compatible(model: type[Event]) -> None:
         f"{model.__name__} changed incompatibly without a schema_version bump: {problems}. "
         "Bump schema_version (consumers must then accept both versions) and run `evidentia docs`."
     )
-    assert committed == json.loads(json.dumps(current, sort_keys=True)), "docs/schemas out of date: run `evidentia docs`"
+    assert committed == json.loads(json.dumps(current, sort_keys=True)), (
+        "docs/schemas out of date: run `evidentia docs`"
+    )
 
 
 @pytest.mark.parametrize("model", PIPELINE_EVENTS, ids=lambda m: m.__name__)
@@ -35,10 +37,14 @@ def test_every_event_carries_version_and_trace_id(model: type[Event]) -> None:
 
 
 def test_the_checker_catches_removed_retyped_and_newly_required_fields() -> None:
-    old = {"properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "string"}},
-           "required": ["a"]}
-    new = {"properties": {"a": {"type": "integer"}, "c": {"type": "string"}, "d": {"type": "string"}},
-           "required": ["a", "c"]}
+    old = {
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "string"}},
+        "required": ["a"],
+    }
+    new = {
+        "properties": {"a": {"type": "integer"}, "c": {"type": "string"}, "d": {"type": "string"}},
+        "required": ["a", "c"],
+    }
     problems = incompatible_changes(old, new)
     assert "b: removed" in problems
     assert "c: newly required" in problems
