@@ -1,4 +1,5 @@
-"""Fetcher handlers: ``ingest.requests`` -> ``pmids.discovered`` -> efetch -> ``documents.fetched``."""
+"""Fetcher handlers: ``ingest.requests`` -> ``pmids.discovered`` -> efetch -> ``documents.fetched``;
+``ncbi.requests`` (request/reply): PubMed hit counts for the gateway's workflows."""
 
 from __future__ import annotations
 
@@ -9,16 +10,24 @@ import asyncpg
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from services.fetcher.eutils import EutilsClient
+from services.fetcher.eutils import EutilsClient, EutilsError, EutilsQueryError
 from services.fetcher.ingest import discover, fetch_pubmed
 from services.fetcher.tracking import filter_new_pmids
 from shared import metrics
-from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters
+from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply
 from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, mark_job, set_stage
-from shared.events import DocumentDeleted, DocumentFetched, IngestRequested, PmidDiscovered
+from shared.events import (
+    DocumentDeleted,
+    DocumentFetched,
+    ErrorInfo,
+    IngestRequested,
+    NcbiCountReply,
+    NcbiCountRequest,
+    PmidDiscovered,
+)
 from shared.settings import Settings
-from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS, PMIDS_DISCOVERED
+from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS, NCBI_REQUESTS, PMIDS_DISCOVERED
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-fetcher"
@@ -124,6 +133,27 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
         await set_stage(state.pool, fetched, "fetched")
         if missing:
             await set_stage(state.pool, missing, "failed", "PMID not returned by efetch", force=True)
+
+    @broker.subscriber(
+        NCBI_REQUESTS,
+        group_id=GROUP_ID,
+        auto_offset_reset="latest",
+        ack_policy=AckPolicy.ACK,
+        title="ncbi.requests:fetcher",
+        description="An NcbiCountRequest; the NcbiCountReply (esearch count) goes to the reply_to topic.",
+    )
+    async def on_count(request: NcbiCountRequest, msg: KafkaMessage) -> None:
+        try:
+            count = await state.client.count(request.term, request.database)
+            answer = NcbiCountReply(trace_id=request.trace_id, term=request.term, count=count)
+        except EutilsQueryError as exc:  # NCBI refused the term: the caller's fault, not a retry
+            answer = NcbiCountReply(trace_id=request.trace_id, term=request.term,
+                                    error=ErrorInfo(type="EutilsQueryError", message=str(exc), status=422))
+        except EutilsError as exc:
+            log.warning("count failed", extra={"term": request.term, "error": str(exc)})
+            answer = NcbiCountReply(trace_id=request.trace_id, term=request.term,
+                                    error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502))
+        await reply(broker, msg, answer)
 
 
 __all__ = ["DocumentDeleted", "FetcherState", "register"]

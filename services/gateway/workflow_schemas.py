@@ -1,0 +1,246 @@
+"""Request and response bodies of the clinical workflows (``/v1/evidence``, ``/v1/guidelines/recommend``,
+``/v1/query``); they make the OpenAPI schema."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+from services.gateway.intelligence.expansion import DrugProfile
+from shared.events import Citation, CitationCheck, EvidenceSummary
+from shared.models import SearchFilters, SearchHit
+
+SearchMode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
+
+
+class WorkflowStep(BaseModel):
+    """One step of a workflow, as it ran (also streamed as a ``step`` server-sent event)."""
+
+    name: str
+    status: Literal["running", "done", "skipped", "failed"]
+    detail: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+    ms: float | None = None
+
+
+# --- 1. drug-disease evidence (seed 000) ------------------------------------------------------------------
+
+
+class EvidenceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    drug: str = Field(min_length=1, max_length=200, description="The drug, e.g. bupropion.")
+    disease: str = Field(min_length=1, max_length=300, description="The disease as named anywhere, e.g. "
+                         "'narcolepsy-cataplexy syndrome'; it is normalised for PubMed.")
+    drug_profile: DrugProfile | None = Field(None, description="What is known of the drug, for search-term expansion.")
+    ingest: bool = Field(True, description="Fetch the PMIDs the searches find that are not stored yet.")
+    max_per_query: int | None = Field(None, ge=1, le=10_000, description="PMIDs taken from each search "
+                                      "(default: EVIDENTIA_WORKFLOW_EVIDENCE_MAX_PER_QUERY).")
+    wait_s: float | None = Field(None, ge=0, le=1800, description="Longest wait for the ingestion jobs "
+                                 "(default: EVIDENTIA_WORKFLOW_INGEST_WAIT_S).")
+    top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before the rerank.")
+    top_n: int = Field(5, ge=1, le=20, description="Passages kept for the synthesis.")
+    mode: SearchMode = Field("hybrid+rerank", description="Search method.")
+
+    @model_validator(mode="after")
+    def _blank(self) -> EvidenceRequest:
+        if not self.drug.strip() or not self.disease.strip():
+            raise ValueError("drug and disease must not be blank")
+        return self
+
+
+class DiseaseTerm(BaseModel):
+    original: str
+    normalised: str
+    synonym: str | None
+    search_term: str = Field(description="What was searched: the normalised name OR its synonym, or the broader term.")
+    count: int | None = Field(None, description="PubMed hits of `drug AND term` (esearch count through the fetcher).")
+    broader: str | None = None
+    broader_count: int | None = None
+    broadened: bool = False
+    method: str = Field(description="llm, rules or cache.")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ExpandedQuery(BaseModel):
+    axis: str = Field(description="drug, class_organ, mechanism_organ, target_gene or synonym.")
+    query: str
+    job_id: str | None = Field(None, description="The ingestion job that ran it.")
+
+
+class IngestionSummary(BaseModel):
+    jobs: list[str] = Field(default_factory=list)
+    documents: int = Field(0, description="Documents the searches found (stored before or now).")
+    finished: bool = Field(description="Every job finished within the wait.")
+    failed: int = 0
+
+
+class EvidenceResponse(BaseModel):
+    drug: str
+    disease: DiseaseTerm
+    organ: str | None
+    queries: list[ExpandedQuery]
+    expansion_method: str
+    ingestion: IngestionSummary
+    therapeutic_query: str = Field(description="The semantic query (seed 000 therapeutic intent).")
+    summary: EvidenceSummary = Field(description="The structured evidence summary; every finding names its PMIDs.")
+    answer: str
+    numbered_answer: str
+    mode: str = Field(description="llm, extractive or insufficient-evidence.")
+    model: str | None
+    citations: list[Citation]
+    citation_check: CitationCheck
+    sources: list[SearchHit]
+    steps: list[WorkflowStep]
+    disclaimer: str
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+# --- 2. guideline recommendation (seed 004) -------------------------------------------------------------
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(min_length=1, max_length=60, description="e.g. symptom, medical_history, lab, sign, location.")
+    value: str = Field(min_length=1, max_length=500, description="e.g. 'fever 3 days', 'pregnant first trimester'.")
+
+
+class GuidelineRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    condition: str = Field(min_length=1, max_length=300, description="The diagnosed condition, e.g. malaria.")
+    findings: list[Finding] = Field(default_factory=list, max_length=50, description="The patient's clinical findings.")
+    population: str | None = Field(None, max_length=200, description="e.g. 'adult', 'child under 5'.")
+    top_k: int = Field(20, ge=1, le=200)
+    top_n: int = Field(5, ge=1, le=20)
+    mode: SearchMode = "hybrid"
+
+
+class GuidelineSection(BaseModel):
+    rank: int
+    title_path: str = Field(description='The section\'s place in its guideline: "Book > Chapter > Section".')
+    citation_id: str
+    document_id: str
+    title: str
+    score: float
+    excerpt: str
+    url: str | None = None
+
+
+class PlanItem(BaseModel):
+    text: str
+    citation_ids: list[str] = Field(default_factory=list)
+    sections: list[str] = Field(default_factory=list, description="Title paths of the guideline sections cited.")
+
+
+class GuidelineResponse(BaseModel):
+    condition: str
+    findings: list[str]
+    population: str | None
+    query: str = Field(description="The search query: condition + findings (seed 004).")
+    top_section: str | None = Field(description="Title path of the best-matching guideline section.")
+    assessment: str
+    plan: list[PlanItem] = Field(description="The recommendations, each citing the guideline sections it rests on.")
+    sections: list[GuidelineSection]
+    answer: str
+    numbered_answer: str
+    mode: str
+    model: str | None
+    citations: list[Citation]
+    citation_check: CitationCheck
+    disclaimer: str
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+# --- 3. query intelligence (seed 001) -------------------------------------------------------------------
+
+
+class QueryRequest(BaseModel):
+    """A question with query intelligence: classified, language detected, enhanced, routed; or agentic."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    question: str = Field(min_length=1, max_length=10_000, validation_alias=AliasChoices("question", "message"),
+                          description="The question (alias: `message`), in any language.")
+    mode: Literal["standard", "agent"] = Field("standard", description="agent: Claude with tools, looping "
+                                               "until it answers (offline: a rule-based plan).")
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    search_mode: SearchMode = "hybrid"
+    top_k: int = Field(20, ge=1, le=200)
+    top_n: int = Field(5, ge=1, le=20)
+    return_sources: bool = True
+    summary: bool = Field(True, description="Include the structured evidence summary (standard mode).")
+
+    @model_validator(mode="after")
+    def _blank(self) -> QueryRequest:
+        if not self.question.strip():
+            raise ValueError("question is blank")
+        return self
+
+
+class ClassificationOut(BaseModel):
+    category: str = Field(description="drug_information, disease_information, drug_interaction, guideline, "
+                          "emergency or other.")
+    method: str
+    signals: list[str] = Field(default_factory=list)
+
+
+class LanguageOut(BaseModel):
+    code: str
+    name: str
+    confidence: float
+    method: str
+
+
+class QueryIntelligence(BaseModel):
+    classification: ClassificationOut
+    language: LanguageOut
+    english_question: str = Field(description="The question in English (as asked when it is English or "
+                                  "could not be translated).")
+    searched_query: str = Field(description="What retrieval actually searched.")
+    enhancement: str = Field(description="llm (Claude rewrite), mesh (stored MeSH headings), none, untranslated.")
+    terms: list[str] = Field(default_factory=list, description="Terms or MeSH descriptors added.")
+    translated: bool = False
+    route: list[str] = Field(default_factory=list, description="How the question was routed, step by step.")
+    notes: list[str] = Field(default_factory=list)
+
+
+class AgentStepOut(BaseModel):
+    step: int
+    tool: str
+    input: dict[str, Any]
+    output: str
+    source_ids: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class AgentTrace(BaseModel):
+    planner: str = Field(description="llm (Claude chose the tools) or rules (offline plan).")
+    steps: list[AgentStepOut]
+    stop_reason: str
+
+
+class InteractionOut(BaseModel):
+    drugs: list[str]
+    configured: bool
+    text: str
+
+
+class QueryResponse(BaseModel):
+    question: str
+    answer: str
+    numbered_answer: str
+    mode: str = Field(description="llm, extractive, insufficient-evidence or emergency.")
+    model: str | None
+    answer_language: str = Field(description="Language code of the answer.")
+    citations: list[Citation]
+    citation_check: CitationCheck
+    summary: EvidenceSummary | None
+    disclaimer: str
+    sources: list[SearchHit]
+    intelligence: QueryIntelligence
+    interaction: InteractionOut | None = None
+    agent: AgentTrace | None = None
+    timings_ms: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,146 @@
+"""The workflows without Kafka: a fake backend (retrieval from fixed passages, the real synthesizer core,
+PubMed counts from a table, ingestion jobs that finish at once) and the fake Anthropic server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from services.gateway.app import create_app
+from services.gateway.intelligence.cache import MemoryCache
+from services.gateway.intelligence.llm import WorkflowLlm
+from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.workflows import WorkflowService
+from services.synthesizer.core import Synthesizer
+from services.synthesizer.llm import ClaudeAnswerer
+from shared.db.jobs import JobStatus
+from shared.events import RetrievalReply, RetrievalRequest, SynthesisReply, SynthesisRequest
+from shared.models import SearchHit
+from shared.settings import LlmSettings, Settings, WorkflowSettings
+from tests.fakes.workflow_anthropic import WorkflowAnthropic
+
+MALARIA_BOOK = "Guidelines for the treatment of malaria (test edition)"
+
+
+def pubmed_hit(pmid: str, title: str, text: str, rank: int = 1, study_type: str = "randomized-controlled-trial",
+               mesh_score: float = 0.8) -> SearchHit:
+    return SearchHit(chunk_id=f"pubmed:{pmid}#a#0", document_id=f"pubmed:{pmid}", source="pubmed", source_id=pmid,
+                     pmid=pmid, title=title, journal="J Test", year=2010, study_type=study_type, text=text,
+                     score=1.0 / rank, dense_score=mesh_score, rank=rank, url=f"https://pubmed.ncbi.nlm.nih.gov/{pmid}/")
+
+
+def guideline_hit(nbk: str, chapter: str, section: str, text: str, rank: int) -> SearchHit:
+    return SearchHit(chunk_id=f"bookshelf:{nbk}#{rank}", document_id=f"bookshelf:{nbk}", source="bookshelf",
+                     source_id=nbk, title=chapter, study_type="guideline",
+                     section=f"{MALARIA_BOOK} > {chapter} > {section}",
+                     text=text, score=1.0 / rank, dense_score=0.7, rank=rank,
+                     url=f"https://www.ncbi.nlm.nih.gov/books/{nbk}/")
+
+
+PUBMED = [
+    pubmed_hit("21593045", "Short-term metformin co-treatment in women with polycystic ovaries undergoing IVF",
+               "Metformin co-treatment reduced the incidence of ovarian hyperstimulation syndrome in women with "
+               "polycystic ovaries undergoing in vitro fertilisation.", 1),
+    pubmed_hit("15125825", "Starting insulin in type 2 diabetes: continue oral hypoglycemic agents?",
+               "Continuing metformin when starting insulin improved glycaemic control in type 2 diabetes.", 2,
+               "clinical-trial"),
+]
+GUIDELINES = [
+    guideline_hit("NBK999002", "Treatment of uncomplicated malaria", "Artemisinin-based combination therapy",
+                  "Adults and children with uncomplicated P. falciparum malaria should be treated with an "
+                  "artemisinin-based combination therapy (ACT).", 1),
+    guideline_hit("NBK999004", "Malaria in pregnancy", "First trimester of pregnancy",
+                  "For a pregnant woman in the first trimester with uncomplicated P. falciparum malaria, "
+                  "artemether plus lumefantrine is the recommended treatment.", 2),
+]
+
+
+class FakeBackend:
+    def __init__(self, synth: Synthesizer, counts: dict[str, int] | None = None,
+                 mesh: dict[str, int] | None = None):
+        self.synth = synth
+        self.counts = counts or {}
+        self.mesh = mesh or {}
+        self.retrievals: list[RetrievalRequest] = []
+        self.syntheses: list[SynthesisRequest] = []
+        self.count_terms: list[str] = []
+        self.ingested: list[tuple[str, int]] = []
+        self.guideline_hits = list(GUIDELINES)
+        self.pubmed_hits = list(PUBMED)
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        self.retrievals.append(request)
+        if request.filters.sources == ["bookshelf"]:
+            hits = self.guideline_hits
+            if "pregnan" in request.query.lower():
+                hits = sorted(hits, key=lambda h: "pregnancy" not in (h.section or "").lower())
+            return RetrievalReply(hits=[h.model_copy(update={"rank": i}) for i, h in enumerate(hits, 1)])
+        return RetrievalReply(hits=self.pubmed_hits + self.guideline_hits)
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
+        self.syntheses.append(request)
+        return await self.synth.answer(request)
+
+    async def count(self, term: str, trace_id: str) -> int | None:
+        self.count_terms.append(term)
+        return self.counts.get(term, 0)
+
+    async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
+        self.ingested.append((query, max_results))
+        return f"job-{len(self.ingested)}"
+
+    async def job(self, job_id: str) -> JobStatus | None:
+        return JobStatus(job_id=job_id, kind="query", state="discovered", total=2, counts={"embedded": 2})
+
+    async def mesh_vocabulary(self) -> dict[str, int]:
+        return self.mesh
+
+
+@pytest.fixture(scope="module")
+def fake_llm() -> Iterator[WorkflowAnthropic]:
+    fake = WorkflowAnthropic()
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def llm_settings(fake: WorkflowAnthropic) -> LlmSettings:
+    return LlmSettings(anthropic_api_key=SecretStr("k"), anthropic_base_url=fake.url,  # type: ignore[call-arg]
+                       model="claude-test")
+
+
+def workflow_llm(fake: WorkflowAnthropic | None) -> WorkflowLlm:
+    if fake is None:
+        return WorkflowLlm(LlmSettings())  # type: ignore[call-arg]
+    return WorkflowLlm(llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0))
+
+
+def build(
+    fake: WorkflowAnthropic | None = None, *, counts: dict[str, int] | None = None, mesh: dict[str, int] | None = None,
+    rxnav_url: str | None = None,
+) -> tuple[FastAPI, WorkflowService, FakeBackend]:
+    settings = Settings(workflow=WorkflowSettings(rxnav_url=rxnav_url, ingest_wait_s=2))  # type: ignore[call-arg]
+    app = create_app(settings)
+    if fake is not None:
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0)
+        synth = Synthesizer(settings, ClaudeAnswerer(llm_settings(fake), client))
+    else:
+        synth = Synthesizer(settings)
+    backend = FakeBackend(synth, counts, mesh)
+    service: WorkflowService = app.state.workflows
+    service.backend = backend
+    service.cache = MemoryCache()
+    service.llm = workflow_llm(fake)
+    service.rxnav = RxNavClient(rxnav_url)
+    return app, service, backend
+
+
+def client(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=30)

@@ -1,0 +1,202 @@
+"""The three workflows through the gateway's HTTP routes, Kafka replaced by a fake backend whose synthesis is
+the real synthesizer core: offline (extractive, rules) and with Claude (the fake Anthropic server)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.fakes.anthropic_server import HALLUCINATED_PMID
+from tests.fakes.rxnav_server import FakeRxNav
+from tests.fakes.workflow_anthropic import WorkflowAnthropic
+from tests.unit.workflows.conftest import build, client, pubmed_hit
+
+COUNT = 'metformin AND ("polycystic ovary syndrome" OR PCOS)'
+
+
+# --- 1. evidence ------------------------------------------------------------------------------------------
+
+
+async def test_evidence_offline_runs_every_step_and_cites_pmids_on_every_finding() -> None:
+    app, _, backend = build(counts={COUNT: 12})
+    async with client(app) as http:
+        r = await http.post("/v1/evidence", json={"drug": "metformin", "disease": "Polycystic ovary syndrome, type 1"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [s["name"] for s in body["steps"]] == ["normalise", "expand", "fetch", "search", "synthesize"]
+    assert body["disease"]["search_term"] == "polycystic ovary syndrome OR PCOS" and body["disease"]["count"] == 12
+    assert backend.count_terms == [COUNT]
+    assert 5 <= len(body["queries"]) <= 10 and all(q["job_id"] for q in body["queries"])
+    assert [q for q, _ in backend.ingested] == [q["query"] for q in body["queries"]]
+    assert body["therapeutic_query"].startswith("Evidence for metformin as a treatment for polycystic ovary syndrome")
+    req = backend.retrievals[-1]
+    assert req.query_form is not None and req.query_form.kind == "therapeutic"
+    assert (req.top_k, req.top_n, req.mode) == (20, 5, "hybrid+rerank")
+    summary = body["summary"]
+    assert summary["method"] == "extractive" and summary["key_findings"]
+    assert all(f["supporting_pmids"] for f in summary["key_findings"])
+    assert set(summary["supporting_pmids"]) <= {"21593045", "15125825"}
+    assert body["mode"] == "extractive" and body["ingestion"]["finished"]
+
+
+async def test_evidence_with_claude_uses_it_for_each_step(fake_llm: WorkflowAnthropic) -> None:
+    app, _, _ = build(fake_llm, counts={'metformin AND "polycystic ovary syndrome"': 4})
+    async with client(app) as http:
+        r = await http.post("/v1/evidence", json={"drug": "metformin", "disease": "polycystic ovary syndrome",
+                                                  "drug_profile": {"target_gene_symbols": ["PRKAA1"]}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["disease"]["method"] == "llm" and body["expansion_method"] == "llm" and body["organ"] == "brain"
+    assert body["mode"] == "llm" and body["summary"]["method"] == "llm"
+    findings = body["summary"]["key_findings"]
+    assert findings and all(f["supporting_pmids"] for f in findings)
+    assert HALLUCINATED_PMID not in json.dumps(body["summary"])  # removed by the synthesizer's check
+    assert f"PMID:{HALLUCINATED_PMID}" in body["citation_check"]["removed"]
+
+
+async def test_evidence_stream_reports_progress_then_the_result() -> None:
+    app, _, _ = build(counts={COUNT: 12})
+    events: list[tuple[str, dict[str, object]]] = []
+    async with client(app) as http, http.stream(
+        "POST", "/v1/evidence/stream", json={"drug": "metformin", "disease": "polycystic ovary syndrome"}
+    ) as r:
+        assert r.status_code == 200
+        name = ""
+        async for line in r.aiter_lines():
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                events.append((name, json.loads(line[5:])))
+    names = [n for n, _ in events]
+    assert names[-1] == "result" and names.count("result") == 1
+    done = [d["name"] for n, d in events if n == "step" and d["status"] == "done"]
+    assert done == ["normalise", "expand", "fetch", "search", "synthesize"]
+    assert any(n == "step" and d["status"] == "running" for n, d in events)
+
+
+async def test_evidence_validation() -> None:
+    app, _, _ = build()
+    async with client(app) as http:
+        assert (await http.post("/v1/evidence", json={"drug": " ", "disease": "x"})).status_code == 422
+        assert (await http.post("/v1/evidence", json={"drug": "a"})).status_code == 422
+
+
+# --- 2. guidelines ----------------------------------------------------------------------------------------
+
+
+async def test_guideline_recommendation_searches_guidelines_and_cites_sections() -> None:
+    app, _, backend = build()
+    base = {"condition": "Malaria", "findings": [{"kind": "symptom", "value": "fever 3 days"}]}
+    async with client(app) as http:
+        plain = (await http.post("/v1/guidelines/recommend", json=base)).json()
+        preg = (await http.post("/v1/guidelines/recommend", json={
+            **base, "findings": [*base["findings"], {"kind": "medical_history", "value": "pregnant first trimester"}],
+        })).json()
+    assert backend.retrievals[-1].filters.sources == ["bookshelf"]
+    assert preg["query"] == "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester."
+    assert backend.retrievals[-1].query_form is not None
+    assert backend.retrievals[-1].query_form.kind == "condition-findings"
+    assert "Artemisinin-based combination therapy" in plain["top_section"]
+    assert preg["top_section"].endswith("Malaria in pregnancy > First trimester of pregnancy")
+    assert preg["plan"] and all(p["sections"] and p["citation_ids"] for p in preg["plan"])
+    assert "Malaria in pregnancy" in preg["assessment"]
+
+
+async def test_guideline_recommendation_with_claude(fake_llm: WorkflowAnthropic) -> None:
+    app, _, _ = build(fake_llm)
+    async with client(app) as http:
+        r = await http.post("/v1/guidelines/recommend", json={
+            "condition": "Malaria", "population": "adult",
+            "findings": [{"kind": "medical_history", "value": "pregnant first trimester"}]})
+    body = r.json()
+    assert body["mode"] == "llm" and body["plan"]
+    assert {c["citation_id"] for c in body["citations"]} <= {"NBK:NBK999002", "NBK:NBK999004"}
+    assert any(s for p in body["plan"] for s in p["sections"])
+
+
+# --- 3. query intelligence --------------------------------------------------------------------------------
+
+
+async def test_query_guideline_question_is_routed_to_guidelines_first() -> None:
+    app, _, backend = build(mesh={"Malaria": 3})
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"question": "What do guidelines recommend for malaria?"})).json()
+    intel = body["intelligence"]
+    assert intel["classification"]["category"] == "guideline" and intel["language"]["code"] == "en"
+    assert backend.retrievals[0].filters.sources == ["bookshelf"]
+    assert "guideline sources first" in intel["route"][0]
+    assert intel["enhancement"] in ("mesh", "none")
+
+
+async def test_query_emergency_short_circuits() -> None:
+    app, _, backend = build()
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"message": "My husband has chest pain and can't breathe"})).json()
+    assert body["mode"] == "emergency" and "emergency" in body["answer"].lower()
+    assert backend.retrievals == [] and backend.syntheses == []
+
+
+async def test_query_offline_non_english_says_translation_needs_the_llm() -> None:
+    app, _, backend = build()
+    q = "Quel est le traitement du paludisme chez la femme enceinte ?"
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"question": q})).json()
+    intel = body["intelligence"]
+    assert intel["language"]["code"] == "fr" and intel["enhancement"] == "untranslated" and not intel["translated"]
+    assert any("needs the LLM" in n for n in intel["notes"]) and body["answer_language"] == "en"
+    assert backend.retrievals[0].query == q
+
+
+async def test_query_with_claude_translates_and_answers_in_the_language(fake_llm: WorkflowAnthropic) -> None:
+    app, _, backend = build(fake_llm)
+    q = "Quel est le traitement du paludisme chez la femme enceinte ?"
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"question": q})).json()
+    intel = body["intelligence"]
+    assert intel["translated"] and intel["english_question"] == "What is the treatment of malaria in pregnancy?"
+    assert backend.retrievals[-1].query == intel["searched_query"] != q
+    assert backend.syntheses[-1].question.endswith("Write the answer in French.")
+    assert body["answer_language"] == "fr" and body["mode"] == "llm"
+
+
+async def test_query_interaction_question_reports_an_unconfigured_service() -> None:
+    app, _, _ = build()
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"question": "Is there an interaction between warfarin and "
+                                                                "aspirin?"})).json()
+    assert body["intelligence"]["classification"]["category"] == "drug_interaction"
+    assert body["interaction"]["configured"] is False and "is configured" in body["interaction"]["text"]
+    assert body["answer"].startswith("Drug interaction check:")
+
+
+async def test_agent_mode_with_claude_shows_every_tool_call(fake_llm: WorkflowAnthropic) -> None:
+    with FakeRxNav() as rx:
+        rx.add_drug("warfarin", "11289")
+        rx.add_drug("aspirin", "1191")
+        rx.add_interaction("11289", "1191", "high", "Aspirin increases the bleeding risk of warfarin.")
+        app, _, _ = build(fake_llm, rxnav_url=rx.url)
+        async with client(app) as http:
+            body = (await http.post("/v1/query", json={
+                "question": "Does warfarin interact with aspirin?", "mode": "agent"})).json()
+    agent = body["agent"]
+    assert agent["planner"] == "llm" and agent["stop_reason"] == "answered"
+    assert [s["tool"] for s in agent["steps"]] == ["search_literature", "check_drug_interaction"]
+    assert agent["steps"][0]["source_ids"] and "bleeding risk" in agent["steps"][1]["output"]
+    assert body["interaction"]["configured"] and body["mode"] == "llm"
+    assert body["citations"] and f"PMID:{HALLUCINATED_PMID}" in body["citation_check"]["removed"]
+    assert {c["citation_id"] for c in body["citations"]} <= set(agent["steps"][0]["source_ids"])
+
+
+async def test_agent_mode_offline_plans_by_rules() -> None:
+    app, _, backend = build()
+    backend.pubmed_hits.append(pubmed_hit(
+        "10605400", "Warfarin and aspirin after heart valve replacement",
+        "Adding low-dose aspirin to warfarin reduced embolism but increased minor bleeding in this trial.", 3))
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={
+            "question": "Is there an interaction between warfarin and aspirin?", "mode": "agent"})).json()
+    agent = body["agent"]
+    assert agent["planner"] == "rules"
+    assert [s["tool"] for s in agent["steps"]] == ["check_drug_interaction", "search_literature"]
+    assert "No drug interaction service is configured" in agent["steps"][0]["output"]
+    assert body["mode"] == "extractive" and body["citations"]
+    assert backend.syntheses[-1].passages
