@@ -4,18 +4,24 @@
     backend's own ``encode_passages``, which is its raw path), plus, with ``--paths``, the project's
     own batching path (``Embedder.encode_passages``) and the pre-tokenised fast path
     (``Embedder.encode_pretokenized`` on ids made beforehand, as the parser ships them).
-(b) end-to-end through Kafka (``chunks.created`` -> ``chunks.embedded``): to be added by the lead in
-    :func:`end_to_end_throughput` (see the marked hook below).
+(b) with ``--e2e``: end to end through real Kafka (``chunks.created`` -> ``chunks.embedded``): a
+    Kafka broker (shared/devstack, free ports, a temporary folder) and the embedder service as a
+    subprocess (``python -m services.embedder``); N ``ChunkCreated`` events of the same texts (with
+    the token ids the parser ships, unless ``--no-token-ids``) are published at once and the clock
+    runs from the first publish to the last vector received. Raw (a) is measured just before and just
+    after (b) in the same run, on the same texts and batch size; the ratio is (b) / mean(a).
 
 Usage::
 
     .venv/bin/python bench/embed_throughput.py --model all-MiniLM-L6-v2 -n 512 --batch-size 64
     .venv/bin/python bench/embed_throughput.py --model bge-small-en-v1.5 --paths raw,pretok --json
+    .venv/bin/python bench/embed_throughput.py --model all-MiniLM-L6-v2 -n 512 --batch-size 64 --e2e
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
 import json
 import sys
@@ -113,11 +119,146 @@ def pretokenized_throughput(
 
 
 # ---------------------------------------------------------------------------------------------
-# Part (b) HOOK, for the lead: end-to-end throughput of the running embedder service, from
-# `chunks.created` to `chunks.embedded` through real Kafka, on the same texts and batch size.
-# Add `def end_to_end_throughput(settings, texts, batch_size) -> float` here, call it from main()
-# where marked, and print it with the ratio to the raw figure (target >= 0.90 on CPU).
+# Part (b): end-to-end through real Kafka and the running embedder service.
 # ---------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def chunk_events(
+    texts: Sequence[str], run: str, token_ids: Sequence[Sequence[int]] | None = None, token_model: str | None = None
+) -> list[tuple[bytes, bytes]]:
+    """``(key, ChunkCreated JSON)`` for each text, as the parser publishes them (one document per text)."""
+    from shared.events import ChunkCreated
+
+    out: list[tuple[bytes, bytes]] = []
+    for i, text in enumerate(texts):
+        ids = list(token_ids[i]) if token_ids is not None else None
+        event = ChunkCreated(
+            chunk_id=f"{run}-{i}", document_id=f"{run}-doc-{i}", ordinal=0, text=text,
+            token_count=len(ids) if ids else len(text.split()), job_id=run,
+            token_ids=ids, token_model=token_model if ids is not None else None,
+        )
+        out.append((event.document_id.encode(), event.model_dump_json().encode()))
+    return out
+
+
+async def _publish_and_collect(
+    bootstrap: str, events: Sequence[tuple[bytes, bytes]], run: str, wait_s: float, partitions: int
+) -> tuple[float, int]:
+    """Publish ``events`` to chunks.created; wait for their vectors on chunks.embedded.
+
+    Returns (seconds from the first publish to the last vector, vectors received).
+    """
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_bytes=64 << 20,
+                                max_partition_fetch_bytes=16 << 20)
+    await consumer.start()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=1 << 20,
+                                max_request_size=8 << 20)
+    await producer.start()
+    try:
+        tps = [TopicPartition(CHUNKS_EMBEDDED, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:  # resolve the end offsets now, not after the first vectors arrive
+            await consumer.position(tp)
+        wanted = {f"{run}-{i}" for i in range(len(events))}
+        prefix = f'"chunk_id":"{run}-'.encode()
+        seen: set[str] = set()
+        start = time.perf_counter()
+        futures = [await producer.send(CHUNKS_CREATED, value=v, key=k) for k, v in events]
+        await asyncio.gather(*futures)
+        last = start
+        deadline = start + wait_s
+        while len(seen) < len(wanted) and time.perf_counter() < deadline:
+            batches = await consumer.getmany(timeout_ms=200, max_records=4096)
+            for records in batches.values():
+                for r in records:
+                    if r.value and prefix in r.value:
+                        cid = json.loads(r.value)["chunk_id"]
+                        if cid in wanted:
+                            seen.add(cid)
+                            last = time.perf_counter()
+        return last - start, len(seen)
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+
+class ServiceUnderTest:
+    """Real Kafka (shared/devstack, free ports, a temporary folder) + ``python -m services.embedder``."""
+
+    def __init__(self, env: dict[str, str], partitions: int = 1) -> None:
+        import os
+        import tempfile
+
+        from shared.devstack.kafka import LocalKafka
+
+        self.root = Path(tempfile.mkdtemp(prefix="evidentia-bench-"))
+        os.chmod(self.root, 0o755)
+        self.kafka = LocalKafka(self.root / "kafka", port=_free_port(), controller_port=_free_port())
+        self.partitions = partitions
+        self.extra_env = env
+        self.proc: Any = None
+
+    def __enter__(self) -> ServiceUnderTest:
+        import os
+
+        from shared.devstack.processes import ServiceProcess
+        from shared.topics import ensure_topics, standard_topics
+
+        self.kafka.ensure_libs()
+        self.kafka.start(timeout=180)
+        asyncio.run(ensure_topics(self.kafka.bootstrap, standard_topics(self.partitions)))
+        env = dict(os.environ)
+        env.update({
+            "EVIDENTIA_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+            "EVIDENTIA_METRICS_PORT": str(_free_port()),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(REPO),
+            **self.extra_env,
+        })
+        self.proc = ServiceProcess("embedder", int(env["EVIDENTIA_METRICS_PORT"]), self.root / "embedder.log", env)
+        self.proc.start()
+        deadline = time.monotonic() + 300
+        while not self.proc.ready():
+            if not self.proc.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the embedder did not become ready:\n{self.proc.tail(60)}")
+            time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+
+        if self.proc is not None:
+            self.proc.stop()
+        self.kafka.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.proc.port}/metrics"
+
+
+def end_to_end_throughput(
+    service: ServiceUnderTest, events: Sequence[tuple[bytes, bytes]], run: str, wait_s: float = 1800.0
+) -> float:
+    """(b) Passages/s from the first ``chunks.created`` publish to the last ``chunks.embedded`` vector."""
+    seconds, got = asyncio.run(_publish_and_collect(service.kafka.bootstrap, events, run, wait_s, service.partitions))
+    if got < len(events):
+        raise RuntimeError(f"only {got} of {len(events)} vectors arrived within {wait_s:.0f}s")
+    return len(events) / seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,14 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--repeats", type=int, default=1, help="Timed runs per path; the best is reported.")
-    p.add_argument("--paths", default="raw", help=f"Comma-separated, from {','.join(PATHS)}.")
+    p.add_argument("--paths", default=None,
+                   help=f"Comma-separated, from {','.join(PATHS)} (default: raw; none with --e2e).")
     p.add_argument("--json", action="store_true", help="Print one JSON object.")
+    p.add_argument("--e2e", action="store_true", help="(b): also measure the embedder service through Kafka.")
+    p.add_argument("--consume-batch", type=int, default=256, help="(b): EVIDENTIA_EMBEDDING_CONSUME_BATCH.")
+    p.add_argument("--token-ids", action=argparse.BooleanOptionalAction, default=True,
+                   help="(b): ship token ids in chunks.created, as the parser does (default: yes).")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    paths = [x.strip() for x in args.paths.split(",") if x.strip()]
+    paths_arg = args.paths if args.paths is not None else ("" if args.e2e else "raw")
+    paths = [x.strip() for x in paths_arg.split(",") if x.strip()]
     unknown = set(paths) - set(PATHS)
     if unknown:
         raise SystemExit(f"unknown --paths {sorted(unknown)}; choose from {PATHS}")
@@ -173,7 +320,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         tok, pre = pretokenized_throughput(embedder, texts, args.batch_size, args.repeats)
         result["tokenise_passages_per_s"] = round(tok, 1)
         result["pretokenized_passages_per_s"] = round(pre, 1)
-    # Part (b) goes here: result["end_to_end_passages_per_s"] and result["ratio"] (see the hook above).
+    if args.e2e:
+        import os
+
+        result["load_average_before"] = round(os.getloadavg()[0], 2)
+        ids = embedder.passage_token_ids(texts) if args.token_ids else None
+        env = {
+            "EVIDENTIA_EMBEDDING_MODEL": args.model,
+            "EVIDENTIA_EMBEDDING_BATCH_SIZE": str(args.batch_size),
+            "EVIDENTIA_EMBEDDING_CONSUME_BATCH": str(args.consume_batch),
+            "EVIDENTIA_EMBEDDING_DEVICE": args.device,
+        }
+        if args.threads:
+            env["EVIDENTIA_EMBEDDING_THREADS"] = str(args.threads)
+        if args.fp16 is not None:
+            env["EVIDENTIA_EMBEDDING_FP16"] = str(args.fp16).lower()
+        with ServiceUnderTest(env) as service:
+            # One warm-up event: the consumer group is joined and the model is warm before the clock runs.
+            end_to_end_throughput(service, chunk_events(texts[:1], "warmup", ids and ids[:1], embedder.name),
+                                  "warmup", wait_s=300)
+            events = chunk_events(texts, "run", ids, embedder.name)
+            raw_before = raw_throughput(embedder, texts, args.batch_size, args.repeats)
+            e2e = end_to_end_throughput(service, events, "run")
+            raw_after = raw_throughput(embedder, texts, args.batch_size, args.repeats)
+        raw_mean = (raw_before + raw_after) / 2
+        result["raw_before_passages_per_s"] = round(raw_before, 1)
+        result["end_to_end_passages_per_s"] = round(e2e, 1)
+        result["raw_after_passages_per_s"] = round(raw_after, 1)
+        result["token_ids_shipped"] = bool(args.token_ids)
+        result["consume_batch"] = args.consume_batch
+        result["ratio"] = round(e2e / raw_mean, 3)
+        result["load_average_after"] = round(os.getloadavg()[0], 2)
     if args.json:
         print(json.dumps(result))
     else:

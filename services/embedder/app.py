@@ -15,6 +15,7 @@ app = make_app(
     "embedder",
     broker,
     on_startup=[state.start],
+    on_shutdown=[state.stop],
     ready=state.ready,
     description="Embeds chunks in batches with the configured sentence-transformers model (GPU when present).",
 )

@@ -1,21 +1,42 @@
-"""Embedder handlers: a batch of ``chunks.created`` -> one model pass -> ``chunks.embedded``.
+"""Embedder handlers: batches of ``chunks.created`` -> the model -> ``chunks.embedded``.
 
-The model runs in a worker thread, so while it encodes one batch the event loop keeps fetching the
-next (aiokafka prefetches) and publishing the previous one. Offsets are committed only after every
-vector of the batch is acknowledged by Kafka.
+The handler only decodes a consumed batch and hands it to an :class:`EmbedPipeline`, which encodes
+batch ``k`` in a worker thread while the consume loop fetches and decodes batch ``k+1`` and the
+publisher sends batch ``k-1`` (see :mod:`services.embedder.pipeline`). Offsets are committed
+manually, per batch, after every vector of the batch is acknowledged by Kafka; a rebalance or a
+shutdown first drains the pipeline.
+
+Inside the worker thread a batch is encoded with texts sorted by length (both ``encode_passages``
+and ``encode_pretokenized`` sort), from the token ids the parser shipped when they were made by this
+model's tokenizer (``ChunkCreated.token_model``), else from the text; each ``ChunkEmbedded`` is
+validated and serialised to JSON there too (``model_dump_json`` once per event), so the event loop
+only moves bytes. Vectors go out through one aiokafka producer with large batches.
+
+Reindexing (``evidentia reindex --model X``): ``chunks.reindex`` carries ``ChunkCreated`` events with
+``target_model``; each embedder reads that topic in a consumer group of its own model and embeds only
+the events aimed at its model, so a reindex embedder started with ``X`` (``python -m
+services.embedder.reindex``, see :mod:`services.embedder.reindex`) fills X's building index through the
+same pipeline while this one keeps embedding new chunks with the current model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
+from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
+from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
 from shared import metrics
-from shared.broker import decode_batch, publish_dead_letters
+from shared.broker import EVENT_TYPE_HEADER, decode_batch, publish_dead_letters, records_of
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkCreated, ChunkEmbedded
 from shared.settings import Settings
@@ -23,71 +44,197 @@ from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-embedder"
+SERVICE = "embedder"
+_HEADERS = [("content-type", b"application/json"), (EVENT_TYPE_HEADER, b"ChunkEmbedded")]
+
+
+def reindex_group(model: str) -> str:
+    """Consumer group of the embedders of ``model`` on ``chunks.reindex`` (one group per model)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:80] or "default"
+    return f"{GROUP_ID}-reindex-{slug}"
+
+
+def encode_events(embedder: Embedder, events: Sequence[ChunkCreated], batch_size: int) -> list[Payload]:
+    """Vectors of ``events`` as ``chunks.embedded`` messages (runs in the worker thread).
+
+    Events whose ``token_ids`` were made by this model's tokenizer go through the pre-tokenised path;
+    the others are tokenised here. Each group is encoded in length-sorted model batches.
+    """
+    if not events:
+        return []
+    start = time.perf_counter()
+    own = embedder.name
+    pre = [i for i, e in enumerate(events) if e.token_ids and e.token_model == own]
+    vectors: np.ndarray
+    if len(pre) == len(events):
+        vectors = embedder.encode_pretokenized([e.token_ids or [] for e in events], batch_size)
+    elif not pre:
+        vectors = embedder.encode_passages([e.text for e in events], batch_size)
+    else:
+        pre_set = set(pre)
+        rest = [i for i in range(len(events)) if i not in pre_set]
+        vectors = np.empty((len(events), embedder.dim), dtype=np.float32)
+        vectors[pre] = embedder.encode_pretokenized([events[i].token_ids or [] for i in pre], batch_size)
+        vectors[rest] = embedder.encode_passages([events[i].text for i in rest], batch_size)
+    elapsed = time.perf_counter() - start
+    metrics.EMBED_SECONDS.observe(elapsed)
+    metrics.EMBED_PASSAGES.inc(len(events))
+    if elapsed > 0:
+        metrics.EMBED_RATE.set(len(events) / elapsed)
+    dim = embedder.dim
+    payloads: list[Payload] = []
+    for e, row in zip(events, vectors.tolist(), strict=True):
+        out = ChunkEmbedded(
+            trace_id=e.trace_id, chunk_id=e.chunk_id, document_id=e.document_id, model=own, dim=dim,
+            embedding=row, job_id=e.job_id,
+        )
+        payloads.append((e.document_id.encode(), out.model_dump_json().encode()))
+    return payloads
+
+
+def next_offsets(records: Sequence[ConsumerRecord[Any, Any]]) -> Offsets:
+    """Offset to commit per partition: one past the last record of the batch."""
+    offsets: Offsets = {}
+    for r in records:
+        tp = TopicPartition(r.topic, r.partition)
+        offsets[tp] = max(offsets.get(tp, 0), r.offset + 1)
+    return offsets
+
+
+def record_lag(consumer: AIOKafkaConsumer | None, topic: str, offsets: Offsets) -> None:
+    """Consumer lag of this batch's partitions (high watermark - next offset), as a gauge."""
+    if consumer is None:
+        return
+    lag = 0
+    for tp, nxt in offsets.items():
+        try:
+            hw = consumer.highwater(tp)
+        except Exception:  # partition not assigned any more
+            continue
+        if hw is not None:
+            lag += max(0, hw - nxt)
+    metrics.CONSUMER_LAG.labels(SERVICE, topic).set(lag)
+
+
+class DrainOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Before partitions move to another consumer, finish (publish and commit) what was taken."""
+
+    def __init__(self, state: EmbedderState) -> None:
+        self.state = state
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if self.state.pipeline.in_flight:
+            await self.state.pipeline.drain()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        return None
 
 
 class EmbedderState:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._embedder: Embedder | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._broker: KafkaBroker | None = None
+        self.pipeline: EmbedPipeline[ChunkCreated] = EmbedPipeline(
+            self._encode, self._publish, on_error=self._dead_letter, depth=2
+        )
+
+    def attach(self, broker: KafkaBroker) -> None:
+        """The broker whose dead-letter topics bad events go to (and, for AsyncAPI, the vectors' publisher)."""
+        self._broker = broker
+        # Declared for the AsyncAPI document; vectors are sent through this state's own producer.
+        broker.publisher(CHUNKS_EMBEDDED, title="chunks.embedded", schema=ChunkEmbedded)
 
     async def start(self) -> None:
         embedder = get_embedder(self.settings.embedding)
         await asyncio.to_thread(embedder.warm_up)
         self._embedder = embedder
         metrics.EMBED_DEVICE.labels(embedder.device, embedder.name).set(1)
+        k = self.settings.kafka
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=k.bootstrap,
+            client_id=f"{k.client_id}-{SERVICE}-vectors",
+            acks="all",
+            linger_ms=2,
+            max_batch_size=1 << 20,  # ~8 KB per vector message: 16 KB batches would hold two
+            max_request_size=k.max_request_size,
+        )
+        await self._producer.start()
+        await self.pipeline.start()
         log.info("model loaded", extra={"model": embedder.name, "dim": embedder.dim, "device": embedder.device})
 
+    async def stop(self) -> None:
+        await self.pipeline.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
     async def ready(self) -> bool:
-        return self._embedder is not None
+        return self._embedder is not None and self.pipeline.running
 
     @property
     def embedder(self) -> Embedder:
         assert self._embedder is not None, "embedder not started"
         return self._embedder
 
+    def _encode(self, events: list[ChunkCreated]) -> list[Payload]:
+        return encode_events(self.embedder, events, self.settings.embedding.batch_size)
+
+    async def _publish(self, payloads: list[Payload]) -> None:
+        producer = self._producer
+        assert producer is not None, "embedder not started"
+        futures = [
+            await producer.send(CHUNKS_EMBEDDED, value=value, key=key, headers=_HEADERS) for key, value in payloads
+        ]
+        await asyncio.gather(*futures)
+
+    async def _dead_letter(self, batch: Batch[ChunkCreated], exc: BaseException) -> None:
+        assert self._broker is not None
+        await publish_dead_letters(self._broker, SERVICE, list(batch.records), exc, 1)
+
+    async def take(self, msg: KafkaMessage, *, target_model: str | None = None) -> None:
+        """Decode a consumed batch and queue it (waits while the pipeline is full)."""
+        assert self._broker is not None
+        records = records_of(msg)
+        if not records:
+            return
+        events, poison = decode_batch(ChunkCreated, msg)
+        for record, exc in poison:
+            await publish_dead_letters(self._broker, SERVICE, [record], exc, 1)
+        if target_model is not None:  # chunks.reindex: only the events aimed at this model
+            events = [e for e in events if e.target_model == target_model]
+        topic = records[0].topic
+        consumer: AIOKafkaConsumer | None = getattr(msg, "consumer", None)
+        offsets = next_offsets(records)
+        record_lag(consumer, topic, offsets)
+        metrics.BATCH_SIZE.labels(SERVICE, topic).observe(len(events))
+        commit = consumer.commit if consumer is not None and hasattr(consumer, "highwater") else None
+        await self.pipeline.submit(Batch(events=events, offsets=offsets, commit=commit, records=records))
+
 
 def register(broker: KafkaBroker, state: EmbedderState) -> None:
-    out = broker.publisher(CHUNKS_EMBEDDED, title="chunks.embedded", schema=ChunkEmbedded)
+    """Subscribe to ``chunks.created`` (group ``evidentia-embedder``); reindexing is in :mod:`.reindex`."""
+    state.attach(broker)
 
     @broker.subscriber(
         CHUNKS_CREATED,
         group_id=GROUP_ID,
         auto_offset_reset="earliest",
-        ack_policy=AckPolicy.ACK,
+        ack_policy=AckPolicy.MANUAL,
         batch=True,
         max_records=state.settings.embedding.consume_batch,
         batch_timeout_ms=50,
+        listener=DrainOnRevoke(state),
         title="chunks.created:embedder",
-        description="ChunkCreated events, embedded in batches.",
+        description="ChunkCreated events, embedded in batches; offsets committed after the vectors are sent.",
     )
     async def on_chunks(msg: KafkaMessage) -> None:
-        events, poison = decode_batch(ChunkCreated, msg)
-        for record, exc in poison:
-            await publish_dead_letters(broker, "embedder", [record], exc, 1)
-        if not events:
-            return
-        metrics.BATCH_SIZE.labels("embedder", CHUNKS_CREATED).observe(len(events))
-        embedder = state.embedder
-        start = time.perf_counter()
-        vectors = await asyncio.to_thread(
-            embedder.encode_passages, [e.text for e in events], state.settings.embedding.batch_size
-        )
-        metrics.EMBED_SECONDS.observe(time.perf_counter() - start)
-        metrics.EMBED_PASSAGES.inc(len(events))
-        await asyncio.gather(
-            *(
-                out.publish(
-                    ChunkEmbedded(
-                        trace_id=e.trace_id,
-                        chunk_id=e.chunk_id,
-                        document_id=e.document_id,
-                        model=embedder.name,
-                        dim=embedder.dim,
-                        embedding=v.tolist(),
-                        job_id=e.job_id,
-                    ),
-                    key=e.document_id.encode(),
-                )
-                for e, v in zip(events, vectors, strict=True)
-            )
-        )
+        await state.take(msg)
+
+
+def configured_model(settings: Settings) -> str:
+    """The canonical name of the configured model (what its vectors are labelled with), without loading it."""
+    from shared.embedding.factory import resolve
+
+    return resolve(settings.embedding)[1].name

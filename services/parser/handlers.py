@@ -18,6 +18,7 @@ from shared import metrics
 from shared.broker import PoisonEvent, add_dead_letter_hook, decode
 from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, set_stage
+from shared.embedding.passage_tokens import PassageTokenizer, passage_tokenizer
 from shared.events import ChunkCreated, DocumentDeleted, DocumentFetched
 from shared.models import ParsedDocument
 from shared.settings import Settings
@@ -34,12 +35,14 @@ class ParserState:
         self.settings = settings
         self._pool: asyncpg.Pool | None = None
         self._chunker: Chunker | None = None
+        self.token_ids: PassageTokenizer | None = None
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
         add_dead_letter_hook(fail_documents_hook(self._pool))
         # Loading the tokenizer takes a moment; do it off the event loop.
         self._chunker = await asyncio.to_thread(build_chunker, self.settings)
+        self.token_ids = await asyncio.to_thread(token_id_maker, self.settings)
 
     async def stop(self) -> None:
         if self._pool is not None:
@@ -61,6 +64,26 @@ class ParserState:
     def chunker(self) -> Chunker:
         assert self._chunker is not None, "parser not started"
         return self._chunker
+
+
+def token_id_maker(settings: Settings) -> PassageTokenizer | None:
+    """What makes the token ids shipped in ``chunks.created``: the embedding model's passage tokenizer.
+
+    Only when the chunker counts with the embedding model's own tokenizer (``EVIDENTIA_CHUNK_TOKENIZER``
+    unset or the same model): the parser and the embedder both read ``EVIDENTIA_EMBEDDING_MODEL``, and
+    each id list is labelled with the model's canonical name, which the embedder checks against its
+    own before using the ids (a mismatch, e.g. mid model switch, falls back to the text).
+    """
+    chunk_tok = settings.chunking.tokenizer
+    if chunk_tok and chunk_tok.strip() != settings.embedding.model.strip():
+        return None
+    try:
+        tok = passage_tokenizer(settings.embedding)
+    except Exception:  # a tokenizer that cannot load only costs the embedder its own tokenisation
+        log.warning("cannot load the passage tokenizer; chunks.created will carry no token ids", exc_info=True)
+        return None
+    log.info("shipping token ids", extra={"tokenizer": repr(tok)})
+    return tok
 
 
 def parse_event(event: DocumentFetched, chunker: Chunker) -> list[ParsedDocument]:
@@ -110,6 +133,11 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
                     continue
             await set_stage(state.pool, [doc.document_id], "parsed", force=True)
             key = doc.document_id.encode()
+            tok = state.token_ids
+            ids: list[list[int] | None] = (
+                list(await asyncio.to_thread(tok, [c.embedding_text for c in chunks]))
+                if tok is not None else [None] * len(chunks)
+            )
             await asyncio.gather(
                 *(
                     chunks_out.publish(
@@ -121,10 +149,12 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
                             text=chunk.embedding_text,
                             token_count=chunk.token_count,
                             job_id=event.job_id,
+                            token_ids=chunk_ids,
+                            token_model=tok.model if tok is not None and chunk_ids is not None else None,
                         ),
                         key=key,
                     )
-                    for chunk in chunks
+                    for chunk, chunk_ids in zip(chunks, ids, strict=True)
                 )
             )
             metrics.CHUNKS_STORED.labels("parser").inc(len(chunks))

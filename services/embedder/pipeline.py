@@ -1,0 +1,216 @@
+"""A bounded three-stage pipeline that keeps the model busy: consume -> encode -> publish + commit.
+
+The Kafka handler only decodes a batch and :meth:`EmbedPipeline.submit`\\ s it, then returns, so
+FastStream fetches the next batch while the model encodes this one. One encoder task runs the model
+(and serialises the ``chunks.embedded`` payloads) in a dedicated worker thread, batch after batch; one
+publisher task sends a batch's payloads and then commits its offsets. While batch ``k`` is encoded,
+batch ``k+1`` is fetched and decoded and batch ``k-1`` is published and committed.
+
+Ordering and delivery: batches flow through both stages in submission order, and a batch's offsets
+(the offset after its last record, per partition) are committed only after every one of its messages
+is acknowledged by Kafka, so offsets only move forward over published work (at least once; a crash
+replays uncommitted batches and the retriever's upsert makes replays harmless).
+
+Back-pressure: both queues are bounded (``depth`` batches each), so when publishing falls behind the
+encoder blocks, then :meth:`submit` blocks, which stops the consume loop: aiokafka stops prefetching
+once its buffer is full, i.e. consumption pauses until the publisher catches up.
+
+Nothing here imports FastStream or pydantic: the handler supplies the encode, publish, commit and
+dead-letter functions (the GPU check drives this class without Kafka).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Payload = tuple[bytes | None, bytes]
+"""A message to publish: (key, value)."""
+Offsets = dict[Any, int]
+"""Next offset to commit per topic-partition (an aiokafka ``TopicPartition``)."""
+
+
+@dataclass
+class Batch(Generic[T]):
+    """Events of one consumed batch, the records they came from, and what to commit once published."""
+
+    events: list[T]
+    offsets: Offsets
+    commit: Callable[[Offsets], Awaitable[None]] | None = None
+    records: Sequence[Any] = ()
+    received: float = field(default_factory=time.perf_counter)
+    payloads: list[Payload] = field(default_factory=list)
+
+
+@dataclass
+class PipelineStats:
+    batches: int = 0
+    events: int = 0
+    encode_s: float = 0.0
+    publish_s: float = 0.0
+    encoder_idle_s: float = 0.0
+
+
+class EmbedPipeline(Generic[T]):
+    """``submit`` batches; they are encoded one at a time, then published and committed in order.
+
+    ``encode(events) -> payloads`` runs in the pipeline's worker thread (the model and the JSON
+    serialisation); it may return fewer payloads than events only by raising for the bad ones via
+    ``on_error``. ``publish(payloads)`` must return once Kafka acknowledged them all. ``on_error(batch,
+    exc)`` is called when ``encode`` fails for a batch (e.g. to dead-letter it); the batch is then still
+    committed so the consumer moves on.
+    """
+
+    def __init__(
+        self,
+        encode: Callable[[list[T]], list[Payload]],
+        publish: Callable[[list[Payload]], Awaitable[None]],
+        *,
+        on_error: Callable[[Batch[T], BaseException], Awaitable[None]] | None = None,
+        on_encoded: Callable[[Batch[T], float], None] | None = None,
+        depth: int = 2,
+        publish_retry_s: float = 1.0,
+    ) -> None:
+        self._encode = encode
+        self._publish = publish
+        self._on_error = on_error
+        self._on_encoded = on_encoded
+        self._depth = max(1, depth)
+        self._retry_s = publish_retry_s
+        self._encode_q: asyncio.Queue[Batch[T]] | None = None
+        self._publish_q: asyncio.Queue[Batch[T]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight = 0
+        self._idle: asyncio.Event | None = None
+        self._closing = False
+        self.stats = PipelineStats()
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._encode_q = asyncio.Queue(self._depth)
+        self._publish_q = asyncio.Queue(self._depth)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._tasks = [
+            asyncio.create_task(self._encoder(), name="embed-encoder"),
+            asyncio.create_task(self._publisher(), name="embed-publisher"),
+        ]
+
+    async def stop(self, grace_s: float = 60.0) -> None:
+        """Stop taking batches, finish (publish and commit) those taken, within ``grace_s``."""
+        self._closing = True
+        try:
+            await asyncio.wait_for(self.drain(), grace_s)
+        except TimeoutError:
+            log.warning("embed pipeline: %d batches not finished at shutdown; they will be replayed",
+                        self._in_flight)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks) and not self._closing
+
+    @property
+    def in_flight(self) -> int:
+        """Batches submitted and not yet committed."""
+        return self._in_flight
+
+    async def submit(self, batch: Batch[T]) -> None:
+        """Queue a batch (waits while the pipeline is full: that is the back-pressure)."""
+        if self._encode_q is None:
+            raise RuntimeError("embed pipeline not started")
+        if self._closing:  # shutting down: never acknowledged, so the batch is replayed after restart
+            await asyncio.Event().wait()
+        self._in_flight += 1
+        assert self._idle is not None
+        self._idle.clear()
+        await self._encode_q.put(batch)
+
+    async def drain(self) -> None:
+        """Wait until every submitted batch is published and committed (rebalance, shutdown)."""
+        if self._idle is not None:
+            await self._idle.wait()
+
+    # ------------------------------------------------------------------------------------ stages
+    async def _encoder(self) -> None:
+        assert self._encode_q is not None and self._publish_q is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            waited = time.perf_counter()
+            batch = await self._encode_q.get()
+            start = time.perf_counter()
+            self.stats.encoder_idle_s += start - waited
+            try:
+                batch.payloads = await loop.run_in_executor(self._pool, self._encode, batch.events)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("encoding a batch of %d events failed", len(batch.events))
+                batch.payloads = []
+                if self._on_error is not None:
+                    try:
+                        await self._on_error(batch, exc)
+                    except Exception:
+                        log.exception("dead-lettering a failed batch failed; it will be replayed")
+                        self._finish()  # not committed: replayed after a restart
+                        continue
+            elapsed = time.perf_counter() - start
+            self.stats.encode_s += elapsed
+            if self._on_encoded is not None and batch.payloads:
+                self._on_encoded(batch, elapsed)
+            await self._publish_q.put(batch)
+
+    async def _publisher(self) -> None:
+        assert self._publish_q is not None
+        while True:
+            batch = await self._publish_q.get()
+            start = time.perf_counter()
+            attempt = 0
+            while batch.payloads:
+                attempt += 1
+                try:
+                    await self._publish(batch.payloads)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # broker unreachable: retry; consumption is paused meanwhile
+                    delay = min(30.0, self._retry_s * 2 ** min(attempt - 1, 5))
+                    log.warning("publishing %d vectors failed (attempt %d): %r; retrying in %.1fs",
+                                len(batch.payloads), attempt, exc, delay)
+                    await asyncio.sleep(delay)
+            if batch.commit is not None and batch.offsets:
+                try:
+                    await batch.commit(batch.offsets)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # partitions revoked meanwhile: the new owner replays them
+                    log.warning("offset commit failed (%r); the batch may be embedded again", exc)
+            self.stats.publish_s += time.perf_counter() - start
+            self.stats.batches += 1
+            self.stats.events += len(batch.events)
+            self._finish()
+
+    def _finish(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight <= 0:
+            self._in_flight = 0
+            assert self._idle is not None
+            self._idle.set()

@@ -1,0 +1,179 @@
+"""The embedder service's pipeline: order, commit after publish, back-pressure, token ids, bad batches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from services.embedder.handlers import encode_events, next_offsets, reindex_group
+from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
+from shared.embedding.base import BaseEmbedder
+from shared.embedding.passage_tokens import passage_tokenizer
+from shared.events import ChunkCreated, ChunkEmbedded
+from shared.settings import EmbeddingSettings
+
+TEXTS = [
+    "Aspirin reduces the risk of myocardial infarction in patients with stable angina.",
+    "Metformin is the first-line therapy for type 2 diabetes mellitus.",
+    "Statins lower LDL cholesterol. " * 80,  # longer than the 256-token cap
+    "Short.",
+]
+
+
+def _events(texts: list[str], ids: list[list[int]] | None = None, model: str | None = None) -> list[ChunkCreated]:
+    return [
+        ChunkCreated(
+            chunk_id=f"c{i}", document_id=f"d{i}", ordinal=0, text=t, token_count=1,
+            token_ids=ids[i] if ids else None, token_model=model if ids else None,
+        )
+        for i, t in enumerate(texts)
+    ]
+
+
+def test_batches_are_published_in_order_and_committed_only_after_publishing() -> None:
+    log: list[tuple[str, int]] = []
+
+    def encode(events: list[int]) -> list[Payload]:
+        time.sleep(0.01)
+        return [(None, str(e).encode()) for e in events]
+
+    async def publish(payloads: list[Payload]) -> None:
+        await asyncio.sleep(0.005)
+        log.extend(("sent", int(v)) for _, v in payloads)
+
+    async def main() -> None:
+        pipe: EmbedPipeline[int] = EmbedPipeline(encode, publish, depth=2)
+        await pipe.start()
+
+        async def commit(offsets: Offsets) -> None:
+            log.append(("commit", offsets["p"]))
+
+        for k in range(6):
+            await pipe.submit(Batch(events=[2 * k, 2 * k + 1], offsets={"p": 2 * k + 2}, commit=commit))
+        await pipe.drain()
+        assert pipe.in_flight == 0
+        await pipe.stop()
+
+    asyncio.run(main())
+    sent = [v for kind, v in log if kind == "sent"]
+    assert sent == list(range(12))
+    commits = [(i, v) for i, (kind, v) in enumerate(log) if kind == "commit"]
+    assert [v for _, v in commits] == [2, 4, 6, 8, 10, 12]
+    for position, offset in commits:  # every event below the committed offset was sent before
+        assert {v for kind, v in log[:position] if kind == "sent"} >= set(range(offset))
+
+
+def test_submit_blocks_when_publishing_falls_behind() -> None:
+    async def main() -> int:
+        release = asyncio.Event()
+
+        async def publish(payloads: list[Payload]) -> None:
+            await release.wait()
+
+        pipe: EmbedPipeline[int] = EmbedPipeline(lambda ev: [(None, b"x") for _ in ev], publish, depth=1)
+        await pipe.start()
+        accepted = 0
+
+        async def producer() -> None:
+            nonlocal accepted
+            for k in range(10):
+                await pipe.submit(Batch(events=[k], offsets={}))
+                accepted += 1
+
+        task = asyncio.create_task(producer())
+        await asyncio.sleep(0.3)
+        stuck_at = accepted
+        release.set()
+        await task
+        await pipe.drain()
+        await pipe.stop()
+        return stuck_at
+
+    # depth 1: one batch publishing, one waiting to publish, one waiting to encode, one blocked in submit
+    assert asyncio.run(main()) <= 4
+
+
+def test_a_batch_that_fails_to_encode_is_dead_lettered_and_committed() -> None:
+    seen: list[str] = []
+
+    def encode(events: list[int]) -> list[Payload]:
+        raise ValueError("bad input")
+
+    async def publish(payloads: list[Payload]) -> None:
+        seen.append("published")
+
+    async def on_error(batch: Batch[int], exc: BaseException) -> None:
+        seen.append(f"dead-lettered {batch.events} {exc}")
+
+    async def main() -> None:
+        pipe: EmbedPipeline[int] = EmbedPipeline(encode, publish, on_error=on_error)
+        await pipe.start()
+
+        async def commit(offsets: Offsets) -> None:
+            seen.append(f"commit {offsets}")
+
+        await pipe.submit(Batch(events=[1], offsets={"p": 1}, commit=commit))
+        await pipe.drain()
+        await pipe.stop()
+
+    asyncio.run(main())
+    assert seen == ["dead-lettered [1] bad input", "commit {'p': 1}"]
+
+
+def test_next_offsets_is_one_past_the_last_record_per_partition() -> None:
+    class R:
+        def __init__(self, p: int, o: int) -> None:
+            self.topic, self.partition, self.offset = "t", p, o
+
+    offsets = next_offsets([R(0, 5), R(1, 2), R(0, 7), R(0, 6)])  # type: ignore[list-item]
+    assert {(tp.partition, o) for tp, o in offsets.items()} == {(0, 8), (1, 3)}
+
+
+def test_reindex_group_is_per_model() -> None:
+    assert reindex_group("BAAI/bge-small-en-v1.5") == "evidentia-embedder-reindex-baai-bge-small-en-v1-5"
+    assert reindex_group("a") != reindex_group("b")
+
+
+def test_parser_token_ids_equal_the_embedders(minilm: BaseEmbedder) -> None:
+    tok = passage_tokenizer(EmbeddingSettings(model="all-MiniLM-L6-v2"))
+    assert tok is not None and tok.model == minilm.name
+    assert tok(TEXTS) == minilm.passage_token_ids(TEXTS)
+
+
+def _decode(payloads: list[Payload]) -> np.ndarray:
+    rows: list[Any] = []
+    for key, value in payloads:
+        event = ChunkEmbedded.model_validate_json(value)
+        assert key == event.document_id.encode()
+        rows.append(event.embedding)
+    return np.asarray(rows, dtype=np.float32)
+
+
+def test_encode_events_uses_shipped_ids_of_its_own_model_only(minilm: BaseEmbedder) -> None:
+    reference = minilm.encode_passages(TEXTS)
+    ids = minilm.passage_token_ids(TEXTS)
+    from_text = _decode(encode_events(minilm, _events(TEXTS), 2))
+    from_ids = _decode(encode_events(minilm, _events(TEXTS, ids, minilm.name), 2))
+    np.testing.assert_allclose(from_text, reference, atol=1e-5)
+    np.testing.assert_allclose(from_ids, reference, atol=1e-4)
+    # Ids labelled with another model are ignored (garbage ids would give garbage vectors).
+    garbage = [[101, 999, 102]] * len(TEXTS)
+    other = _decode(encode_events(minilm, _events(TEXTS, garbage, "some/other-model"), 2))
+    np.testing.assert_allclose(other, reference, atol=1e-5)
+    # A mixed batch: half with ids, half without.
+    mixed = _events(TEXTS, ids, minilm.name)
+    for e in mixed[::2]:
+        e.token_ids, e.token_model = None, None
+    np.testing.assert_allclose(_decode(encode_events(minilm, mixed, 2)), reference, atol=1e-4)
+    payload = json.loads(encode_events(minilm, _events(TEXTS[:1]), 2)[0][1])
+    assert payload["model"] == minilm.name and payload["dim"] == 384
+
+
+@pytest.mark.parametrize("n", [0])
+def test_encode_events_of_nothing_is_nothing(minilm: BaseEmbedder, n: int) -> None:
+    assert encode_events(minilm, [], 8) == []
