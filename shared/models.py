@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Source = Literal["pubmed", "pmc", "bookshelf"]
 StudyType = Literal[
@@ -145,9 +145,51 @@ class SearchFilters(BaseModel):
     study_types: list[StudyType] = Field(default_factory=list, description="Only these study types.")
     min_evidence_level: float | None = Field(None, ge=0, le=1, description="Lowest evidence weight (0..1).")
     mesh: list[str] = Field(default_factory=list, description="MeSH descriptors, any of which must match.")
+    mesh_descendants: bool = Field(
+        True,
+        description=(
+            "A MeSH descriptor also matches its descendants in the MeSH tree (where the tree is loaded into "
+            "the store's `mesh_tree` table; otherwise only the named descriptors match)."
+        ),
+    )
     sources: list[Source] = Field(default_factory=list, description="pubmed, pmc and/or bookshelf.")
     include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
     max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
+
+
+class QueryForm(BaseModel):
+    """A structured query: the retriever writes the text that is embedded and the terms that are matched.
+
+    ``therapeutic`` (seed 000): "Evidence for {drug} as a treatment for {disease}, including clinical
+    trials, efficacy data, and mechanism of action". ``condition-findings`` (seed 004): "{condition}.
+    {finding}. {finding}." where a finding reads like "symptom: fever 3 days".
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["therapeutic", "condition-findings"] = Field(description="Which template.")
+    drug: str | None = Field(None, max_length=500, description="Drug (therapeutic).")
+    disease: str | None = Field(None, max_length=500, description="Disease or indication (therapeutic).")
+    condition: str | None = Field(None, max_length=500, description="Condition or diagnosis (condition-findings).")
+    findings: list[str] = Field(
+        default_factory=list, max_length=50,
+        description='Clinical findings, e.g. "symptom: fever 3 days", "medical_history: pregnant".',
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> QueryForm:
+        if self.kind == "therapeutic" and not (self.drug and self.disease):
+            raise ValueError("a therapeutic query needs both drug and disease")
+        if self.kind == "condition-findings" and not self.condition:
+            raise ValueError("a condition-findings query needs a condition")
+        return self
+
+    def keywords(self) -> str:
+        """The terms a lexical search matches: drug and disease, or the condition and findings."""
+        if self.kind == "therapeutic":
+            return f"{self.drug} {self.disease}"
+        values = [f.split(":", 1)[1].strip() if ":" in f else f.strip() for f in self.findings]
+        return " ".join([self.condition or "", *values]).strip()
 
 
 class SearchHit(BaseModel):
@@ -170,6 +212,7 @@ class SearchHit(BaseModel):
     score: float
     dense_score: float | None = None
     lexical_score: float | None = None
+    rerank_score: float | None = Field(None, description="The reranker's score, where one reranked the hit.")
     rank: int
     url: str | None = None
 

@@ -166,10 +166,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
               summary="Search the literature (dense, lexical or hybrid) with clinical filters")
     async def search(body: SearchRequest) -> SearchResponse:
         reply = await gateway.kafka.retrieve(
-            RetrievalRequest(query=body.query, top_k=body.top_k, top_n=body.top_n, mode=body.mode,
-                             filters=body.filters, ef_search=body.ef_search)
+            RetrievalRequest(query=body.query_text, query_form=body.query_form, top_k=body.top_k,
+                             top_n=body.top_n, mode=body.mode, filters=body.filters, ef_search=body.ef_search,
+                             reranker=body.reranker, mmr=body.mmr, mmr_lambda=body.mmr_lambda)
         )
-        return SearchResponse(query=body.query, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
+        if reply.error is not None:
+            raise HTTPException(reply.error.status or 500, reply.error.message)
+        return SearchResponse(query=body.query_text, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
 
     return app
 

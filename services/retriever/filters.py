@@ -31,7 +31,16 @@ def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[An
     if filters.min_evidence_level is not None:
         conds.append(f"d.evidence_level >= {p(filters.min_evidence_level)}")
     if filters.mesh:
-        conds.append(f"d.mesh_terms && {p(list(filters.mesh))}::text[]")
+        ph = p(list(filters.mesh))
+        if filters.mesh_descendants:
+            # Descendants through the MeSH tree numbers when the tree is loaded (mesh_tree); else exact.
+            conds.append(
+                f"d.mesh_terms && ({ph}::text[] || ARRAY(SELECT c.descriptor FROM mesh_tree p "
+                "JOIN mesh_tree c ON c.tree_number = p.tree_number OR c.tree_number LIKE p.tree_number || '.%' "
+                f"WHERE lower(p.descriptor) = ANY(SELECT lower(x) FROM unnest({ph}::text[]) AS x)))"
+            )
+        else:
+            conds.append(f"d.mesh_terms && {ph}::text[]")
     if filters.sources:
         conds.append(f"d.source = ANY({p(list(filters.sources))}::text[])")
     return (" AND ".join(conds) or "TRUE"), params

@@ -10,7 +10,9 @@ import numpy as np
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from services.retriever.search import HybridSearcher
+from services.retriever.queries import render
+from services.retriever.rerank import build_reranker
+from services.retriever.search import CorpusStats, HybridSearcher
 from services.retriever.store import (
     IndexModelMismatch,
     VectorIndex,
@@ -38,6 +40,7 @@ class RetrieverState:
         self._pool: asyncpg.Pool | None = None
         self._embedder: Embedder | None = None
         self._index: VectorIndex | None = None
+        self._stats = CorpusStats()
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
@@ -81,7 +84,8 @@ class RetrieverState:
         return await get_index(self.pool, row["name"]) if row else None
 
     def searcher(self) -> HybridSearcher:
-        return HybridSearcher(self.pool, self.index, ef_search=self.settings.database.hnsw_ef_search)
+        return HybridSearcher.from_settings(self.pool, self.index, self.settings.retrieval,
+                                            ef_search=self.settings.database.hnsw_ef_search, stats=self._stats)
 
 
 def register(broker: KafkaBroker, state: RetrieverState) -> None:
@@ -131,20 +135,36 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
     )
     async def on_request(request: RetrievalRequest, msg: KafkaMessage) -> None:
         try:
+            q = render(request.query, request.query_form)
+            reranker = None
+            if request.mode == "hybrid+rerank":
+                try:
+                    reranker = build_reranker(state.settings, request.reranker)
+                except ValueError as exc:
+                    raise _BadRequest(str(exc)) from exc
             vector = None
             if request.mode != "lexical":
-                vector = (await asyncio.to_thread(state.embedder.encode_queries, [request.query]))[0]
+                vector = (await asyncio.to_thread(state.embedder.encode_queries, [q.dense]))[0]
             result = await state.searcher().search(
                 request.query, vector, mode=request.mode, top_k=request.top_k, top_n=request.top_n,
                 filters=request.filters, ef_search=request.ef_search, extra_chunk_ids=request.extra_chunk_ids,
+                lexical_query=q.lexical, rerank_query=q.rerank, reranker=reranker, mmr=request.mmr,
+                mmr_lambda=request.mmr_lambda,
             )
             answer = RetrievalReply(trace_id=request.trace_id, hits=result.hits, model=state.index.model,
                                     took_ms=result.took_ms)
+        except _BadRequest as exc:
+            answer = RetrievalReply(trace_id=request.trace_id,
+                                    error=ErrorInfo(type="BadRequest", message=str(exc), status=400))
         except Exception as exc:  # the caller gets the error instead of a timeout
             log.exception("search failed")
             answer = RetrievalReply(trace_id=request.trace_id,
                                     error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=500))
         await reply(broker, msg, answer)
+
+
+class _BadRequest(ValueError):
+    """A request the retriever cannot serve as asked (e.g. a reranker that is not configured)."""
 
 
 def _records_for(msg: KafkaMessage, group: list[ChunkEmbedded]) -> list:  # type: ignore[type-arg]

@@ -1,21 +1,41 @@
-"""Dense, lexical and hybrid search over the store; hits carry what a citation needs."""
+"""Dense, lexical (BM25) and hybrid search over the store; rerank and MMR; hits carry what a citation needs.
+
+Pipeline of :meth:`HybridSearcher.search`:
+
+1. dense (pgvector HNSW, iterative scans under filters) and/or lexical (BM25 over the store's term
+   statistics, or Postgres full-text ``ts_rank_cd``) rankings, each ``max(top_k, fusion_depth)`` deep;
+2. reciprocal rank fusion with weights (hybrid modes);
+3. at most ``max_chunks_per_document`` passages of one paper;
+4. ``hybrid+rerank``: the first ``top_k`` candidates reranked (cross-encoder or Claude);
+5. optional MMR diversity over the candidates' vectors;
+6. the first ``top_n`` returned (past ``top_k`` the fused order continues).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import asyncpg
 import numpy as np
 
 from services.retriever.filters import where_clause
 from services.retriever.fusion import ReciprocalRankFusion
+from services.retriever.mmr import mmr_select
 from services.retriever.store import VectorIndex
 from shared.models import SearchFilters, SearchHit
 
-_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, d.source, d.source_id, d.pmid, d.pmcid,
-    d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level"""
+if TYPE_CHECKING:
+    from services.retriever.rerank import Reranker
+    from shared.settings import RetrievalSettings
+
+_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
+    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level"""
+
+Mode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
 
 
 @dataclass(frozen=True)
@@ -24,11 +44,26 @@ class Scored:
     score: float
 
 
+@dataclass(frozen=True)
+class Bm25Params:
+    """Okapi BM25 ``k1``/``b`` and BM25F field weights (text terms weigh 1)."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    title_weight: float = 1.0
+    section_weight: float = 0.0
+
+    @classmethod
+    def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
+        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
+
+
 async def dense_search(
     pool: asyncpg.Pool, index: VectorIndex, query_vector: np.ndarray, k: int, filters: SearchFilters,
     ef_search: int,
 ) -> list[Scored]:
-    """Nearest chunks by cosine similarity; iterative HNSW scans keep filtered queries at k results."""
+    """Nearest chunks by cosine similarity (1 - cosine distance, seed 004); iterative HNSW scans keep
+    filtered queries at k results."""
     where, params = where_clause(filters, 3)
     sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> $1) AS score
               FROM {index.table_name} v
@@ -46,7 +81,7 @@ async def dense_search(
     return sorted(out, key=lambda s: -s.score)
 
 
-async def lexical_search(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+async def fts_search(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
     """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
     where, params = where_clause(filters, 3)
     sql = f"""WITH q AS (
@@ -60,6 +95,77 @@ async def lexical_search(pool: asyncpg.Pool, query: str, k: int, filters: Search
     return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
 
 
+@dataclass
+class CorpusStats:
+    """N and the average BM25F length of the chunks, cached for ``ttl_s`` (BM25 barely moves with them)."""
+
+    ttl_s: float = 60.0
+    _value: tuple[int, float, float, float] | None = None
+    _at: float = 0.0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def get(self, pool: asyncpg.Pool) -> tuple[int, float, float, float]:
+        """(N, mean title length, mean section length, mean text length)."""
+        now = time.monotonic()
+        if self._value is not None and now - self._at < self.ttl_s:
+            return self._value
+        async with self._lock:
+            if self._value is None or time.monotonic() - self._at >= self.ttl_s:
+                row = await pool.fetchrow(
+                    "SELECT count(*) AS n, coalesce(avg(len_title), 0) AS t, coalesce(avg(len_section), 0) AS s, "
+                    "coalesce(avg(len_text), 0) AS x FROM bm25_chunk_len"
+                )
+                assert row is not None
+                self._value = (int(row["n"]), float(row["t"]), float(row["s"]), float(row["x"]))
+                self._at = time.monotonic()
+        assert self._value is not None
+        return self._value
+
+    def invalidate(self) -> None:
+        self._value = None
+
+
+_BM25_SQL = """
+WITH q AS (SELECT DISTINCT t.lexeme AS term FROM unnest(to_tsvector('english', $1::text)) AS t),
+     p AS (SELECT p.term, p.chunk_id, p.tf_text + $5::float8 * p.tf_title + $6::float8 * p.tf_section AS tf
+           FROM bm25_postings p JOIN q ON q.term = p.term),
+     df AS (SELECT term, count(*) AS df FROM p GROUP BY term),
+     s AS (SELECT p.chunk_id,
+                  sum(ln(1 + ($7::float8 - df.df + 0.5) / (df.df + 0.5))
+                      * p.tf * ($3::float8 + 1)
+                      / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8
+                         * (l.len_text + $5::float8 * l.len_title + $6::float8 * l.len_section) / $8::float8)))
+                      AS score
+           FROM p JOIN df ON df.term = p.term JOIN bm25_chunk_len l ON l.chunk_id = p.chunk_id
+           WHERE p.tf > 0
+           GROUP BY p.chunk_id)
+SELECT s.chunk_id, s.score
+FROM s JOIN chunks c ON c.chunk_id = s.chunk_id JOIN documents d ON d.document_id = c.document_id
+WHERE {where}
+ORDER BY s.score DESC, s.chunk_id
+LIMIT $2"""
+
+
+async def bm25_search(
+    pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, params: Bm25Params, stats: CorpusStats,
+) -> list[Scored]:
+    """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over the store's postings.
+
+    The query is analysed like the stored text (``to_tsvector('english')``); scores are corpus-wide BM25
+    (statistics over every chunk), the filters only restrict which chunks are returned.
+    """
+    n, len_title, len_section, len_text = await stats.get(pool)
+    if n == 0:
+        return []
+    avgdl = len_text + params.title_weight * len_title + params.section_weight * len_section
+    where, fparams = where_clause(filters, 9)
+    rows = await pool.fetch(
+        _BM25_SQL.format(where=where), query, k, params.k1, params.b, params.title_weight,
+        params.section_weight, float(n), max(avgdl, 1e-6), *fparams,
+    )
+    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+
+
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
     rows = await pool.fetch(
         f"SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.document_id = c.document_id "
@@ -67,6 +173,18 @@ async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asy
         list(chunk_ids),
     )
     return {r["chunk_id"]: r for r in rows}
+
+
+async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    rows = await pool.fetch(
+        f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
+    )
+    return {r["chunk_id"]: _as_array(r["embedding"]) for r in rows}
+
+
+def _as_array(value: object) -> np.ndarray:
+    to_numpy = getattr(value, "to_numpy", None)  # pgvector >= 0.4 decodes to a Vector object
+    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)
 
 
 def _url(r: asyncpg.Record) -> str | None:
@@ -79,7 +197,9 @@ def _url(r: asyncpg.Record) -> str | None:
     return None
 
 
-def limit_per_document(ids: list[tuple[str, float]], doc_of: dict[str, str], per_doc: int | None) -> list[tuple[str, float]]:
+def limit_per_document(
+    ids: list[tuple[str, float]], doc_of: dict[str, str], per_doc: int | None
+) -> list[tuple[str, float]]:
     if per_doc is None:
         return ids
     seen: dict[str, int] = {}
@@ -96,31 +216,63 @@ def limit_per_document(ids: list[tuple[str, float]], doc_of: dict[str, str], per
 class SearchResult:
     hits: list[SearchHit]
     took_ms: float
+    reranker: str | None = None
 
 
 class HybridSearcher:
-    """Runs dense and/or lexical search and fuses them; the single search entry point of the service."""
+    """Runs dense and/or lexical search, fuses, reranks, diversifies; the single search entry point."""
 
-    def __init__(self, pool: asyncpg.Pool, index: VectorIndex, fusion: ReciprocalRankFusion | None = None,
-                 ef_search: int = 100):
+    def __init__(
+        self, pool: asyncpg.Pool, index: VectorIndex, fusion: ReciprocalRankFusion | None = None,
+        ef_search: int = 100, *, lexical: Literal["bm25", "fts"] = "bm25", bm25: Bm25Params | None = None,
+        fusion_depth: int = 100, stats: CorpusStats | None = None, mmr_lambda: float = 0.7,
+    ):
         self.pool = pool
         self.index = index
         self.fusion = fusion or ReciprocalRankFusion()
         self.ef_search = ef_search
+        self.lexical = lexical
+        self.bm25 = bm25 or Bm25Params()
+        self.fusion_depth = fusion_depth
+        self.stats = stats or CorpusStats()
+        self.mmr_lambda = mmr_lambda
+
+    @classmethod
+    def from_settings(
+        cls, pool: asyncpg.Pool, index: VectorIndex, settings: RetrievalSettings, *, ef_search: int = 100,
+        stats: CorpusStats | None = None,
+    ) -> HybridSearcher:
+        return cls(
+            pool, index, ReciprocalRankFusion(settings.rrf_k, [settings.dense_weight, settings.lexical_weight]),
+            ef_search, lexical=settings.lexical, bm25=Bm25Params.from_settings(settings),
+            fusion_depth=settings.fusion_depth, stats=stats, mmr_lambda=settings.mmr_lambda,
+        )
+
+    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+        if self.lexical == "fts":
+            return await fts_search(self.pool, query, k, filters)
+        return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats)
 
     async def search(
         self, query: str, query_vector: np.ndarray | None, *, mode: str, top_k: int, top_n: int,
         filters: SearchFilters, ef_search: int | None = None, extra_chunk_ids: Sequence[str] = (),
+        lexical_query: str | None = None, rerank_query: str | None = None, reranker: Reranker | None = None,
+        mmr: bool = False, mmr_lambda: float | None = None,
     ) -> SearchResult:
+        """``query`` is matched lexically unless ``lexical_query`` is given; the reranker reads
+        ``rerank_query`` (default ``query``)."""
         start = time.perf_counter()
+        hybrid = mode in ("hybrid", "hybrid+rerank")
+        depth = max(top_k, self.fusion_depth) if hybrid else max(top_k, top_n)
         dense: list[Scored] = []
         lexical: list[Scored] = []
         if mode in ("dense", "hybrid", "hybrid+rerank"):
-            assert query_vector is not None
-            dense = await dense_search(self.pool, self.index, query_vector, top_k, filters,
+            if query_vector is None:
+                raise ValueError(f"mode {mode!r} needs a query vector")
+            dense = await dense_search(self.pool, self.index, query_vector, depth, filters,
                                        ef_search or self.ef_search)
         if mode in ("lexical", "hybrid", "hybrid+rerank"):
-            lexical = await lexical_search(self.pool, query, top_k, filters)
+            lexical = await self.lexical_search(lexical_query or query, depth, filters)
         dense_by = {s.chunk_id: s.score for s in dense}
         lexical_by = {s.chunk_id: s.score for s in lexical}
         if mode == "dense":
@@ -129,13 +281,33 @@ class HybridSearcher:
             ranked = [(s.chunk_id, s.score) for s in lexical]
         else:
             ranked = self.fusion.fuse([[s.chunk_id for s in dense], [s.chunk_id for s in lexical]])
-        extra = [c for c in extra_chunk_ids if c not in dict(ranked)]
+        known = {c for c, _ in ranked}
+        extra = [c for c in extra_chunk_ids if c not in known]
         rows = await hydrate(self.pool, [c for c, _ in ranked] + extra)
         doc_of = {cid: r["document_id"] for cid, r in rows.items()}
-        ranked = limit_per_document(ranked, doc_of, filters.max_chunks_per_document)[:top_n]
-        ranked += [(c, 0.0) for c in extra if c in rows]
+        ranked = limit_per_document(ranked, doc_of, filters.max_chunks_per_document)
+        head, tail = ranked[:top_k], ranked[top_k:]
+        rerank_by: dict[str, float] = {}
+        used: str | None = None
+        if mode == "hybrid+rerank" and reranker is not None and head:
+            texts = [_rerank_text(rows[c]) for c, _ in head]
+            scores = await reranker.rerank(rerank_query or query, texts)
+            rerank_by = {c: s for (c, _), s in zip(head, scores, strict=True)}
+            order = {c: i for i, (c, _) in enumerate(head)}
+            head = sorted(((c, rerank_by[c]) for c, _ in head), key=lambda cs: (-cs[1], order[cs[0]]))
+            used = reranker.name
+        if mmr and len(head) > 1:
+            vectors = await vectors_of(self.pool, self.index, [c for c, _ in head])
+            if len(vectors) == len(head):
+                picked = mmr_select(
+                    [s for _, s in head], np.stack([vectors[c] for c, _ in head]), min(top_n, len(head)),
+                    self.mmr_lambda if mmr_lambda is None else mmr_lambda,
+                )
+                head = [head[i] for i in picked]
+        final = (head + tail)[:top_n]
+        final += [(c, 0.0) for c in extra if c in rows]
         hits = []
-        for rank, (cid, score) in enumerate(ranked, start=1):
+        for rank, (cid, score) in enumerate(final, start=1):
             r = rows.get(cid)
             if r is None:
                 continue
@@ -145,7 +317,12 @@ class HybridSearcher:
                     pmid=r["pmid"], pmcid=r["pmcid"], doi=r["doi"], title=r["title"], journal=r["journal"],
                     year=r["year"], study_type=r["study_type"], evidence_level=r["evidence_level"],
                     section=r["section"], text=r["content"], score=score, dense_score=dense_by.get(cid),
-                    lexical_score=lexical_by.get(cid), rank=rank, url=_url(r),
+                    lexical_score=lexical_by.get(cid), rerank_score=rerank_by.get(cid), rank=rank, url=_url(r),
                 )
             )
-        return SearchResult(hits, (time.perf_counter() - start) * 1000)
+        return SearchResult(hits, (time.perf_counter() - start) * 1000, used)
+
+
+def _rerank_text(r: asyncpg.Record) -> str:
+    """What a reranker reads: the chunk as it was embedded ("Document: title / Section: ... / text")."""
+    return str(r["embedding_text"])

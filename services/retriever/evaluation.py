@@ -1,0 +1,474 @@
+"""Retrieval evaluation on BEIR-format data sets (and PubMedQA) through the project's own code path.
+
+The corpus goes through the parser's document-json path (``ParsedDocument`` from title + text, then
+``chunk_document`` with the configured chunker, whose cap follows the embedding model's window), is stored
+with the parser's ``store_document`` (so the BM25 postings are built by the store's triggers), embedded with
+the configured embedder into a fresh HNSW index in its own database (a throw-away PostgreSQL in a temp dir,
+or a fresh database on a given server), and every query runs through the real :class:`HybridSearcher`.
+
+Scores are per document: a document's rank is that of its best chunk (``max_chunks_per_document=1``).
+Metrics: nDCG@10, Recall@100, MRR@10 (``ir-measures``/trec_eval when installed, else the implementations
+below, which the unit tests check against hand-computed cases), plus Recall@k for the k asked for.
+
+Embeddings are cached on disk by (model, text) so re-running other modes or fusion settings skips the
+encoder; ``--no-cache`` measures the whole run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import numpy as np
+
+from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
+from services.retriever.search import CorpusStats, HybridSearcher
+from services.retriever.store import create_index, upsert_vectors
+from shared.models import ParsedDocument, SearchFilters
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MODES = ("bm25", "dense", "hybrid", "hybrid+rerank")
+_SEARCH_MODE = {"bm25": "lexical", "dense": "dense", "hybrid": "hybrid", "hybrid+rerank": "hybrid+rerank"}
+Qrels = dict[str, dict[str, int]]
+Run = dict[str, dict[str, float]]
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def ndcg_at_k(qrels: Mapping[str, int], ranking: Sequence[str], k: int) -> float:
+    """nDCG@k with gain = relevance grade (trec_eval's ``ndcg_cut``), log2(rank + 1) discount."""
+    dcg = sum(qrels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranking[:k]) if qrels.get(d, 0) > 0)
+    ideal = sorted((g for g in qrels.values() if g > 0), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def recall_at_k(qrels: Mapping[str, int], ranking: Sequence[str], k: int) -> float:
+    relevant = {d for d, g in qrels.items() if g > 0}
+    if not relevant:
+        return 0.0
+    return len(relevant.intersection(ranking[:k])) / len(relevant)
+
+
+def mrr_at_k(qrels: Mapping[str, int], ranking: Sequence[str], k: int) -> float:
+    for i, d in enumerate(ranking[:k]):
+        if qrels.get(d, 0) > 0:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def _ranking(run: Mapping[str, float]) -> list[str]:
+    # trec_eval's order: score descending, then document id descending.
+    return [d for d, _ in sorted(run.items(), key=lambda kv: (-kv[1], _neg(kv[0])))]
+
+
+def _neg(s: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in s)
+
+
+def compute_metrics_builtin(qrels: Qrels, run: Run, recall_ks: Sequence[int] = ()) -> dict[str, float]:
+    """Mean nDCG@10, Recall@100, MRR@10 (and Recall@k) over the queries of ``qrels`` with a relevant doc."""
+    queries = [q for q, rels in qrels.items() if any(g > 0 for g in rels.values())]
+    sums: dict[str, float] = {"nDCG@10": 0.0, "Recall@100": 0.0, "MRR@10": 0.0}
+    sums.update({f"Recall@{k}": 0.0 for k in recall_ks})
+    for q in queries:
+        ranking = _ranking(run.get(q, {}))
+        sums["nDCG@10"] += ndcg_at_k(qrels[q], ranking, 10)
+        sums["Recall@100"] += recall_at_k(qrels[q], ranking, 100)
+        sums["MRR@10"] += mrr_at_k(qrels[q], ranking, 10)
+        for k in recall_ks:
+            sums[f"Recall@{k}"] += recall_at_k(qrels[q], ranking, k)
+    return {m: (v / len(queries) if queries else 0.0) for m, v in sums.items()}
+
+
+def compute_metrics(qrels: Qrels, run: Run, recall_ks: Sequence[int] = ()) -> tuple[dict[str, float], str]:
+    """The metrics and which implementation computed them (``ir-measures`` when it is installed)."""
+    try:
+        import ir_measures
+        from ir_measures import RR, R, nDCG
+    except ImportError:
+        return compute_metrics_builtin(qrels, run, recall_ks), "builtin"
+    names = {nDCG @ 10: "nDCG@10", R @ 100: "Recall@100", RR @ 10: "MRR@10"}
+    names.update({R @ k: f"Recall@{k}" for k in recall_ks})
+    judged = {q: rels for q, rels in qrels.items() if any(g > 0 for g in rels.values())}
+    full_run = {q: run.get(q, {}) for q in judged}
+    # ir-measures averages over every query of the qrels (a query with no result scores 0).
+    agg = ir_measures.calc_aggregate(list(names), judged, full_run)
+    return {names[m]: float(v) for m, v in agg.items()}, "ir-measures"
+
+
+# ---------------------------------------------------------------------------------------------- data sets
+@dataclass
+class Dataset:
+    name: str
+    corpus: dict[str, tuple[str, str]]
+    """doc id -> (title, text)"""
+    queries: dict[str, str]
+    qrels: Qrels
+
+
+def _open_text(path: Path) -> Any:
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
+    with _open_text(path) as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _first_existing(*paths: Path) -> Path:
+    for p in paths:
+        if p.exists():
+            return p
+    raise FileNotFoundError(f"none of {', '.join(str(p) for p in paths)} exists")
+
+
+def load_beir(directory: str | os.PathLike[str], split: str = "test") -> Dataset:
+    """``corpus.jsonl[.gz]``, ``queries.jsonl`` (or ``queries.SPLIT.jsonl``), ``qrels/SPLIT.tsv``."""
+    root = Path(directory)
+    corpus_path = _first_existing(root / "corpus.jsonl", root / "corpus.jsonl.gz")
+    queries_path = _first_existing(
+        root / f"queries.{split}.jsonl", root / "queries.jsonl", root / f"queries.{split}.jsonl.gz",
+        root / "queries.jsonl.gz",
+    )
+    qrels: Qrels = {}
+    with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as fh:
+        for line in fh:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3 or parts[0] == "query-id":
+                continue
+            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    queries = {str(q["_id"]): str(q["text"]) for q in _read_jsonl(queries_path) if str(q["_id"]) in qrels}
+    qrels = {q: rels for q, rels in qrels.items() if q in queries}
+    corpus = {str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or "")) for d in _read_jsonl(corpus_path)}
+    return Dataset(f"{root.name}/{split}", corpus, queries, qrels)
+
+
+def load_pubmedqa(path: str | os.PathLike[str], *, with_titles: bool = False) -> Dataset:
+    """PubMedQA (``pqal_*.json``): each question's own abstract must be found among all the abstracts.
+
+    The corpus is every question's contexts (the abstract less its conclusion); the article titles are left
+    out by default because most PubMedQA questions are their article's title verbatim.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    corpus: dict[str, tuple[str, str]] = {}
+    queries: dict[str, str] = {}
+    qrels: Qrels = {}
+    for pmid, item in data.items():
+        contexts = item.get("CONTEXTS") or []
+        labels = item.get("LABELS") or []
+        parts = [f"{label.title()}: {c}" if i < len(labels) else c for i, (c, label) in
+                 enumerate(zip(contexts, labels + [""] * len(contexts), strict=False))]
+        corpus[pmid] = (item["QUESTION"] if with_titles else "", " ".join(parts) if labels else " ".join(contexts))
+        queries[pmid] = item["QUESTION"]
+        qrels[pmid] = {pmid: 1}
+    return Dataset(f"pubmedqa/{Path(path).stem}", corpus, queries, qrels)
+
+
+def load_dataset(path: str | os.PathLike[str], split: str) -> Dataset:
+    p = Path(path)
+    return load_pubmedqa(p) if p.is_file() and p.suffix == ".json" else load_beir(p, split)
+
+
+def to_documents(ds: Dataset) -> list[ParsedDocument]:
+    """Each corpus entry as the document-json import would bring it (title + abstract)."""
+    return [
+        ParsedDocument(source="pubmed", source_id=doc_id, title=title, abstract=text or None)
+        for doc_id, (title, text) in ds.corpus.items()
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- embeddings
+class EmbeddingCache:
+    """Vectors by (model, text), in one ``.npz`` per model under ``directory`` (None: memory only)."""
+
+    def __init__(self, directory: Path | None, model: str):
+        self.path = None if directory is None else directory / f"{re.sub(r'[^A-Za-z0-9]+', '_', model)}.npz"
+        self._vectors: dict[str, np.ndarray] = {}
+        self._dirty = False
+        if self.path is not None and self.path.exists():
+            with np.load(self.path) as data:
+                for key, vec in zip(data["keys"], data["vectors"], strict=True):
+                    self._vectors[key.decode() if isinstance(key, bytes) else str(key)] = vec
+
+    @staticmethod
+    def key(kind: str, text: str) -> str:
+        return hashlib.sha256(f"{kind}\x00{text}".encode()).hexdigest()[:32]
+
+    def encode(self, kind: str, texts: Sequence[str], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        keys = [self.key(kind, t) for t in texts]
+        missing = sorted({(k, t) for k, t in zip(keys, texts, strict=True) if k not in self._vectors})
+        if missing:
+            vectors = encode([t for _, t in missing])
+            for (k, _), v in zip(missing, vectors, strict=True):
+                self._vectors[k] = np.asarray(v, dtype=np.float32)
+            self._dirty = True
+        return np.stack([self._vectors[k] for k in keys]) if keys else np.zeros((0, 0), dtype=np.float32)
+
+    def save(self) -> None:
+        if self.path is None or not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = np.asarray(list(self._vectors), dtype="S32")
+        tmp = self.path.with_suffix(".tmp.npz")
+        np.savez(tmp, keys=keys, vectors=np.stack(list(self._vectors.values())))
+        tmp.replace(self.path)
+        self._dirty = False
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evidentia" / "eval"
+
+
+# ---------------------------------------------------------------------------------------------- database
+@contextlib.asynccontextmanager
+async def fresh_database(url: str | None) -> AsyncIterator[str]:
+    """A URL of an empty database: a new one on ``url``'s server (dropped after), or a throw-away
+    PostgreSQL in a temp dir when ``url`` is None."""
+    if url:
+        name = f"evidentia_eval_{secrets.token_hex(4)}"
+        admin = await asyncpg.connect(url)
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        parts = urlsplit(url)
+        try:
+            yield urlunsplit(parts._replace(path=f"/{name}"))
+        finally:
+            admin = await asyncpg.connect(url)
+            try:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await admin.close()
+        return
+    from shared.devstack.postgres import LocalPostgres
+
+    tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="evidentia-eval-"))
+    await asyncio.to_thread(tmp.chmod, 0o755)
+    pg = LocalPostgres(tmp, port=_free_port())
+    await asyncio.to_thread(pg.start)
+    try:
+        yield pg.url
+    finally:
+        await asyncio.to_thread(pg.stop)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------- the run
+@dataclass
+class EvalConfig:
+    modes: Sequence[str] = MODES
+    database_url: str | None = None
+    cache_dir: Path | None = field(default_factory=default_cache_dir)
+    rerank_depth: int = 30
+    """top_k of hybrid+rerank: candidates the reranker sees."""
+    rerank_model: str | None = None
+    """hybrid+rerank without a configured reranker: re-score with this second embedding model."""
+    recall_ks: Sequence[int] = ()
+    limit_queries: int | None = None
+    concurrency: int = 4
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    metrics: dict[str, float]
+    queries: int
+    search_s: float
+    reranker: str | None = None
+
+
+@dataclass
+class EvalReport:
+    dataset: str
+    model: str
+    documents: int
+    chunks: int
+    metrics_impl: str
+    timings_s: dict[str, float]
+    results: list[ModeResult]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset, "model": self.model, "documents": self.documents, "chunks": self.chunks,
+            "metrics_impl": self.metrics_impl, "timings_s": {k: round(v, 2) for k, v in self.timings_s.items()},
+            "modes": {r.mode: {**{k: round(v, 4) for k, v in r.metrics.items()}, "queries": r.queries,
+                               "search_s": round(r.search_s, 2), "reranker": r.reranker} for r in self.results},
+        }
+
+
+def eval_chunker(settings: Settings) -> Any:
+    """The configured chunker, its tokenizer read from the model's own folder when the name is a known
+    model that ``evidentia models fetch`` made (the tokenizer loader does not resolve those names)."""
+    from services.parser.chunking import Chunker
+    from services.parser.tokens import TokenizerError
+    from shared.embedding.factory import resolve
+
+    try:
+        return Chunker.from_settings(settings.chunking, settings.embedding)
+    except TokenizerError:
+        folder = resolve(settings.embedding)[1].source
+        chunking = settings.chunking.model_copy(update={"tokenizer": folder})
+        return Chunker.from_settings(chunking, settings.embedding)
+
+
+async def _store_all(pool: asyncpg.Pool, docs: Sequence[ParsedDocument], concurrency: int) -> None:
+    from services.parser.store import store_document
+
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(doc: ParsedDocument) -> None:
+        async with sem:
+            await store_document(pool, doc)
+
+    await asyncio.gather(*(one(d) for d in docs))
+
+
+async def evaluate(ds: Dataset, settings: Settings, config: EvalConfig,
+                   progress: Callable[[str], None] = lambda _m: None) -> EvalReport:
+    from services.parser.core import chunk_document
+    from shared.db import create_pool
+    from shared.embedding import get_embedder
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    embedder = get_embedder(settings.embedding)
+    chunker = eval_chunker(settings)
+    docs = [chunk_document(d, chunker) for d in to_documents(ds)]
+    timings["chunk"] = time.perf_counter() - t0
+    progress(f"chunked {len(docs)} documents into {sum(len(d.chunks) for d in docs)} chunks "
+             f"({timings['chunk']:.1f}s)")
+    query_ids = sorted(ds.queries)[: config.limit_queries] if config.limit_queries else sorted(ds.queries)
+    cache = EmbeddingCache(config.cache_dir, embedder.name)
+    async with fresh_database(config.database_url) as url:
+        db = settings.database.model_copy(update={"url": url, "pool_max": config.concurrency + 2})
+        pool = await create_pool(db)
+        try:
+            t = time.perf_counter()
+            await _store_all(pool, docs, config.concurrency)
+            timings["store"] = time.perf_counter() - t
+            rows = await pool.fetch("SELECT chunk_id, document_id, embedding_text FROM chunks ORDER BY chunk_id")
+            progress(f"stored {len(rows)} chunks ({timings['store']:.1f}s); embedding with {embedder.name}")
+            t = time.perf_counter()
+            texts = [r["embedding_text"] for r in rows]
+            vectors = await asyncio.to_thread(cache.encode, "passage", texts, embedder.encode_passages)
+            timings["embed_passages"] = time.perf_counter() - t
+            cache.save()
+            t = time.perf_counter()
+            index = await create_index(pool, embedder.name, embedder.dim, db, activate=True)
+            for i in range(0, len(rows), 2000):
+                part = rows[i : i + 2000]
+                await upsert_vectors(pool, index, [r["chunk_id"] for r in part], [r["document_id"] for r in part],
+                                     vectors[i : i + 2000])
+            await pool.execute("ANALYZE")
+            timings["index"] = time.perf_counter() - t
+            progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s HNSW)")
+            t = time.perf_counter()
+            qvecs = await asyncio.to_thread(cache.encode, "query", [ds.queries[q] for q in query_ids],
+                                            embedder.encode_queries)
+            timings["embed_queries"] = time.perf_counter() - t
+            cache.save()
+            searcher = HybridSearcher.from_settings(pool, index, settings.retrieval,
+                                                    ef_search=max(settings.database.hnsw_ef_search, 200),
+                                                    stats=CorpusStats(ttl_s=1e9))
+            results: list[ModeResult] = []
+            impl = "builtin"
+            for mode in config.modes:
+                reranker = await _reranker_for(mode, settings, config)
+                t = time.perf_counter()
+                run = await _run_mode(searcher, ds, query_ids, qvecs, mode, config, reranker)
+                elapsed = time.perf_counter() - t
+                metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
+                results.append(ModeResult(mode, metrics, len(query_ids), elapsed,
+                                          reranker.name if reranker else None))
+                progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
+            timings["total"] = time.perf_counter() - t0
+            return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results)
+        finally:
+            await pool.close()
+
+
+async def _reranker_for(mode: str, settings: Settings, config: EvalConfig) -> Reranker | None:
+    if mode != "hybrid+rerank":
+        return None
+    if config.rerank_model:
+        from shared.embedding import get_embedder
+        from shared.settings import EmbeddingSettings
+
+        second = get_embedder(EmbeddingSettings(model=config.rerank_model, threads=settings.embedding.threads))
+        cache = EmbeddingCache(config.cache_dir, second.name)
+        return _CachedEmbeddingReranker(second, cache)
+    return build_reranker(settings)
+
+
+class _CachedEmbeddingReranker(EmbeddingReranker):
+    """:class:`EmbeddingReranker` whose passage and query vectors go through the on-disk cache."""
+
+    def __init__(self, embedder: Any, cache: EmbeddingCache):
+        super().__init__(embedder)
+        self._disk = cache
+
+    async def rerank(self, query: str, passages: Sequence[str]) -> list[float]:
+        if not passages:
+            return []
+        q = self._disk.encode("query", [query], self.embedder.encode_queries)[0]
+        matrix = self._disk.encode("passage", list(passages), self.embedder.encode_passages)
+        cos = matrix @ q
+        order = np.argsort(-cos, kind="stable")
+        second_rank = np.empty(len(passages), dtype=np.int64)
+        second_rank[order] = np.arange(1, len(passages) + 1)
+        return [self.first_weight / (self.k + i + 1) + 1.0 / (self.k + int(second_rank[i]))
+                for i in range(len(passages))]
+
+
+async def _run_mode(searcher: HybridSearcher, ds: Dataset, query_ids: Sequence[str], qvecs: np.ndarray, mode: str,
+                    config: EvalConfig, reranker: Reranker | None) -> Run:
+    filters = SearchFilters(max_chunks_per_document=1)
+    sem = asyncio.Semaphore(config.concurrency)
+    run: Run = {}
+    top_k = config.rerank_depth if mode == "hybrid+rerank" else 100
+
+    async def one(i: int, qid: str) -> None:
+        async with sem:
+            result = await searcher.search(
+                ds.queries[qid], qvecs[i], mode=_SEARCH_MODE[mode], top_k=top_k, top_n=100, filters=filters,
+                reranker=reranker,
+            )
+        run[qid] = {h.source_id: float(100 - h.rank) for h in result.hits}
+
+    if reranker is not None and isinstance(reranker, _CachedEmbeddingReranker):
+        # The cache is not thread-safe and the encoder is the bottleneck anyway: one query at a time.
+        for i, qid in enumerate(query_ids):
+            await one(i, qid)
+        reranker._disk.save()
+    else:
+        await asyncio.gather(*(one(i, q) for i, q in enumerate(query_ids)))
+    return run
