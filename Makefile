@@ -18,7 +18,7 @@ TORCH_SPEC := torch==2.13.0+cpu
 TORCH_PIP_ARGS ?= --find-links $${PIP_FIND_LINKS:-../shared/wheels}
 
 .PHONY: help venv kafka kafka-libs postgres stack stack-stop stack-status require-venv demo test test-unit \
-	test-integration lint typecheck check docs up down models browser-deps
+	test-integration chaos load lint typecheck check docs up down models browser-deps
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,6 +73,12 @@ test-unit: venv ## Unit tests only (no Kafka, no Postgres)
 
 test-integration: venv ## Integration tests only
 	$(PY) -m pytest -m integration
+
+chaos: venv ## Fault tests (kill -9, Kafka/Postgres restarts, poison, timeouts) and API fuzzing only (~5 min)
+	$(PY) -m pytest tests/integration/test_faults.py tests/integration/test_api_fuzz.py
+
+load: venv ## Load test: own stack with the sample, K clients on /v1/search and /v1/ask vs in-process search
+	$(PY) bench/load.py --start-stack --clients 1,8 --duration 15
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check shared services tests bench

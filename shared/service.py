@@ -20,7 +20,7 @@ from faststream.kafka import KafkaBroker
 from prometheus_client import make_asgi_app
 
 from shared import metrics
-from shared.logging import configure_logging
+from shared.logs import configure_logging
 from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,9 @@ def make_app(
         except Exception:  # any failure of a dependency means "not ready", never a crash
             log.warning("readiness check failed", exc_info=True)
             ok = False
-        return AsgiResponse(b"ready" if ok else b"not ready", 204 if ok else 503)
+        # A 204 has no body: sending one made uvicorn fail every successful probe
+        # ("Too much data for declared Content-Length").
+        return AsgiResponse(b"", 204) if ok else AsgiResponse(b"not ready", 503)
 
     from faststream.specification import AsyncAPI
 
