@@ -1,0 +1,120 @@
+"""``evidentia evidence --drug D --disease X``: the drug-disease evidence workflow through the running gateway.
+
+Follows ``POST /v1/evidence/stream``: each step (normalise the disease, expand the searches, fetch and cache,
+therapeutic search, synthesis) is shown as it runs, then the structured evidence summary is printed with the
+PMIDs behind every finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from shared.cli._common import console, gateway_client, out
+from shared.settings import get_settings
+
+STEP_TITLES = {
+    "normalise": "1/5 disease name",
+    "expand": "2/5 search terms",
+    "fetch": "3/5 fetch and cache",
+    "search": "4/5 therapeutic search",
+    "synthesize": "5/5 evidence summary",
+}
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("evidence", help="Drug-disease evidence: normalise, expand, fetch, search, summarise.")
+    p.add_argument("--drug", required=True, help="e.g. bupropion")
+    p.add_argument("--disease", required=True, help="e.g. obesity")
+    p.add_argument("--profile", type=Path, help="A drug profile as JSON (synonyms, target_gene_symbols, "
+                   "mechanisms_of_action, atc_codes, atc_descriptions, drug_type).")
+    p.add_argument("--max-per-query", type=int, help="PMIDs taken from each search.")
+    p.add_argument("--no-ingest", action="store_true", help="Search only what is stored.")
+    p.add_argument("--wait", type=float, help="Longest wait for the ingestion jobs, in seconds.")
+    p.add_argument("--json", action="store_true", help="Print the raw JSON result.")
+    p.set_defaults(func=run)
+
+
+def body_of(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {"drug": args.drug, "disease": args.disease, "ingest": not args.no_ingest}
+    if args.profile:
+        body["drug_profile"] = json.loads(args.profile.read_text())
+    if args.max_per_query:
+        body["max_per_query"] = args.max_per_query
+    if args.wait is not None:
+        body["wait_s"] = args.wait
+    return body
+
+
+def show_step(step: dict[str, Any]) -> None:
+    title = STEP_TITLES.get(step["name"], step["name"])
+    if step["status"] == "running":
+        console.print(f"[dim]… {title}: {step['detail']}[/dim]", highlight=False)
+        return
+    mark = {"done": "[green]✓[/green]", "skipped": "[yellow]-[/yellow]"}.get(step["status"], "[red]✗[/red]")
+    console.print(f"{mark} {title}: {step['detail']} [dim]({step.get('ms') or 0:.0f} ms)[/dim]", highlight=False)
+    if step["name"] == "expand":
+        for q in step.get("data", {}).get("queries", []):
+            console.print(f"    [{q['axis']}] {q['query']}", markup=False, highlight=False)
+    if step["name"] == "normalise":
+        for note in step.get("data", {}).get("notes", []):
+            console.print(f"    {note}", markup=False, highlight=False)
+
+
+def print_summary(data: dict[str, Any]) -> None:
+    s = data["summary"]
+    out.rule(f"Evidence: {data['drug']} for {data['disease']['search_term']} ({s['method']})")
+    out.print(s["summary"], markup=False, highlight=False)
+    out.print(f"\nstrength: {s['strength']}; studies: {s['study_count']}"
+              + (f" ({', '.join(s['study_types'])})" if s["study_types"] else ""))
+    if s["key_findings"]:
+        out.rule("Key findings")
+        for f in s["key_findings"]:
+            out.print(f"- {f['finding']}  [PMID: {', '.join(f['supporting_pmids'])}]", markup=False, highlight=False)
+    if data["citations"]:
+        out.rule("Sources")
+        for c in data["citations"]:
+            where = ", ".join(str(x) for x in (c.get("journal"), c.get("year")) if x)
+            out.print(f"[{c['number']}] {c['citation_id']}  {c['title']}" + (f" ({where})" if where else ""),
+                      markup=False, highlight=False)
+    out.print(f"\n{data['disclaimer']}", style="dim")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = get_settings()
+    result: dict[str, Any] | None = None
+    with gateway_client(settings, timeout=900.0) as http:
+        try:
+            with http.stream("POST", "/v1/evidence/stream", json=body_of(args)) as r:
+                if r.status_code != 200:
+                    r.read()
+                    console.print(f"[red]{r.status_code}[/red] {r.text}")
+                    return 1
+                event = ""
+                for line in r.iter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data = json.loads(line[5:])
+                        if event == "step":
+                            show_step(data)
+                        elif event == "result":
+                            result = data
+                        elif event == "error":
+                            console.print(f"[red]error[/red] {data.get('message')}")
+                            return 1
+        except httpx.HTTPError as exc:
+            console.print(f"[red]gateway unreachable:[/red] {exc}")
+            return 1
+    if result is None:
+        console.print("[red]the gateway sent no result[/red]")
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_summary(result)
+    return 0
