@@ -296,6 +296,8 @@ class EvalConfig:
     recall_ks: Sequence[int] = ()
     limit_queries: int | None = None
     concurrency: int = 4
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Extra runs on the same index: label -> RetrievalSettings overrides plus ``mode`` (fusion sweeps)."""
 
 
 @dataclass
@@ -410,6 +412,18 @@ async def evaluate(ds: Dataset, settings: Settings, config: EvalConfig,
                 results.append(ModeResult(mode, metrics, len(query_ids), elapsed,
                                           reranker.name if reranker else None))
                 progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
+            for label, overrides in config.variants.items():
+                mode = str(overrides.get("mode", "hybrid"))
+                r_settings = settings.retrieval.model_copy(update={k: v for k, v in overrides.items() if k != "mode"})
+                variant = HybridSearcher.from_settings(pool, index, r_settings, ef_search=searcher.ef_search,
+                                                       stats=searcher.stats)
+                reranker = await _reranker_for(mode, settings, config)
+                t = time.perf_counter()
+                run = await _run_mode(variant, ds, query_ids, qvecs, mode, config, reranker)
+                metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
+                results.append(ModeResult(f"{mode} {label}", metrics, len(query_ids), time.perf_counter() - t,
+                                          reranker.name if reranker else None))
+                progress(f"{mode} {label}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
             timings["total"] = time.perf_counter() - t0
             return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results)
         finally:

@@ -40,6 +40,9 @@ def register(subparsers: Any) -> None:
     r.add_argument("--limit-queries", type=int, help="Evaluate the first N queries only.")
     r.add_argument("--cache-dir", help="Embedding cache (default ~/.cache/evidentia/eval).")
     r.add_argument("--no-cache", action="store_true", help="Encode everything (timing runs).")
+    r.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=V,KEY=V",
+                   help="An extra run on the same index with retrieval settings changed, e.g. "
+                   "'w2:mode=hybrid,dense_weight=2,rrf_k=20' (repeatable).")
     r.set_defaults(func=run)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
@@ -56,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     config = EvalConfig(modes=modes, database_url=args.database_url, cache_dir=cache_dir,
                         rerank_depth=args.rerank_depth, rerank_model=args.rerank_model,
-                        recall_ks=sorted(set(args.recall_at)), limit_queries=args.limit_queries)
+                        recall_ks=sorted(set(args.recall_at)), limit_queries=args.limit_queries,
+                        variants=dict(parse_variant(v) for v in args.variant))
     ds = load_dataset(args.dataset, args.split)
 
     def progress(msg: str) -> None:
@@ -81,3 +85,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r.mode:<14} {cols}  ({r.search_s:.1f}s){extra}")
     print("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings_s.items()))
     return 0
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``'label:mode=hybrid,dense_weight=2'`` -> ``('label', {'mode': 'hybrid', 'dense_weight': 2.0})``."""
+    label, _, body = text.partition(":")
+    values: dict[str, Any] = {}
+    for item in filter(None, body.split(",")):
+        key, _, raw = item.partition("=")
+        try:
+            values[key.strip()] = int(raw) if raw.strip().lstrip("-").isdigit() else float(raw)
+        except ValueError:
+            values[key.strip()] = raw.strip()
+    return label.strip(), values

@@ -83,3 +83,12 @@ def test_embedding_cache_round_trip(tmp_path: Path) -> None:
     assert np.allclose(second, first[[1, 0]])
     again.encode("query", ["a"], encode)
     assert calls[-1] == ["a"]  # queries and passages are cached apart
+
+
+def test_parse_variant() -> None:
+    from shared.cli.eval import parse_variant
+
+    assert parse_variant("w2:mode=hybrid,dense_weight=2,rrf_k=20") == (
+        "w2", {"mode": "hybrid", "dense_weight": 2, "rrf_k": 20}
+    )
+    assert parse_variant("t:bm25_b=0.75") == ("t", {"bm25_b": 0.75})
