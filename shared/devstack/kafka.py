@@ -318,8 +318,11 @@ class LocalKafka:
         pid = read_pid(self.pid_file)
         if pid is None:
             return None
-        if self._proc is not None and self._proc.pid == pid and self._proc.poll() is not None:
-            return None  # our own child, already exited (and now reaped)
+        if self._proc is not None and self._proc.pid == pid:
+            # Our own child: alive or not, Popen knows. (Right after Popen, before the child's exec,
+            # its command line is still Python's, so the check below would call a starting broker
+            # dead: seen as "the Kafka broker exited during start-up" with no exit code.)
+            return pid if self._proc.poll() is None else None
         if not pid_alive(pid):
             return None
         # Guard against a recycled pid: it must be a Kafka broker using this data directory.
