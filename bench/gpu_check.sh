@@ -12,10 +12,15 @@
 # (Embedder.encode_passages: background tokenisation + the fast path), host tokenisation alone, and
 # the fast path alone (encode_pretokenized: length-sorted, pinned, fp16, H2D copies overlapped),
 # plus how far the fast path's vectors are from encode's.
-# The end-to-end service through Kafka is part (b) of bench/embed_throughput.py (the lead's).
+# Then the service's own batching path without Kafka (bench/gpu_service_path.py: ChunkCreated JSON with
+# token ids -> decode -> EmbedPipeline -> encode_vectors / serialize_vectors -> an in-memory sink), and the
+# end-to-end service through Kafka (bench/embed_throughput.py --e2e) where Java 17+, aiokafka and
+# FastStream exist on the machine (the device image has no Java: then it says so and skips it).
 #
 # Environment: PYTHON (default python3, or .venv/bin/python when present), GPU_CHECK_BATCHES (default
-# "64 256 512"), GPU_CHECK_N (texts; default all 5,183 abstracts), GPU_CHECK_REPEATS (default 3).
+# "64 256 512"), GPU_CHECK_N (texts; default all 5,183 abstracts), GPU_CHECK_REPEATS (default 3),
+# GPU_CHECK_DTYPES (default "fp32 fp16"), GPU_CHECK_CONSUME (service path consume batches, default
+# "256 1024 4096"). pydantic, which the service path needs, is carried in models/gpu/pylib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=models/gpu
@@ -39,6 +44,15 @@ save_file(weights, str(dst / "model.safetensors"), metadata={"format": "pt"})
 corpus = Path("../shared/data/beir_scifact/corpus.jsonl.gz")
 shutil.copy(corpus, bundle / "corpus.jsonl.gz")
 total = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+import subprocess, zipfile, tempfile
+wheels = Path(tempfile.mkdtemp())
+subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), "--only-binary=:all:",
+                "--python-version", "3.12", "--platform", "manylinux2014_x86_64", "--platform",
+                "manylinux_2_17_x86_64", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types",
+                "typing-inspection", "typing-extensions"], check=True)
+for whl in wheels.glob("*.whl"):
+    zipfile.ZipFile(whl).extractall(bundle / "pylib")
+total = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
 print(f"wrote {bundle} ({total / 2**20:.1f} MiB); carry it: run(carry=['{bundle}'], command='bash bench/gpu_check.sh')")
 EOF
   exit 0
@@ -50,6 +64,7 @@ PY=${PYTHON:-python3}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi failed"
+"$PY" -c "import pydantic" 2>/dev/null || export PYTHONPATH="$PWD/$BUNDLE/pylib${PYTHONPATH:+:$PYTHONPATH}"
 
 "$PY" - "$BUNDLE" <<'EOF'
 import json, os, sys, time
@@ -73,7 +88,8 @@ batches = [int(b) for b in os.environ.get("GPU_CHECK_BATCHES", "64 256 512").spl
 texts = load_texts(bundle / "corpus.jsonl.gz", n)
 print(f"{len(texts)} texts, batch sizes {batches}, best of {repeats}")
 rows = []
-for fp16 in (False, True):
+dtypes = os.environ.get("GPU_CHECK_DTYPES", "fp32 fp16").split()
+for fp16 in [d == "fp16" for d in ("fp32", "fp16") if d in dtypes]:
     emb = SentenceTransformerEmbedder(EmbedderConfig(
         name="sentence-transformers/all-MiniLM-L6-v2", source=str(bundle / "all-MiniLM-L6-v2"),
         device="cuda", fp16=fp16, batch_size=batches[0]))
@@ -104,3 +120,17 @@ for r in rows:
     print(f"| {r['dtype']} | {r['batch']} | {r['raw_encode']} | {r['service_path']} | {r['tokenise_only']} | "
           f"{r['pretokenized']} | {r['max_abs_diff']} | {r['min_cosine']} |")
 EOF
+
+echo
+echo "== the service's batching path, no Kafka (fp16, token ids as the parser ships them)"
+"$PY" bench/gpu_service_path.py "$BUNDLE/all-MiniLM-L6-v2" "$BUNDLE/corpus.jsonl.gz"
+
+echo
+echo "== end to end through Kafka"
+if command -v java >/dev/null && "$PY" -c "import aiokafka, faststream, pydantic_settings" 2>/dev/null; then
+  "$PY" bench/embed_throughput.py --model "$BUNDLE/all-MiniLM-L6-v2" --corpus "$BUNDLE/corpus.jsonl.gz" \
+    -n "${GPU_CHECK_N:-5183}" --batch-size 512 --consume-batch 1024 --device cuda --e2e
+else
+  echo "skipped: needs java (17+) for Kafka and aiokafka/faststream/pydantic-settings in $PY;" \
+       "java: $(command -v java || echo missing)"
+fi

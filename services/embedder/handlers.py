@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
+from services.embedder.encode import encode_vectors, serialize_vectors
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
 from shared import metrics
 from shared.broker import EVENT_TYPE_HEADER, decode_batch, publish_dead_letters, records_of
@@ -52,44 +52,6 @@ def reindex_group(model: str) -> str:
     """Consumer group of the embedders of ``model`` on ``chunks.reindex`` (one group per model)."""
     slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:80] or "default"
     return f"{GROUP_ID}-reindex-{slug}"
-
-
-def encode_events(embedder: Embedder, events: Sequence[ChunkCreated], batch_size: int) -> list[Payload]:
-    """Vectors of ``events`` as ``chunks.embedded`` messages (runs in the worker thread).
-
-    Events whose ``token_ids`` were made by this model's tokenizer go through the pre-tokenised path;
-    the others are tokenised here. Each group is encoded in length-sorted model batches.
-    """
-    if not events:
-        return []
-    start = time.perf_counter()
-    own = embedder.name
-    pre = [i for i, e in enumerate(events) if e.token_ids and e.token_model == own]
-    vectors: np.ndarray
-    if len(pre) == len(events):
-        vectors = embedder.encode_pretokenized([e.token_ids or [] for e in events], batch_size)
-    elif not pre:
-        vectors = embedder.encode_passages([e.text for e in events], batch_size)
-    else:
-        pre_set = set(pre)
-        rest = [i for i in range(len(events)) if i not in pre_set]
-        vectors = np.empty((len(events), embedder.dim), dtype=np.float32)
-        vectors[pre] = embedder.encode_pretokenized([events[i].token_ids or [] for i in pre], batch_size)
-        vectors[rest] = embedder.encode_passages([events[i].text for i in rest], batch_size)
-    elapsed = time.perf_counter() - start
-    metrics.EMBED_SECONDS.observe(elapsed)
-    metrics.EMBED_PASSAGES.inc(len(events))
-    if elapsed > 0:
-        metrics.EMBED_RATE.set(len(events) / elapsed)
-    dim = embedder.dim
-    payloads: list[Payload] = []
-    for e, row in zip(events, vectors.tolist(), strict=True):
-        out = ChunkEmbedded(
-            trace_id=e.trace_id, chunk_id=e.chunk_id, document_id=e.document_id, model=own, dim=dim,
-            embedding=row, job_id=e.job_id,
-        )
-        payloads.append((e.document_id.encode(), out.model_dump_json().encode()))
-    return payloads
 
 
 def next_offsets(records: Sequence[ConsumerRecord[Any, Any]]) -> Offsets:
@@ -137,7 +99,7 @@ class EmbedderState:
         self._producer: AIOKafkaProducer | None = None
         self._broker: KafkaBroker | None = None
         self.pipeline: EmbedPipeline[ChunkCreated] = EmbedPipeline(
-            self._encode, self._publish, on_error=self._dead_letter, depth=2
+            self._encode, self._publish, serialize=self._serialize, on_error=self._dead_letter, depth=2
         )
 
     def attach(self, broker: KafkaBroker) -> None:
@@ -178,8 +140,11 @@ class EmbedderState:
         assert self._embedder is not None, "embedder not started"
         return self._embedder
 
-    def _encode(self, events: list[ChunkCreated]) -> list[Payload]:
-        return encode_events(self.embedder, events, self.settings.embedding.batch_size)
+    def _encode(self, events: list[ChunkCreated]) -> np.ndarray:
+        return encode_vectors(self.embedder, events, self.settings.embedding.batch_size)
+
+    def _serialize(self, events: list[ChunkCreated], vectors: np.ndarray) -> list[Payload]:
+        return serialize_vectors(self.embedder.name, self.embedder.dim, events, vectors)
 
     async def _publish(self, payloads: list[Payload]) -> None:
         producer = self._producer

@@ -2,9 +2,12 @@
 
 The Kafka handler only decodes a batch and :meth:`EmbedPipeline.submit`\\ s it, then returns, so
 FastStream fetches the next batch while the model encodes this one. One encoder task runs the model
-(and serialises the ``chunks.embedded`` payloads) in a dedicated worker thread, batch after batch; one
-publisher task sends a batch's payloads and then commits its offsets. While batch ``k`` is encoded,
-batch ``k+1`` is fetched and decoded and batch ``k-1`` is published and committed.
+in a dedicated worker thread, batch after batch; a serialiser task turns vectors into the
+``chunks.embedded`` payloads in a second thread (JSON of 384 floats per event costs about 60 us, as
+much as a GPU needs to embed ten passages: off the model's thread, it overlaps the next batch's
+forward pass); one publisher task sends a batch's payloads and then commits its offsets. While batch
+``k`` is encoded, batch ``k+1`` is fetched and decoded and batch ``k-1`` is serialised, published and
+committed.
 
 Ordering and delivery: batches flow through both stages in submission order, and a batch's offsets
 (the offset after its last record, per partition) are committed only after every one of its messages
@@ -62,24 +65,26 @@ class PipelineStats:
 class EmbedPipeline(Generic[T]):
     """``submit`` batches; they are encoded one at a time, then published and committed in order.
 
-    ``encode(events) -> payloads`` runs in the pipeline's worker thread (the model and the JSON
-    serialisation); it may return fewer payloads than events only by raising for the bad ones via
-    ``on_error``. ``publish(payloads)`` must return once Kafka acknowledged them all. ``on_error(batch,
+    ``encode(events) -> result`` runs in the pipeline's model thread; ``serialize(events, result) ->
+    payloads`` in its serialiser thread (without ``serialize``, ``encode`` returns the payloads).
+    ``publish(payloads)`` must return once Kafka acknowledged them all. ``on_error(batch,
     exc)`` is called when ``encode`` fails for a batch (e.g. to dead-letter it); the batch is then still
     committed so the consumer moves on.
     """
 
     def __init__(
         self,
-        encode: Callable[[list[T]], list[Payload]],
+        encode: Callable[[list[T]], Any],
         publish: Callable[[list[Payload]], Awaitable[None]],
         *,
+        serialize: Callable[[list[T], Any], list[Payload]] | None = None,
         on_error: Callable[[Batch[T], BaseException], Awaitable[None]] | None = None,
         on_encoded: Callable[[Batch[T], float], None] | None = None,
         depth: int = 2,
         publish_retry_s: float = 1.0,
     ) -> None:
         self._encode = encode
+        self._serialize = serialize
         self._publish = publish
         self._on_error = on_error
         self._on_encoded = on_encoded
@@ -87,8 +92,10 @@ class EmbedPipeline(Generic[T]):
         self._retry_s = publish_retry_s
         self._encode_q: asyncio.Queue[Batch[T]] | None = None
         self._publish_q: asyncio.Queue[Batch[T]] | None = None
+        self._serialize_q: asyncio.Queue[tuple[Batch[T], Any]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._pool: ThreadPoolExecutor | None = None
+        self._ser_pool: ThreadPoolExecutor | None = None
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
         self._closing = False
@@ -100,11 +107,14 @@ class EmbedPipeline(Generic[T]):
             return
         self._encode_q = asyncio.Queue(self._depth)
         self._publish_q = asyncio.Queue(self._depth)
+        self._serialize_q = asyncio.Queue(self._depth)
         self._idle = asyncio.Event()
         self._idle.set()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._ser_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-json")
         self._tasks = [
             asyncio.create_task(self._encoder(), name="embed-encoder"),
+            asyncio.create_task(self._serializer(), name="embed-serializer"),
             asyncio.create_task(self._publisher(), name="embed-publisher"),
         ]
 
@@ -120,9 +130,10 @@ class EmbedPipeline(Generic[T]):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        for pool in (self._pool, self._ser_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._ser_pool = None
 
     @property
     def running(self) -> bool:
@@ -151,32 +162,65 @@ class EmbedPipeline(Generic[T]):
 
     # ------------------------------------------------------------------------------------ stages
     async def _encoder(self) -> None:
-        assert self._encode_q is not None and self._publish_q is not None
+        assert self._encode_q is not None and self._serialize_q is not None
         loop = asyncio.get_running_loop()
         while True:
             waited = time.perf_counter()
             batch = await self._encode_q.get()
             start = time.perf_counter()
             self.stats.encoder_idle_s += start - waited
+            result: Any = None
+            failed: BaseException | None = None
             try:
-                batch.payloads = await loop.run_in_executor(self._pool, self._encode, batch.events)
+                result = await loop.run_in_executor(self._pool, self._encode, batch.events)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.exception("encoding a batch of %d events failed", len(batch.events))
-                batch.payloads = []
-                if self._on_error is not None:
-                    try:
-                        await self._on_error(batch, exc)
-                    except Exception:
-                        log.exception("dead-lettering a failed batch failed; it will be replayed")
-                        self._finish()  # not committed: replayed after a restart
-                        continue
+                failed = exc
             elapsed = time.perf_counter() - start
             self.stats.encode_s += elapsed
-            if self._on_encoded is not None and batch.payloads:
+            if failed is not None:
+                if not await self._failed(batch, failed):
+                    continue
+                result = None
+            elif self._on_encoded is not None:
                 self._on_encoded(batch, elapsed)
+            await self._serialize_q.put((batch, result))
+
+    async def _serializer(self) -> None:
+        assert self._serialize_q is not None and self._publish_q is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            batch, result = await self._serialize_q.get()
+            if result is not None:
+                try:
+                    if self._serialize is None:
+                        batch.payloads = list(result)
+                    else:
+                        batch.payloads = await loop.run_in_executor(
+                            self._ser_pool, self._serialize, batch.events, result
+                        )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.exception("serialising a batch of %d vectors failed", len(batch.events))
+                    if not await self._failed(batch, exc):
+                        continue
             await self._publish_q.put(batch)
+
+    async def _failed(self, batch: Batch[T], exc: BaseException) -> bool:
+        """Dead-letter a batch that cannot be embedded; True when it may be committed."""
+        batch.payloads = []
+        if self._on_error is None:
+            return True
+        try:
+            await self._on_error(batch, exc)
+            return True
+        except Exception:
+            log.exception("dead-lettering a failed batch failed; it will be replayed")
+            self._finish()  # not committed: replayed after a restart
+            return False
 
     async def _publisher(self) -> None:
         assert self._publish_q is not None

@@ -1,0 +1,86 @@
+"""The embedder service's own batching path on a GPU, without Kafka (bench/gpu_check.sh, issue 8).
+
+What the service does per consumed batch, minus the broker: ``ChunkCreated`` JSON (with the token ids
+the parser ships) decoded on the event loop, submitted to the service's :class:`EmbedPipeline`
+(model thread: ``encode_vectors`` -> fast path; serialiser thread: ``ChunkEmbedded`` JSON), and
+"published" to an in-memory sink that only counts. Prints passages/s per consume batch size, with
+the model's busy share (encode seconds / wall seconds). Needs numpy, torch, sentence-transformers and
+pydantic (carried as wheels in models/gpu/pylib when the machine lacks it).
+
+    python bench/gpu_service_path.py models/gpu/all-MiniLM-L6-v2 models/gpu/corpus.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from embed_throughput import load_texts  # noqa: E402
+
+from services.embedder.encode import encode_vectors, serialize_vectors  # noqa: E402
+from services.embedder.pipeline import Batch, EmbedPipeline, Payload  # noqa: E402
+from shared.embedding.base import EmbedderConfig  # noqa: E402
+from shared.embedding.sentence_transformers import SentenceTransformerEmbedder  # noqa: E402
+from shared.events import ChunkCreated  # noqa: E402
+
+
+async def service_path(
+    emb: SentenceTransformerEmbedder, records: list[bytes], consume: int, batch: int
+) -> dict[str, float]:
+    sent = 0
+
+    async def publish(payloads: list[Payload]) -> None:
+        nonlocal sent
+        sent += len(payloads)
+
+    pipe: EmbedPipeline[ChunkCreated] = EmbedPipeline(
+        lambda ev: encode_vectors(emb, ev, batch),
+        publish,
+        serialize=lambda ev, vec: serialize_vectors(emb.name, emb.dim, ev, vec),
+        depth=2,
+    )
+    await pipe.start()
+    start = time.perf_counter()
+    for i in range(0, len(records), consume):
+        events = [ChunkCreated.model_validate_json(r) for r in records[i : i + consume]]
+        await pipe.submit(Batch(events=events, offsets={}))
+    await pipe.drain()
+    wall = time.perf_counter() - start
+    await pipe.stop()
+    assert sent == len(records), (sent, len(records))
+    return {"passages_per_s": round(len(records) / wall), "model_busy": round(pipe.stats.encode_s / wall, 3)}
+
+
+def main() -> None:
+    folder, corpus = sys.argv[1], sys.argv[2]
+    n = int(os.environ.get("GPU_CHECK_N", "100000"))
+    batch = int(os.environ.get("GPU_CHECK_MODEL_BATCH", "512"))
+    consumes = [int(c) for c in os.environ.get("GPU_CHECK_CONSUME", "256 1024 4096").split()]
+    device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
+    emb = SentenceTransformerEmbedder(EmbedderConfig(
+        name="sentence-transformers/all-MiniLM-L6-v2", source=folder, device=device,
+        fp16=device.startswith("cuda"), batch_size=batch))
+    emb.warm_up()
+    texts = load_texts(Path(corpus), n)
+    ids = emb.passage_token_ids(texts)
+    records = [
+        ChunkCreated(chunk_id=f"c{i}", document_id=f"d{i}", ordinal=0, text=t, token_count=len(x),
+                     token_ids=x, token_model=emb.name).model_dump_json().encode()
+        for i, (t, x) in enumerate(zip(texts, ids, strict=True))
+    ]
+    asyncio.run(service_path(emb, records[: 4 * batch], consumes[0], batch))  # warm-up
+    for consume in consumes:
+        row = asyncio.run(service_path(emb, records, consume, batch))
+        print(json.dumps({"path": f"service pipeline (no Kafka), {device}, token ids", "texts": len(records),
+                          "consume_batch": consume, "model_batch": batch, **row}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

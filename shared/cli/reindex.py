@@ -1,0 +1,205 @@
+"""``evidentia reindex --model X``: re-embed every chunk with model X through the running pipeline, then switch.
+
+How it goes through Kafka:
+
+1. A *building* vector index is created for X (``vector_indexes``; the active one keeps serving).
+2. Every chunk without a vector in X's index is published to ``chunks.reindex`` as a ``ChunkCreated``
+   with ``target_model`` X (and X's token ids, so the embedder skips tokenisation).
+3. A reindex embedder of X (``EVIDENTIA_EMBEDDING_MODEL=X python -m services.embedder.reindex``, or
+   ``--spawn-embedder`` to have this command start and stop one) consumes them in X's own consumer
+   group and publishes the vectors to ``chunks.embedded``; the running retriever stores vectors of X in
+   X's building index (``index_for``). Meanwhile the regular embedder keeps embedding new chunks with
+   the current model; chunks created during the reindex are picked up on the next poll.
+4. When every chunk has a vector in X's index, X is activated and the old index retired (one
+   transaction). Restart the services with ``EVIDENTIA_EMBEDDING_MODEL=X``: the retriever refuses any
+   other model than the active index's. Chunks created between the switch and the restart got only
+   an old-model vector; running ``evidentia reindex --model X`` again (X active: fill mode) embeds them.
+
+Without progress for ``--stall-s`` (no embedder of X running, events dead-lettered) the missing chunks
+are published again; nothing is switched before the index is complete or when ``--timeout`` passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "reindex", help="Re-embed every chunk with another model through the pipeline; switch when complete."
+    )
+    p.add_argument("--model", required=True, help="The new embedding model (a name `evidentia models list` shows, "
+                                                  "a folder or a hub name).")
+    p.add_argument("--spawn-embedder", action="store_true",
+                   help="Start a reindex embedder of the model (python -m services.embedder.reindex) here and "
+                        "stop it at the end; otherwise one must be running.")
+    p.add_argument("--no-switch", action="store_true", help="Fill the new index but do not activate it.")
+    p.add_argument("--timeout", type=float, default=24 * 3600.0, help="Give up (no switch) after this many seconds.")
+    p.add_argument("--stall-s", type=float, default=300.0,
+                   help="Publish the missing chunks again after this long without progress.")
+    p.add_argument("--poll-s", type=float, default=2.0, help="Seconds between progress checks.")
+    p.add_argument("--batch", type=int, default=2000, help="Chunks read from the database and published at once.")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(reindex(args))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn_reindex_embedder(model: str, log_path: Path) -> subprocess.Popen[bytes]:
+    """``python -m services.embedder.reindex`` for ``model`` (same environment otherwise)."""
+    env = dict(os.environ)
+    env.update({"EVIDENTIA_EMBEDDING_MODEL": model, "EVIDENTIA_METRICS_PORT": str(_free_port())})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    log = open(log_path, "ab")  # noqa: SIM115 - owned by the child
+    try:
+        return subprocess.Popen([sys.executable, "-m", "services.embedder.reindex"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+async def reindex(args: argparse.Namespace) -> int:
+    from services.retriever.store import active_index, create_index
+    from shared.cli._common import console, out, producer, publish_all
+    from shared.db import create_pool
+    from shared.embedding import EmbedderError, get_embedder, resolve
+    from shared.embedding.passage_tokens import passage_tokenizer
+    from shared.events import ChunkCreated, Event
+    from shared.settings import get_settings
+    from shared.topics import CHUNKS_REINDEX
+
+    settings = get_settings()
+    emb_settings = settings.embedding.model_copy(update={"model": args.model})
+    try:
+        _, config = resolve(emb_settings)
+        name = config.name
+        dim = config.dim or get_embedder(emb_settings).dim  # a folder or hub model: load it to learn its dim
+        tok = passage_tokenizer(emb_settings)
+    except EmbedderError as exc:
+        console.print(f"[red]{exc}[/red]")
+        return 2
+
+    pool = await create_pool(settings.database)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    try:
+        active = await active_index(pool)
+        if active is not None and active.model == name and active.dim == dim:
+            target = active
+            out.print(f"{name} is already the active index ({target.name}): embedding the chunks it lacks")
+        else:
+            target = await create_index(pool, name, dim, settings.database, activate=False)
+            if target.state == "retired":  # an index of X from before a switch back: reuse its vectors
+                await pool.execute("UPDATE vector_indexes SET state = 'building' WHERE name = $1", target.name)
+            out.print(f"building index {target.name} for {name} ({dim}-d) next to "
+                      f"{active.name + ' (' + active.model + ')' if active else 'no active index'}")
+        if args.spawn_embedder:
+            log_path = Path(tempfile.mkstemp(prefix="evidentia-reindex-embedder-", suffix=".log")[1])
+            proc = spawn_reindex_embedder(args.model, log_path)
+            out.print(f"started a reindex embedder for {args.model} (pid {proc.pid}, log {log_path})")
+        else:
+            out.print(f"waiting for a reindex embedder: EVIDENTIA_EMBEDDING_MODEL={args.model} "
+                      "python -m services.embedder.reindex")
+
+        missing_sql = (f"SELECT c.chunk_id FROM chunks c LEFT JOIN {target.table_name} v USING (chunk_id) "
+                       "WHERE v.chunk_id IS NULL")
+        published: set[str] = set()
+        start = time.monotonic()
+        deadline = start + args.timeout
+        best = None
+        last_progress = start
+        total = int(await pool.fetchval("SELECT count(*) FROM chunks"))
+        async with producer(settings) as broker:
+            while True:
+                missing = [r["chunk_id"] for r in await pool.fetch(missing_sql)]
+                if not missing:
+                    break
+                if best is None or len(missing) < best:
+                    best, last_progress = len(missing), time.monotonic()
+                elif time.monotonic() - last_progress > args.stall_s:
+                    console.print(f"[yellow]no progress for {args.stall_s:.0f}s: publishing the "
+                                  f"{len(missing)} missing chunks again (is a reindex embedder of {args.model} "
+                                  "running?)[/yellow]")
+                    published.clear()
+                    last_progress = time.monotonic()
+                if proc is not None and proc.poll() is not None:
+                    console.print(f"[red]the reindex embedder exited ({proc.returncode}); see {log_path}[/red]")
+                    return 1
+                todo = [c for c in missing if c not in published]
+                for i in range(0, len(todo), args.batch):
+                    rows = await pool.fetch(
+                        "SELECT chunk_id, document_id, ordinal, embedding_text, token_count FROM chunks "
+                        "WHERE chunk_id = ANY($1::text[])",
+                        todo[i : i + args.batch],
+                    )
+                    ids = await asyncio.to_thread(tok, [r["embedding_text"] for r in rows]) if tok else None
+                    events: list[tuple[Event, str]] = [
+                        (
+                            ChunkCreated(
+                                chunk_id=r["chunk_id"], document_id=r["document_id"], ordinal=r["ordinal"],
+                                text=r["embedding_text"], token_count=r["token_count"],
+                                token_ids=ids[j] if ids else None, token_model=name if ids else None,
+                                target_model=name,
+                            ),
+                            r["document_id"],
+                        )
+                        for j, r in enumerate(rows)
+                    ]
+                    await publish_all(broker, {ChunkCreated: CHUNKS_REINDEX}, events)
+                    published.update(r["chunk_id"] for r in rows)
+                done = total - len(missing)
+                console.print(f"{target.name}: {done}/{total} chunks embedded, {len(published)} published",
+                              highlight=False)
+                if time.monotonic() > deadline:
+                    console.print(f"[red]timed out with {len(missing)} chunks missing; nothing switched[/red]")
+                    return 1
+                await asyncio.sleep(args.poll_s)
+                total = int(await pool.fetchval("SELECT count(*) FROM chunks"))
+
+        count = int(await pool.fetchval(f"SELECT count(*) FROM {target.table_name}"))
+        took = time.monotonic() - start
+        if target.state == "active":
+            out.print(f"{target.name} complete ({count} vectors, {took:.0f}s)")
+        elif args.no_switch:
+            out.print(f"{target.name} complete ({count} vectors, {took:.0f}s); not switched (--no-switch)")
+        else:
+            switched = await create_index(pool, name, dim, settings.database, activate=True)
+            out.print(f"switched: {switched.name} ({name}, {count} vectors) is active"
+                      + (f", {active.name} retired" if active else "") + f" after {took:.0f}s. Restart the services "
+                      f"with EVIDENTIA_EMBEDDING_MODEL={args.model}, then run this command again to embed chunks "
+                      "created in between.")
+        return 0
+    finally:
+        if proc is not None:
+            _stop(proc)
+        await pool.close()
