@@ -231,6 +231,32 @@ def install_metadata_backoff() -> bool:
     return True
 
 
+async def tolerant_batch_decoder(msg: StreamMessage[Any], original: Callable[..., Awaitable[Any]]) -> Any:
+    """FastStream's decoder, except that one bad record cannot fail a whole batch.
+
+    FastStream decodes a batch before the handler runs; a record sent with ``content-type:
+    application/json`` and a body that is not JSON made that raise ``JSONDecodeError`` for the whole
+    batch, so :class:`DeadLetterPolicy` dead-lettered every good event beside it (and the dead-letter
+    hooks marked their documents failed). Now the bad record decodes to its raw bytes and the batch
+    handler's :func:`decode_batch` sends just that record to the DLQ with its reason. A single record
+    still fails as before (poison, dead-lettered alone).
+    """
+    try:
+        return await original(msg)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raw = msg.raw_message
+        if not isinstance(raw, tuple | list):
+            raise
+        out: list[Any] = []
+        for record in raw:
+            body = record.value or b""
+            try:
+                out.append(json.loads(body))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                out.append(body)
+        return out
+
+
 def make_broker(service: str, settings: Settings | None = None, **kwargs: Any) -> KafkaBroker:
     """A KafkaBroker for ``service`` with metrics and dead-letter handling installed."""
     install_metadata_backoff()
@@ -245,7 +271,7 @@ def make_broker(service: str, settings: Settings | None = None, **kwargs: Any) -
         ),
         max_request_size=k.max_request_size,
         logger=logging.getLogger(f"evidentia.{service}.kafka"),
-        **kwargs,
+        **({"decoder": tolerant_batch_decoder} | kwargs),
     )
 
 

@@ -94,3 +94,29 @@ async def test_failed_metadata_update_waits_the_retry_backoff() -> None:
     assert ok is False
     assert time.perf_counter() - start >= 0.19
     await client.close()
+
+
+async def test_one_broken_json_record_does_not_dead_letter_its_whole_batch() -> None:
+    """FastStream decodes a batch before the handler: a record declared JSON but not JSON used to fail
+    the batch, and the DLQ then took the good events beside it."""
+    from shared.broker import decode_batch
+    from shared.events import PmidDiscovered
+
+    broker = broker_with()
+    seen: list[tuple[list[str], int]] = []
+    letters: list[DeadLetter] = []
+
+    @broker.subscriber("p", group_id="g", batch=True)
+    async def handle(msg: KafkaMessage) -> None:
+        good, bad = decode_batch(PmidDiscovered, msg)
+        seen.append(([e.pmid for e in good], len(bad)))
+
+    @broker.subscriber("p.dlq", group_id="d")
+    async def dlq(letter: DeadLetter) -> None:
+        letters.append(letter)
+
+    async with TestKafkaBroker(broker) as br:
+        await br.publish_batch(b'{"broken', PmidDiscovered(pmid="5").model_dump_json().encode(), topic="p",
+                               headers={"content-type": "application/json"})
+    assert seen == [(["5"], 1)]
+    assert letters == []  # the handler, not the middleware, dead-letters the one bad record
