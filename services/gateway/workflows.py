@@ -276,6 +276,7 @@ class WorkflowService:
         await progress(WorkflowStep(name="search", status="running", detail=therapeutic))
         reply = await self.backend.retrieve(RetrievalRequest(
             trace_id=trace_id, query=therapeutic, top_k=body.top_k, top_n=body.top_n, mode=body.mode,
+            filters=SearchFilters(sources=["pubmed", "pmc"]),  # the literature: what the searches fetched
             query_form=QueryForm(kind="therapeutic", drug=drug, disease=disease.normalised),
         ))
         hits = reply.hits

@@ -31,6 +31,7 @@ async def test_evidence_offline_runs_every_step_and_cites_pmids_on_every_finding
     req = backend.retrievals[-1]
     assert req.query_form is not None and req.query_form.kind == "therapeutic"
     assert (req.top_k, req.top_n, req.mode) == (20, 5, "hybrid+rerank")
+    assert req.filters.sources == ["pubmed", "pmc"]
     summary = body["summary"]
     assert summary["method"] == "extractive" and summary["key_findings"]
     assert all(f["supporting_pmids"] for f in summary["key_findings"])

@@ -1,0 +1,103 @@
+"""The clinical workflows through the running services in Claude mode (the fake Anthropic server taught the
+workflows' tools, ``tests/fakes/workflow_anthropic.py``), with a fake RxNav-style interaction service.
+
+The gateway and the synthesizer are restarted with ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` (and the
+gateway with ``EVIDENTIA_WORKFLOW_RXNAV_URL``) for this module, then restarted back to offline mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_server import HALLUCINATED_PMID
+from tests.fakes.rxnav_server import FakeRxNav
+from tests.fakes.workflow_anthropic import WorkflowAnthropic
+from tests.integration.conftest import Stack
+from tests.integration.workflow_data import DRUG, METFORMIN_PMIDS, ingest_guideline, serve_metformin
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "EVIDENTIA_WORKFLOW_RXNAV_URL")
+
+
+@pytest.fixture(scope="module")
+def claude(stack: Stack) -> Iterator[tuple[WorkflowAnthropic, FakeRxNav]]:
+    ingest_guideline(stack)
+    fake = WorkflowAnthropic()
+    fake.start()
+    rx = FakeRxNav().start()
+    rx.add_drug("warfarin", "11289")
+    rx.add_drug("aspirin", "1191")
+    rx.add_interaction("11289", "1191", "high", "Aspirin increases the bleeding risk of warfarin (test data).")
+    extra = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url, "EVIDENTIA_WORKFLOW_RXNAV_URL": rx.url}
+    try:
+        for name in ("synthesizer", "gateway"):
+            proc = stack.services.processes[name]
+            proc.env = {**proc.env, **extra}
+            stack.services.restart(name)
+        yield fake, rx
+    finally:
+        for name in ("synthesizer", "gateway"):
+            proc = stack.services.processes[name]
+            proc.env = {k: v for k, v in proc.env.items() if k not in KEYS}
+            stack.services.restart(name)
+        fake.stop()
+        rx.stop()
+
+
+def tools_called(fake: WorkflowAnthropic) -> list[str]:
+    return [str(r.body.get("tool_choice", {}).get("name")) for r in fake.requests if r.body.get("tool_choice")]
+
+
+def test_evidence_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, FakeRxNav]) -> None:
+    fake, _ = claude
+    serve_metformin(stack)
+    # The fake Claude writes "metformin AND (polycystic ovary syndrome) AND trial[i]" searches (i = 0..4).
+    stack.fake.add_search("metformin AND (polycystic ovary syndrome) AND trial[0]", METFORMIN_PMIDS)
+    with stack.http() as http:
+        r = http.post("/v1/evidence", json={"drug": DRUG, "disease": "polycystic ovary syndrome (disorder)",
+                                            "wait_s": 120}, timeout=300)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["disease"]["method"] == "llm" and body["expansion_method"] == "llm"
+    called = tools_called(fake)
+    assert {"record_disease_term", "record_organ_term", "record_search_terms", "record_evidence_summary"} <= set(
+        called), (called, body["mode"], body["steps"])
+    assert body["mode"] == "llm" and body["summary"]["method"] == "llm"
+    findings = body["summary"]["key_findings"]
+    assert findings and all(f["supporting_pmids"] for f in findings)
+    assert HALLUCINATED_PMID not in body["summary"]["supporting_pmids"]
+    assert set(body["summary"]["supporting_pmids"]) <= set(METFORMIN_PMIDS) | {h["pmid"] for h in body["sources"]}
+
+
+def test_guidelines_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, FakeRxNav]) -> None:
+    with stack.http() as http:
+        body: dict[str, Any] = http.post("/v1/guidelines/recommend", json={
+            "condition": "Malaria",
+            "findings": [{"kind": "symptom", "value": "fever 3 days"},
+                         {"kind": "medical_history", "value": "pregnant first trimester"}]}).json()
+    assert body["mode"] == "llm" and "Malaria in pregnancy" in body["top_section"]
+    assert body["plan"] and any(p["sections"] for p in body["plan"])
+    assert all(c["citation_id"].startswith("NBK:") for c in body["citations"])
+
+
+def test_query_translation_and_agent_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, FakeRxNav]) -> None:
+    _, rx = claude
+    with stack.http() as http:
+        fr = http.post("/v1/query", json={"question": "Quel est le traitement du paludisme chez la femme enceinte ?"}
+                       ).json()
+        agent = http.post("/v1/query", json={"question": "Does warfarin interact with aspirin?", "mode": "agent"},
+                          timeout=120).json()
+    intel = fr["intelligence"]
+    assert intel["translated"] and intel["english_question"] == "What is the treatment of malaria in pregnancy?"
+    assert intel["searched_query"].startswith("What is the treatment of malaria in pregnancy?")
+    assert fr["answer_language"] == "fr" and fr["mode"] == "llm"
+    steps = agent["agent"]["steps"]
+    assert agent["agent"]["planner"] == "llm"
+    assert [s["tool"] for s in steps] == ["search_literature", "check_drug_interaction"]
+    assert "bleeding risk" in steps[1]["output"] and rx.requests
+    assert agent["interaction"]["configured"] is True
+    assert f"PMID:{HALLUCINATED_PMID}" in agent["citation_check"]["removed"]
+    assert agent["citations"] and {c["citation_id"] for c in agent["citations"]} <= set(steps[0]["source_ids"])
