@@ -178,7 +178,7 @@ def xml_to_events(
             )
             for a in articles
         ]
-    if tag in ("book-part-wrapper", "book-part"):
+    if tag in ("book-part-wrapper", "book-part", "book"):
         source_id = bookshelf_source_id(root, name, accession)
         return [
             DocumentFetched(
@@ -191,7 +191,7 @@ def xml_to_events(
                 **extra,
             )
         ]
-    wanted = "article, pmc-articleset, book-part-wrapper or book-part"
+    wanted = "article, pmc-articleset, book, book-part-wrapper or book-part"
     raise ValueError(f"unknown root element <{tag}> (want {wanted})")
 
 
