@@ -177,6 +177,13 @@ class RetrievalSettings(BaseSettings):
     bm25_b: float = Field(0.4, ge=0, le=1, description="BM25 length normalisation `b`.")
     bm25_title_weight: float = Field(1.0, ge=0, description="BM25F weight of a title term (text terms weigh 1).")
     bm25_section_weight: float = Field(0.0, ge=0, description="BM25F weight of a section-heading term.")
+    fusion: Literal["rrf", "convex"] = Field(
+        "rrf",
+        description=(
+            "How hybrid modes fuse: `rrf` (reciprocal rank fusion) or `convex` (weighted sum of min-max "
+            "normalised scores)."
+        ),
+    )
     rrf_k: int = Field(60, ge=0, description="Reciprocal rank fusion constant `k`.")
     dense_weight: float = Field(1.0, ge=0, description="Weight of the dense ranking in the fusion.")
     lexical_weight: float = Field(1.0, ge=0, description="Weight of the lexical ranking in the fusion.")

@@ -112,7 +112,7 @@ def compute_metrics(qrels: Qrels, run: Run, recall_ks: Sequence[int] = ()) -> tu
     full_run = {q: run.get(q, {}) for q in judged}
     # ir-measures averages over every query of the qrels (a query with no result scores 0).
     agg = ir_measures.calc_aggregate(list(names), judged, full_run)
-    return {names[m]: float(v) for m, v in agg.items()}, "ir-measures"
+    return {label: float(agg.get(m, 0.0)) for m, label in names.items()}, "ir-measures"
 
 
 # ---------------------------------------------------------------------------------------------- data sets

@@ -26,3 +26,32 @@ class ReciprocalRankFusion:
                 scores[item] = scores.get(item, 0.0) + weight / (self.k + rank)
         order = {item: i for i, item in enumerate(scores)}
         return sorted(scores.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+
+
+class ConvexFusion:
+    """Convex combination of min-max normalised scores (Bruch et al. 2023, "An Analysis of Fusion
+    Functions for Hybrid Retrieval"): ``score(d) = sum_i w_i * (s_i(d) - min_i) / (max_i - min_i)``.
+
+    A document missing from a list gets 0 from it (that list's minimum); weights need not sum to 1.
+    """
+
+    def __init__(self, weights: Sequence[float] | None = None):
+        self.weights = list(weights) if weights is not None else None
+
+    def fuse(self, rankings: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
+        weights = self.weights or [1.0] * len(rankings)
+        if len(weights) != len(rankings):
+            raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
+        scores: dict[str, float] = {}
+        for ranking, weight in zip(rankings, weights, strict=True):
+            for item, _ in ranking:
+                scores.setdefault(item, 0.0)
+            if not ranking:
+                continue
+            values = [s for _, s in ranking]
+            low, high = min(values), max(values)
+            span = high - low
+            for item, s in ranking:
+                scores[item] += weight * ((s - low) / span if span > 0 else 1.0)
+        order = {item: i for i, item in enumerate(scores)}
+        return sorted(scores.items(), key=lambda kv: (-kv[1], order[kv[0]]))

@@ -23,7 +23,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.filters import where_clause
-from services.retriever.fusion import ReciprocalRankFusion
+from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.mmr import mmr_select
 from services.retriever.store import VectorIndex
 from shared.models import SearchFilters, SearchHit
@@ -226,6 +226,7 @@ class HybridSearcher:
         self, pool: asyncpg.Pool, index: VectorIndex, fusion: ReciprocalRankFusion | None = None,
         ef_search: int = 100, *, lexical: Literal["bm25", "fts"] = "bm25", bm25: Bm25Params | None = None,
         fusion_depth: int = 100, stats: CorpusStats | None = None, mmr_lambda: float = 0.7,
+        convex: ConvexFusion | None = None,
     ):
         self.pool = pool
         self.index = index
@@ -236,6 +237,8 @@ class HybridSearcher:
         self.fusion_depth = fusion_depth
         self.stats = stats or CorpusStats()
         self.mmr_lambda = mmr_lambda
+        self.convex = convex
+        """When set, hybrid modes fuse normalised scores with it instead of reciprocal ranks."""
 
     @classmethod
     def from_settings(
@@ -246,6 +249,8 @@ class HybridSearcher:
             pool, index, ReciprocalRankFusion(settings.rrf_k, [settings.dense_weight, settings.lexical_weight]),
             ef_search, lexical=settings.lexical, bm25=Bm25Params.from_settings(settings),
             fusion_depth=settings.fusion_depth, stats=stats, mmr_lambda=settings.mmr_lambda,
+            convex=ConvexFusion([settings.dense_weight, settings.lexical_weight])
+            if settings.fusion == "convex" else None,
         )
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
@@ -279,6 +284,9 @@ class HybridSearcher:
             ranked = [(s.chunk_id, s.score) for s in dense]
         elif mode == "lexical":
             ranked = [(s.chunk_id, s.score) for s in lexical]
+        elif self.convex is not None:
+            ranked = self.convex.fuse([[(s.chunk_id, s.score) for s in dense],
+                                       [(s.chunk_id, s.score) for s in lexical]])
         else:
             ranked = self.fusion.fuse([[s.chunk_id for s in dense], [s.chunk_id for s in lexical]])
         known = {c for c, _ in ranked}

@@ -23,3 +23,18 @@ def test_rrf_ties_keep_first_seen_order_and_bad_weights_fail() -> None:
     assert [d for d, _ in ReciprocalRankFusion().fuse([["x"], ["y"]])] == ["x", "y"]
     with pytest.raises(ValueError):
         ReciprocalRankFusion(weights=[1.0]).fuse([["a"], ["b"]])
+
+
+def test_convex_fusion_hand_computed() -> None:
+    from services.retriever.fusion import ConvexFusion
+
+    dense = [("a", 0.9), ("b", 0.7), ("c", 0.5)]  # normalised: a 1, b .5, c 0
+    lexical = [("b", 12.0), ("d", 4.0)]  # normalised: b 1, d 0
+    fused = dict(ConvexFusion([0.6, 0.4]).fuse([dense, lexical]))
+    assert fused["a"] == pytest.approx(0.6)
+    assert fused["b"] == pytest.approx(0.6 * 0.5 + 0.4)
+    assert fused["c"] == pytest.approx(0.0) and fused["d"] == pytest.approx(0.0)
+    assert [d for d, _ in ConvexFusion([0.6, 0.4]).fuse([dense, lexical])][:2] == ["b", "a"]
+    assert ConvexFusion().fuse([[("x", 1.0)], []]) == [("x", 1.0)]
+    with pytest.raises(ValueError):
+        ConvexFusion([1.0]).fuse([[], []])
