@@ -91,8 +91,10 @@ async def _store_and_publish(env: Env) -> int:
     from shared.settings import DatabaseSettings, KafkaSettings, Settings
     from shared.topics import CHUNKS_CREATED
 
-    settings = Settings(database=DatabaseSettings(url=env.postgres.url),
-                        kafka=KafkaSettings(bootstrap=env.kafka.bootstrap))
+    settings = Settings(
+        database=DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": env.postgres.url}),
+        kafka=KafkaSettings(bootstrap=env.kafka.bootstrap),  # type: ignore[call-arg]
+    )
     chunker = build_chunker(settings)
     tok = token_id_maker(settings)
     assert tok is not None and tok.model == "sentence-transformers/all-MiniLM-L6-v2"
@@ -178,18 +180,21 @@ def test_reindex_switches_models_through_the_running_pipeline(reindex_env: Env) 
                            "ORDER BY c.chunk_id LIMIT 3")
         bge = get_embedder(EmbeddingSettings(model=NEW, device="cpu"))
         expected = bge.encode_passages([str(r[0]) for r in rows])
-        stored = np.asarray([np.asarray(r[1], dtype=np.float32) for r in rows])
+        stored = np.asarray([np.asarray(r[1].to_numpy(), dtype=np.float32) for r in rows])  # type: ignore[attr-defined]
         assert float((expected * stored).sum(axis=1).min()) > 0.999
 
         # Restarted with the new model, the retriever runs; with the old one it refuses to start.
         stack.processes["retriever"].stop()
-        new_env = dict(stack.processes["retriever"].env, EVIDENTIA_EMBEDDING_MODEL=NEW)
-        new_retriever = ServiceProcess("retriever", free_port(), env.root / "logs" / "retriever-new.log", new_env)
+        port = free_port()
+        new_env = dict(stack.processes["retriever"].env, EVIDENTIA_EMBEDDING_MODEL=NEW,
+                       EVIDENTIA_METRICS_PORT=str(port))
+        new_retriever = ServiceProcess("retriever", port, env.root / "logs" / "retriever-new.log", new_env)
         new_retriever.start()
         try:
             _wait("the retriever with the new model", new_retriever.ready, 180)
-            old = ServiceProcess("retriever", free_port(), env.root / "logs" / "retriever-old.log",
-                                 dict(new_env, EVIDENTIA_EMBEDDING_MODEL=OLD))
+            old_port = free_port()
+            old = ServiceProcess("retriever", old_port, env.root / "logs" / "retriever-old.log",
+                                 dict(new_env, EVIDENTIA_EMBEDDING_MODEL=OLD, EVIDENTIA_METRICS_PORT=str(old_port)))
             old.start()
             try:
                 _wait("the retriever with the old model to give up",
