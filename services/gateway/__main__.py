@@ -1,7 +1,7 @@
 import uvicorn
 
 from services.gateway.app import create_app
-from shared.logging import configure_logging
+from shared.logs import configure_logging
 from shared.settings import get_settings
 
 settings = get_settings()

@@ -1,0 +1,1 @@
+"""Evidentia's common package: event schemas, settings, database, broker, metrics, logging, CLI."""
