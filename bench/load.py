@@ -206,6 +206,56 @@ async def direct_search(database_url: str, queries: list[str], clients: int, dur
         await state.stop()
 
 
+async def paired_search(http: httpx.AsyncClient, database_url: str, queries: list[str], duration_s: float,
+                        top_n: int) -> dict[str, Any]:
+    """One client alternating a gateway search and a direct search of the same query, back to back.
+
+    On a machine shared with other work the background load drifts between two separate runs; pairing
+    each gateway request with a direct call made a moment later measures the added cost under the same
+    load. The figure is the median of the per-query differences.
+    """
+    from services.retriever.handlers import RetrieverState
+    from shared.models import SearchFilters
+    from shared.settings import Settings
+
+    with _env({"EVIDENTIA_DATABASE_URL": database_url}):
+        settings = Settings()
+    state = RetrieverState(settings)
+    await state.start()
+    gateway_ms: list[float] = []
+    direct_ms: list[float] = []
+    errors = 0
+    try:
+        deadline = time.perf_counter() + duration_s
+        n = 0
+        while time.perf_counter() < deadline:
+            query = queries[n % len(queries)]
+            n += 1
+            start = time.perf_counter()
+            r = await http.post("/v1/search", json={"query": query, "mode": "hybrid", "top_n": top_n})
+            g = (time.perf_counter() - start) * 1000
+            if r.status_code != 200:
+                errors += 1
+                continue
+            start = time.perf_counter()
+            vector = (await asyncio.to_thread(state.embedder.encode_queries, [query]))[0]
+            await state.searcher().search(query, vector, mode="hybrid", top_k=20, top_n=top_n,
+                                          filters=SearchFilters())
+            d = (time.perf_counter() - start) * 1000
+            if n > 3:  # the first few warm both paths up
+                gateway_ms.append(g)
+                direct_ms.append(d)
+    finally:
+        await state.stop()
+    diffs = [g - d for g, d in zip(gateway_ms, direct_ms, strict=True)]
+    return {
+        "name": "paired gateway vs direct", "clients": 1, "pairs": len(diffs), "errors": errors,
+        "gateway_p50_ms": round(percentile(gateway_ms, 50), 2), "direct_p50_ms": round(percentile(direct_ms, 50), 2),
+        "added_p50_ms": round(percentile(diffs, 50), 2), "added_p95_ms": round(percentile(diffs, 95), 2),
+        "p50_ratio": round(percentile(gateway_ms, 50) / percentile(direct_ms, 50), 2) if direct_ms else None,
+    }
+
+
 async def run_bench(url: str, database_url: str | None, clients_list: list[int], duration_s: float,
                     endpoints: list[str], top_n: int) -> list[dict[str, Any]]:
     queries = sample_queries()
@@ -233,6 +283,13 @@ async def run_bench(url: str, database_url: str | None, clients_list: list[int],
                 }
                 rows.append(ratio)
                 print(format_row(ratio), flush=True)
+        if database_url and "search" in endpoints:
+            pair = await paired_search(http, database_url, queries, duration_s, top_n)
+            rows.append(pair)
+            print(f"  {pair['name']:<26} K=1   {pair['pairs']} pairs: gateway p50 {pair['gateway_p50_ms']} ms, "
+                  f"direct p50 {pair['direct_p50_ms']} ms, added p50 {pair['added_p50_ms']} ms "
+                  f"(p95 {pair['added_p95_ms']} ms), ratio x{pair['p50_ratio']}  errors {pair['errors']}",
+                  flush=True)
     return rows
 
 
