@@ -40,6 +40,12 @@ class KafkaSettings(BaseSettings):
     request_timeout_s: float = Field(
         30.0, gt=0, description="How long the gateway waits for a retriever/synthesizer reply (then HTTP 504)."
     )
+    request_concurrency: int = Field(
+        8,
+        ge=1,
+        description="Requests (search, synthesis, NCBI counts) one service instance handles at once. Requests are "
+        "acknowledged on receipt: a reply nobody waits for any more is not worth redelivering.",
+    )
     max_request_size: int = Field(8_388_608, description="Largest Kafka message produced, in bytes.")
 
 

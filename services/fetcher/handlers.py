@@ -138,7 +138,9 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
         NCBI_REQUESTS,
         group_id=GROUP_ID,
         auto_offset_reset="latest",
-        ack_policy=AckPolicy.ACK,
+        # Concurrent, acknowledged on receipt: a caller waits at most its timeout, so a request is never redelivered.
+        ack_policy=AckPolicy.ACK_FIRST,
+        max_workers=state.settings.kafka.request_concurrency,
         title="ncbi.requests:fetcher",
         description="An NcbiCountRequest; the NcbiCountReply (esearch count) goes to the reply_to topic.",
     )

@@ -27,6 +27,8 @@ class IngestRequest(BaseModel):
     def _something(self) -> IngestRequest:
         if not (self.query or self.pmids or self.documents):
             raise ValueError("give a query, pmids or documents")
+        if "\\u0000" in self.model_dump_json():
+            raise ValueError("text may not contain NUL (\\u0000) characters")
         bad = [p for p in self.pmids if not p.strip().isdigit()]
         if bad:
             raise ValueError(f"PMIDs are digits only; not: {bad[:5]}")
@@ -84,6 +86,8 @@ class SearchRequest(BaseModel):
     def _has_query(self) -> SearchRequest:
         if self.query is None and self.query_form is None:
             raise ValueError("give a query or a query_form")
+        if "\\u0000" in self.model_dump_json():
+            raise ValueError("text may not contain NUL (\\u0000) characters")
         if self.query is not None and not self.query.strip():
             raise ValueError("query is blank")
         return self
@@ -126,6 +130,8 @@ class AskRequest(BaseModel):
     def _valid(self) -> AskRequest:
         if not self.question.strip():
             raise ValueError("question is blank")
+        if "\x00" in self.question:
+            raise ValueError("question may not contain NUL (\\u0000) characters")
         f = self.filters
         if f.year_from is not None and f.year_to is not None and f.year_from > f.year_to:
             raise ValueError(f"filters.year_from ({f.year_from}) is after filters.year_to ({f.year_to})")

@@ -40,7 +40,9 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
         SYNTHESIS_REQUESTS,
         group_id=GROUP_ID,
         auto_offset_reset="latest",
-        ack_policy=AckPolicy.ACK,
+        # Concurrent, acknowledged on receipt: a caller waits at most its timeout, so a request is never redelivered.
+        ack_policy=AckPolicy.ACK_FIRST,
+        max_workers=state.settings.kafka.request_concurrency,
         no_reply=True,  # replies are published explicitly (tokens, then the answer); no empty extra one
         title="synthesis.requests:synthesizer",
         description="A SynthesisRequest; SynthesisTokens (if streamed), then a SynthesisReply, to reply_to.",
