@@ -11,11 +11,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEVSTACK := $(PY) -m shared.devstack
 
-# CPU-only torch, never a CUDA build: from a local wheel directory by default
-# ($PIP_FIND_LINKS or ../shared/wheels).  Elsewhere, e.g.:
+# CPU-only torch, never a CUDA build: the `+cpu` pin only matches a CPU wheel, found in the machine's
+# configured wheel folder ($PIP_FIND_LINKS, which pip reads by itself) or ../shared/wheels; its
+# dependencies come from PyPI.  Elsewhere, e.g.:
 #   make venv TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu'
 TORCH_SPEC := torch==2.13.0+cpu
-TORCH_PIP_ARGS ?= --find-links $${PIP_FIND_LINKS:-../shared/wheels}
+TORCH_PIP_ARGS ?= --find-links ../shared/wheels
 
 .PHONY: help venv kafka kafka-libs postgres stack stack-stop stack-status require-venv demo test test-unit \
 	test-integration chaos load lint typecheck check docs up down models browser-deps
@@ -28,7 +29,8 @@ venv: $(VENV)/.installed ## Create .venv with CPU torch and the project (editabl
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
-	$(PY) -m pip install --find-links $${PIP_FIND_LINKS:-../shared/wheels} -e '.[dev]'
+	$(PY) -m pip install -e '.[dev]'
+	$(PY) -c 'import torch, sys; sys.exit("a CUDA build of torch was installed" if torch.version.cuda else 0)'
 	touch $@
 
 require-venv:
