@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -10,7 +11,7 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 from aiokafka.errors import KafkaError
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -60,6 +61,16 @@ class Gateway:
         return self._pool
 
 
+_ESCAPED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
+async def refuse_nul_characters(request: Request) -> None:
+    """PostgreSQL text cannot hold NUL (U+0000): a JSON body carrying one is refused here, for every route at
+    once, with a reason (422) instead of failing later in the database with a 500."""
+    if request.method in ("POST", "PUT", "PATCH") and _ESCAPED_NUL.search(await request.body()):
+        raise HTTPException(422, "text may not contain NUL (\\u0000) characters")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     gateway = Gateway(settings)
@@ -77,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Answers to medical questions from the literature; every claim cites the paper it rests on.",
         lifespan=lifespan,
+        dependencies=[Depends(refuse_nul_characters)],
     )
     app.state.gateway = gateway
     answers = AnswerService(settings, lambda: gateway.kafka, PgConversationStore(lambda: gateway.pool))
