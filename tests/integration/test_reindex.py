@@ -42,14 +42,8 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def reindex_env() -> Iterator[Env]:
-    from shared.embedding.fetch import is_fetched, known_model, model_folder
-    from shared.settings import EmbeddingSettings
-
-    known = known_model(NEW)
-    assert known is not None
-    if not is_fetched(model_folder(known, EmbeddingSettings().models_dir)):
-        pytest.skip(f"{NEW} is not fetched: run `evidentia models fetch {NEW}`")
+def reindex_env(bge_folder: Path) -> Iterator[Env]:
+    """Real Kafka + Postgres of its own; bge-small-en-v1.5 fetched from Maven Central when missing."""
     root = Path(tempfile.mkdtemp(prefix="evidentia-reindex-"))
     os.chmod(root, 0o755)  # PostgreSQL may run as another user: it must enter every parent folder
     kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
