@@ -55,6 +55,13 @@ def resolve_model_path(name: str) -> str:
         from importlib.resources import files
 
         return str(files(package) / "model")
+    # Models fetched by `evidentia models fetch` (bge-small-en-v1.5, e5-small-v2...) live in the models folder.
+    from shared.embedding.fetch import known_model, model_folder
+    from shared.settings import EmbeddingSettings
+
+    known = known_model(name.strip())
+    if known is not None and known.source != "pypi":
+        return str(model_folder(known, EmbeddingSettings().models_dir))
     return os.path.expanduser(name)
 
 

@@ -173,3 +173,10 @@ def test_build_chunker_from_whole_settings() -> None:
 
     chunker = build_chunker(Settings(chunking=ChunkingSettings(guideline_tokens=300)))
     assert chunker.guideline_tokens == 300 and chunker.tokenizer.max_seq_length == 256
+
+
+def test_fetched_models_resolve_to_their_folder_for_the_tokenizer(bge_folder: Path) -> None:
+    assert resolve_model_path("bge-small-en-v1.5") == str(bge_folder)
+    tokenizer = get_tokenizer("bge-small-en-v1.5")
+    assert tokenizer.max_seq_length == 512
+    assert tokenizer.count("metformin lowers glucose") > 0
