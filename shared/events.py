@@ -52,11 +52,23 @@ class IngestRequested(Event):
     database: Literal["pubmed", "pmc"] = "pubmed"
     max_results: int = Field(500, ge=1, le=100_000)
     refresh: bool = Field(False, description="Fetch again even when already stored.")
+    full_text: bool = Field(
+        False, description="Also fetch the open-access PMC full text (JATS) of the discovered PMIDs."
+    )
+    bookshelf_publisher: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description=(
+            "Ingest every NCBI Bookshelf Open Access book of this publisher "
+            "(e.g. 'World Health Organization'), one document per NXML part."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> IngestRequested:
-        if not self.query and not self.pmids:
-            raise ValueError("an ingest request needs a query or PMIDs")
+        if not self.query and not self.pmids and not self.bookshelf_publisher:
+            raise ValueError("an ingest request needs a query, PMIDs or a Bookshelf publisher")
         return self
 
 
@@ -70,6 +82,7 @@ class PmidDiscovered(Event):
     pmid: str = Field(pattern=r"^[1-9][0-9]{0,9}$", description="PubMed id, digits only.")
     job_id: str | None = None
     refresh: bool = False
+    full_text: bool = Field(False, description="Also fetch the open-access PMC full text of this PMID.")
 
     @field_validator("pmid", mode="before")
     @classmethod

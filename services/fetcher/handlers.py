@@ -1,22 +1,32 @@
 """Fetcher handlers: ``ingest.requests`` -> ``pmids.discovered`` -> efetch -> ``documents.fetched``;
-``ncbi.requests`` (request/reply): PubMed hit counts for the gateway's workflows."""
+``ncbi.requests`` (request/reply): PubMed hit counts for the gateway's workflows.
+
+Besides PubMed records, an ``IngestRequested`` may ask for
+- ``full_text``: after a batch of PMIDs is fetched, the PMIDs are mapped to PMC ids and the open-access
+  JATS articles are published too (``jats-xml``, id ``pmc:PMCnnn``), attached to the job;
+- ``bookshelf_publisher``: every Bookshelf Open Access package of that publisher is downloaded and
+  each NXML part published (``bookshelf-nxml``), attached to the job.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
+from typing import Any
 
 import asyncpg
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
+from services.fetcher.bookshelf import BookshelfClient, nxml_events
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsQueryError
-from services.fetcher.ingest import discover, fetch_pubmed
+from services.fetcher.ingest import discover, fetch_pmc, fetch_pubmed
 from services.fetcher.tracking import filter_new_pmids
 from shared import metrics
 from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply
 from shared.db import create_pool
-from shared.db.jobs import fail_documents_hook, mark_job, set_stage
+from shared.db.jobs import add_job_documents, create_job, fail_documents_hook, mark_job, set_stage
 from shared.events import (
     DocumentDeleted,
     DocumentFetched,
@@ -31,6 +41,7 @@ from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS, NCBI_REQUESTS, PMI
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-fetcher"
+BOOKSHELF_PUBLISH_BATCH = 50
 
 
 class FetcherState:
@@ -38,15 +49,19 @@ class FetcherState:
         self.settings = settings
         self._pool: asyncpg.Pool | None = None
         self._client: EutilsClient | None = None
+        self._bookshelf: BookshelfClient | None = None
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
         add_dead_letter_hook(fail_documents_hook(self._pool))
         self._client = EutilsClient(self.settings.ncbi)
+        self._bookshelf = BookshelfClient(self.settings.ncbi)
 
     async def stop(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+        if self._bookshelf is not None:
+            await self._bookshelf.aclose()
         if self._pool is not None:
             await self._pool.close()
 
@@ -63,6 +78,11 @@ class FetcherState:
         assert self._client is not None, "fetcher not started"
         return self._client
 
+    @property
+    def bookshelf(self) -> BookshelfClient:
+        assert self._bookshelf is not None, "fetcher not started"
+        return self._bookshelf
+
 
 def register(broker: KafkaBroker, state: FetcherState) -> None:
     discovered_out = broker.publisher(PMIDS_DISCOVERED, title="pmids.discovered", schema=PmidDiscovered)
@@ -74,9 +94,20 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.ACK,
         title="ingest.requests:fetcher",
-        description="An IngestRequested (query or PMID list) -> one PmidDiscovered per new PMID.",
+        description=(
+            "An IngestRequested (query or PMID list) -> one PmidDiscovered per new PMID; "
+            "a Bookshelf publisher -> one DocumentFetched (bookshelf-nxml) per NXML part."
+        ),
     )
     async def on_ingest(request: IngestRequested) -> None:
+        if request.bookshelf_publisher:
+            await create_job(state.pool, request.job_id, "bookshelf",
+                             {"bookshelf_publisher": request.bookshelf_publisher, "refresh": request.refresh})
+            if not await ingest_bookshelf(request):
+                return
+            if not (request.query or request.pmids):
+                await mark_job(state.pool, request.job_id, "discovered")
+                return
         try:
             pmids = await discover(request, state.client, state.pool, state.settings)
         except ValueError as exc:  # a bad query (NCBI error list): the job fails with the reason
@@ -86,13 +117,49 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
         await asyncio.gather(
             *(
                 discovered_out.publish(
-                    PmidDiscovered(trace_id=request.trace_id, pmid=p, job_id=request.job_id, refresh=request.refresh),
+                    PmidDiscovered(trace_id=request.trace_id, pmid=p, job_id=request.job_id,
+                                   refresh=request.refresh, full_text=request.full_text),
                     key=f"pubmed:{p}".encode(),
                 )
                 for p in pmids
             )
         )
         await mark_job(state.pool, request.job_id, "discovered")
+
+    async def ingest_bookshelf(request: IngestRequested) -> bool:
+        """Publish every NXML part of the publisher's packages, attached to the job; False if it failed.
+
+        The job stays ``running`` until the last part is attached, so it cannot look done early.
+        """
+        publisher = request.bookshelf_publisher or ""
+        published = 0
+        batch: list[DocumentFetched] = []
+
+        async def flush() -> None:
+            ids = [d.document_id for d in batch]
+            await add_job_documents(state.pool, request.job_id, ids)
+            await set_stage(state.pool, ids, "fetched", force=request.refresh)
+            await asyncio.gather(*(fetched_out.publish(d, key=d.document_id.encode()) for d in batch))
+            batch.clear()
+
+        try:
+            async for item in state.bookshelf.iter_publisher(publisher):
+                for doc in nxml_events([item], job_id=request.job_id, trace_id=request.trace_id):
+                    batch.append(doc)
+                    published += 1
+                if len(batch) >= BOOKSHELF_PUBLISH_BATCH:
+                    await flush()
+            if batch:
+                await flush()
+        except EutilsError as exc:  # BookshelfError included: the list or a package could not be had
+            await mark_job(state.pool, request.job_id, "failed", f"Bookshelf: {exc}")
+            log.warning("Bookshelf ingest failed", extra={"job_id": request.job_id, "error": str(exc)})
+            return False
+        if not published:
+            log.warning("no Bookshelf parts found", extra={"job_id": request.job_id, "publisher": publisher})
+        log.info("Bookshelf parts published",
+                 extra={"job_id": request.job_id, "publisher": publisher, "parts": published})
+        return True
 
     @broker.subscriber(
         PMIDS_DISCOVERED,
@@ -119,7 +186,7 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
             return
         by_pmid = {e.pmid: e for e in events}
         seen: set[str] = set()
-        pending = []
+        pending: list[Awaitable[Any]] = []
         async for doc in fetch_pubmed(wanted, state.client):
             origin = by_pmid.get(doc.source_id)
             if origin is not None:
@@ -127,12 +194,40 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
                 doc.job_id = origin.job_id
             seen.add(doc.source_id)
             pending.append(fetched_out.publish(doc, key=doc.document_id.encode()))
+        # Full text before the PubMed records are published: the PMC documents are attached to their
+        # job first, so the job cannot look done while they are still to come.
+        full_text = [p for p in wanted if p in seen and by_pmid.get(p) is not None and by_pmid[p].full_text]
+        if full_text:
+            pending += await full_text_events(full_text, by_pmid)
         await asyncio.gather(*pending)
         fetched = [f"pubmed:{p}" for p in wanted if p in seen]
         missing = [f"pubmed:{p}" for p in wanted if p not in seen]
         await set_stage(state.pool, fetched, "fetched")
         if missing:
             await set_stage(state.pool, missing, "failed", "PMID not returned by efetch", force=True)
+
+    async def full_text_events(pmids: list[str], by_pmid: dict[str, PmidDiscovered]) -> list[Awaitable[Any]]:
+        """Open-access PMC articles of ``pmids``, attached to their jobs; their publish calls, to await."""
+        by_job: dict[str | None, list[str]] = {}
+        for p in pmids:
+            by_job.setdefault(by_pmid[p].job_id, []).append(p)
+        pending: list[Awaitable[Any]] = []
+        for job_id, group in by_job.items():
+            trace_id = by_pmid[group[0]].trace_id
+            docs: list[DocumentFetched] = []
+            try:
+                async for doc in fetch_pmc(group, state.client, job_id=job_id, trace_id=trace_id):
+                    docs.append(doc)
+            except EutilsError as exc:  # the PubMed records still go on; the job records nothing for PMC
+                log.warning("PMC full text not fetched", extra={"job_id": job_id, "error": str(exc)})
+                continue
+            ids = [d.document_id for d in docs]
+            if job_id:
+                await add_job_documents(state.pool, job_id, ids)
+            await set_stage(state.pool, ids, "fetched", force=any(by_pmid[p].refresh for p in group))
+            pending += [fetched_out.publish(d, key=d.document_id.encode()) for d in docs]
+            log.info("PMC full text", extra={"job_id": job_id, "pmids": len(group), "articles": len(docs)})
+        return pending
 
     @broker.subscriber(
         NCBI_REQUESTS,

@@ -143,14 +143,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/ingest", status_code=202, response_model=IngestAccepted, tags=["ingestion"],
-              summary="Start an ingestion job (query, PMIDs or inline documents); returns at once")
+              summary="Start an ingestion job (query, PMIDs, Bookshelf publisher or inline documents); returns at once")
     async def ingest(body: IngestRequest) -> IngestAccepted:
         job_id = uuid.uuid4().hex
-        kind = "documents" if body.documents else ("query" if body.query else "pmids")
+        kind = ("documents" if body.documents else "query" if body.query else "pmids" if body.pmids
+                else "bookshelf")
         await create_job(gateway.pool, job_id, kind, body.model_dump(mode="json", exclude={"documents"}))
-        if body.query or body.pmids:
+        if body.query or body.pmids or body.bookshelf_publisher:
             event = IngestRequested(job_id=job_id, query=body.query, pmids=[p.strip() for p in body.pmids],
-                                    max_results=body.max_results, refresh=body.refresh)
+                                    max_results=body.max_results, refresh=body.refresh,
+                                    full_text=body.full_text, bookshelf_publisher=body.bookshelf_publisher)
             await gateway.kafka.publish(event, INGEST_REQUESTS, job_id)
         if body.documents:
             from shared.db.jobs import add_job_documents, mark_job, set_stage
@@ -162,7 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 fetched = DocumentFetched(document_id=doc.document_id, source=doc.source, source_id=doc.source_id,
                                           format="document-json", document=doc, job_id=job_id)
                 await gateway.kafka.publish(fetched, DOCUMENTS_FETCHED, doc.document_id)
-            if not (body.query or body.pmids):
+            if not (body.query or body.pmids or body.bookshelf_publisher):
                 await mark_job(gateway.pool, job_id, "discovered")
         return IngestAccepted(job_id=job_id, status_url=f"/v1/ingest/{job_id}")
 

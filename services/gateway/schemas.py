@@ -11,7 +11,8 @@ from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit
 
 
 class IngestRequest(BaseModel):
-    """Start an ingestion job: a PubMed query, a list of PMIDs, or documents given inline (JSON import)."""
+    """Start an ingestion job: a PubMed query, a list of PMIDs, a Bookshelf publisher, or documents given
+    inline (JSON import)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -22,11 +23,18 @@ class IngestRequest(BaseModel):
     )
     max_results: int = Field(500, ge=1, le=100_000, description="Most PMIDs taken from the query.")
     refresh: bool = Field(False, description="Fetch again documents already stored.")
+    full_text: bool = Field(
+        False, description="Also fetch the open-access PMC full text (JATS) of the PMIDs found."
+    )
+    bookshelf_publisher: str | None = Field(
+        None, min_length=1, max_length=300,
+        description="Ingest the NCBI Bookshelf Open Access books of this publisher, e.g. 'World Health Organization'.",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> IngestRequest:
-        if not (self.query or self.pmids or self.documents):
-            raise ValueError("give a query, pmids or documents")
+        if not (self.query or self.pmids or self.documents or self.bookshelf_publisher):
+            raise ValueError("give a query, pmids, bookshelf_publisher or documents")
         if "\\u0000" in self.model_dump_json():
             raise ValueError("text may not contain NUL (\\u0000) characters")
         bad = [p for p in self.pmids if not p.strip().isdigit()]

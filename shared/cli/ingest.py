@@ -1,4 +1,5 @@
-"""``evidentia ingest``: from a PubMed query or PMIDs (through the gateway), or from files (straight to Kafka).
+"""``evidentia ingest``: from a PubMed query, PMIDs (``--full-text`` adds open-access PMC full text) or a
+Bookshelf publisher (through the gateway), or from files (straight to Kafka).
 
 Every form shows a live progress bar per stage (discovered / fetched / parsed / embedded) until the job
 is done, then a summary with failures. ``--status JOB`` follows an existing job.
@@ -25,12 +26,16 @@ def register(subparsers: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--query", help='A PubMed query, e.g. "metformin AND type 2 diabetes".')
     src.add_argument("--pmids", help="Comma-separated PubMed ids.")
+    src.add_argument("--bookshelf-publisher", metavar="PUBLISHER",
+                     help='Every NCBI Bookshelf Open Access book of a publisher, e.g. "World Health Organization".')
     src.add_argument("--file", type=Path, help="PubMed XML (efetch or baseline, .gz too), a JATS or NXML file.")
     src.add_argument("--jsonl", type=Path, help="JSON-lines documents (docs/ingestion.md).")
     src.add_argument("--dir", type=Path, help="A directory of JATS/NXML/PubMed XML files.")
     src.add_argument("--status", metavar="JOB_ID", help="Follow an existing job.")
     p.add_argument("--max", type=int, default=None, help="Most PMIDs taken from a query (default 500).")
     p.add_argument("--refresh", action="store_true", help="Fetch again documents already stored.")
+    p.add_argument("--full-text", action="store_true",
+                   help="With --query/--pmids: also fetch the open-access PMC full text of the PMIDs.")
     p.add_argument("--timeout", type=float, default=1800.0, help="Stop following after this many seconds.")
     p.add_argument("--no-wait", action="store_true", help="Start the job and return its id at once.")
     p.set_defaults(func=run)
@@ -38,7 +43,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = get_settings()
-    if args.query or args.pmids or args.status:
+    if args.full_text and not (args.query or args.pmids):
+        console.print("[red]--full-text goes with --query or --pmids[/red]")
+        return 2
+    if args.query or args.pmids or args.bookshelf_publisher or args.status:
         return asyncio.run(_via_gateway(args, settings))
     return asyncio.run(_from_files(args, settings))
 
@@ -49,9 +57,13 @@ async def _via_gateway(args: argparse.Namespace, settings: Settings) -> int:
             job_id = args.status
         else:
             body: dict[str, Any] = {"refresh": args.refresh}
+            if args.full_text:
+                body["full_text"] = True
             if args.query:
                 body["query"] = args.query
                 body["max_results"] = args.max or settings.ncbi.search_max_results
+            elif args.bookshelf_publisher:
+                body["bookshelf_publisher"] = args.bookshelf_publisher
             else:
                 body["pmids"] = [p.strip() for p in args.pmids.split(",") if p.strip()]
             r = http.post("/v1/ingest", json=body)
