@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
+from lxml import etree
 
 from services.fetcher.bookshelf import BookshelfClient, nxml_events
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsQueryError
@@ -84,6 +85,22 @@ class FetcherState:
         return self._bookshelf
 
 
+def bookshelf_document_ids(event: DocumentFetched) -> list[str]:
+    """The ids of the documents the parser makes of a Bookshelf NXML file: one per (kept) book part.
+
+    A package file may hold a whole book; the parser stores each ``book-part`` as its own document, so a
+    job must count those, not the file. A file that does not parse keeps its own id (the parser will
+    dead-letter it and mark that id failed).
+    """
+    from services.parser.nxml import parse_bookshelf
+
+    try:
+        return [d.document_id for d in parse_bookshelf(event.content or "")]
+    except (ValueError, etree.LxmlError) as exc:
+        log.info("Bookshelf file not parsable here", extra={"document_id": event.document_id, "error": str(exc)})
+        return [event.document_id]
+
+
 def register(broker: KafkaBroker, state: FetcherState) -> None:
     discovered_out = broker.publisher(PMIDS_DISCOVERED, title="pmids.discovered", schema=PmidDiscovered)
     fetched_out = broker.publisher(DOCUMENTS_FETCHED, title="documents.fetched", schema=DocumentFetched)
@@ -136,7 +153,8 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
         batch: list[DocumentFetched] = []
 
         async def flush() -> None:
-            ids = [d.document_id for d in batch]
+            # The job follows the documents the parser will store: one per book part.
+            ids = [i for d in batch for i in await asyncio.to_thread(bookshelf_document_ids, d)]
             await add_job_documents(state.pool, request.job_id, ids)
             await set_stage(state.pool, ids, "fetched", force=request.refresh)
             await asyncio.gather(*(fetched_out.publish(d, key=d.document_id.encode()) for d in batch))
