@@ -109,6 +109,9 @@ def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
     env.update(
         {
             "EVIDENTIA_EUTILS_BASE_URL": fake_eutils.url,
+            # Bookshelf Open Access: the fake serves what a test registers with add_static under /pub/litarch/.
+            "EVIDENTIA_BOOKSHELF_FILE_LIST_URL": fake_eutils.static_url("/pub/litarch/file_list.csv"),
+            "EVIDENTIA_BOOKSHELF_BASE_URL": fake_eutils.static_url("/pub/litarch/"),
             "EVIDENTIA_KAFKA_TOPIC_PARTITIONS": "3",
             "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "30",
             "EVIDENTIA_LOG_FORMAT": "json",
