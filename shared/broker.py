@@ -399,6 +399,19 @@ class ReplyClient:
             self._pending.pop(cid, None)
 
 
+def is_stale(msg: KafkaMessage | StreamMessage[Any], max_age_s: float) -> bool:
+    """A request older than its caller's timeout: nobody waits for the reply any more.
+
+    Request subscribers read from the earliest offset when their group has none committed, so a request
+    published while the group was still joining is not lost; this check drops the ones that are too old.
+    """
+    records = records_of(msg)
+    if not records or records[0].timestamp is None:
+        return False
+    age_ms: float = time.time() * 1000 - float(records[0].timestamp)
+    return age_ms > max_age_s * 1000
+
+
 async def reply(broker: KafkaBroker, msg: KafkaMessage, event: Event) -> None:
     """Publish ``event`` to the request's ``reply_to`` topic with its correlation id."""
     if not msg.reply_to:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import asyncpg
 import numpy as np
+from aiokafka import ConsumerRecord
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
@@ -22,7 +24,7 @@ from services.retriever.store import (
     upsert_vectors,
 )
 from shared import metrics
-from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply
+from shared.broker import PoisonEvent, add_dead_letter_hook, decode, is_stale, publish_dead_letters, records_of, reply
 from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
@@ -101,18 +103,23 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         description="ChunkEmbedded events, stored in the vector index of their model.",
     )
     async def on_embedded(msg: KafkaMessage) -> None:
-        events, poison = decode_batch(ChunkEmbedded, msg)
-        for record, exc in poison:
-            await publish_dead_letters(broker, "retriever", [record], exc, 1)
-        metrics.BATCH_SIZE.labels("retriever", CHUNKS_EMBEDDED).observe(len(events))
-        by_model: dict[tuple[str, int], list[ChunkEmbedded]] = {}
-        for e in events:
-            by_model.setdefault((e.model, e.dim), []).append(e)
-        for (model, dim), group in by_model.items():
+        by_model: dict[tuple[str, int], list[tuple[ConsumerRecord[Any, Any], ChunkEmbedded]]] = {}
+        count = 0
+        for record in records_of(msg):
+            try:
+                e = decode(ChunkEmbedded, record.value or b"")
+            except PoisonEvent as exc:
+                await publish_dead_letters(broker, "retriever", [record], exc, 1)
+                continue
+            by_model.setdefault((e.model, e.dim), []).append((record, e))
+            count += 1
+        metrics.BATCH_SIZE.labels("retriever", CHUNKS_EMBEDDED).observe(count)
+        for (model, dim), pairs in by_model.items():
+            group = [e for _, e in pairs]
             index = await state.index_for(model, dim)
             if index is None:
                 await publish_dead_letters(
-                    broker, "retriever", _records_for(msg, group),
+                    broker, "retriever", [r for r, _ in pairs],
                     IndexModelMismatch(f"no vector index for {model} ({dim}-d)"), 1,
                 )
                 continue
@@ -128,7 +135,7 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
     @broker.subscriber(
         RETRIEVAL_REQUESTS,
         group_id=GROUP_ID,
-        auto_offset_reset="latest",
+        auto_offset_reset="earliest",
         # Concurrent, acknowledged on receipt: a caller waits at most its timeout, so a request is never redelivered.
         ack_policy=AckPolicy.ACK_FIRST,
         max_workers=state.settings.kafka.request_concurrency,
@@ -136,6 +143,9 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         description="A RetrievalRequest; the RetrievalReply goes to the reply_to topic.",
     )
     async def on_request(request: RetrievalRequest, msg: KafkaMessage) -> None:
+        if is_stale(msg, state.settings.kafka.request_timeout_s):
+            log.info("stale request skipped", extra={"correlation_id": msg.correlation_id})
+            return
         try:
             q = render(request.query, request.query_form)
             reranker = None
@@ -167,14 +177,3 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
 
 class _BadRequest(ValueError):
     """A request the retriever cannot serve as asked (e.g. a reranker that is not configured)."""
-
-
-def _records_for(msg: KafkaMessage, group: list[ChunkEmbedded]) -> list:  # type: ignore[type-arg]
-    from shared.broker import records_of
-
-    wanted = {e.chunk_id for e in group}
-    out = []
-    for record in records_of(msg):
-        if any(cid.encode() in (record.value or b"") for cid in wanted):
-            out.append(record)
-    return out

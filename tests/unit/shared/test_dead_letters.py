@@ -94,3 +94,20 @@ def test_transient_errors_are_told_from_poison() -> None:
     assert not is_transient(PoisonEvent("bad"))
     assert not is_transient(RuntimeError("bug"))
     assert DeadLetterPolicy("s", backoff_s=0.5).delay(3) == pytest.approx(2.0)
+
+
+def test_requests_older_than_the_callers_timeout_are_stale() -> None:
+    import time as _time
+    from types import SimpleNamespace
+
+    from aiokafka import ConsumerRecord
+
+    from shared.broker import is_stale
+
+    def message(age_s: float) -> SimpleNamespace:
+        record = ConsumerRecord("retrieval.requests", 0, 1, int((_time.time() - age_s) * 1000), 0, None, b"{}",
+                                None, 0, 2, [])
+        return SimpleNamespace(raw_message=record)
+
+    assert not is_stale(message(1.0), 30.0)  # type: ignore[arg-type]
+    assert is_stale(message(45.0), 30.0)  # type: ignore[arg-type]
