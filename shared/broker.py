@@ -28,6 +28,7 @@ from faststream import BaseMiddleware, ContextRepo
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.kafka.prometheus import KafkaPrometheusMiddleware
 from faststream.message import StreamMessage
+from faststream.middlewares import AckPolicy
 from pydantic import BaseModel, ValidationError
 
 from shared import metrics
@@ -146,13 +147,25 @@ def _trace_of(body: bytes) -> str | None:
 
 
 class DeadLetterPolicy:
-    """Middleware factory: ``KafkaBroker(middlewares=[DeadLetterPolicy(...)])``."""
+    """Middleware factory: ``KafkaBroker(middlewares=[DeadLetterPolicy(...)])``.
 
-    def __init__(self, service: str, max_attempts: int = 3, backoff_s: float = 0.5, max_backoff_s: float = 30.0):
+    With ``request_max_age_s``, a request (a message with a ``reply_to``) older than that is dropped before
+    its handler runs: its caller has given up waiting (see :func:`is_stale`).
+    """
+
+    def __init__(
+        self,
+        service: str,
+        max_attempts: int = 3,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+        request_max_age_s: float | None = None,
+    ):
         self.service = service
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.request_max_age_s = request_max_age_s
 
     def __call__(self, msg: Any, /, *, context: ContextRepo) -> _DeadLetterMiddleware:
         return _DeadLetterMiddleware(msg, context=context, policy=self)
@@ -167,6 +180,10 @@ class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
         self.policy = policy
 
     async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+        max_age = self.policy.request_max_age_s
+        if max_age is not None and msg.reply_to and is_stale(msg, max_age):
+            log.info("stale request skipped", extra={"correlation_id": msg.correlation_id})
+            return None
         records = records_of(msg)
         topic = records[0].topic if records else "?"
         token = trace_id_var.set(
@@ -266,7 +283,9 @@ def make_broker(service: str, settings: Settings | None = None, **kwargs: Any) -
         k.bootstrap,
         client_id=f"{k.client_id}-{service}",
         middlewares=(
-            DeadLetterPolicy(service, k.max_delivery_attempts, k.retry_backoff_s),
+            DeadLetterPolicy(
+                service, k.max_delivery_attempts, k.retry_backoff_s, request_max_age_s=k.request_timeout_s
+            ),
             KafkaPrometheusMiddleware(registry=metrics.registry, app_name=service, metrics_prefix="evidentia"),
         ),
         max_request_size=k.max_request_size,
@@ -399,11 +418,27 @@ class ReplyClient:
             self._pending.pop(cid, None)
 
 
+def request_subscriber_options(kafka: KafkaSettings) -> dict[str, Any]:
+    """Subscriber options every request/reply topic shares.
+
+    Read from the earliest offset, so a request published while the consumer group is still joining is
+    not skipped (requests older than the caller's timeout are dropped by :class:`DeadLetterPolicy`);
+    acknowledged on receipt and handled ``request_concurrency`` at a time, because a caller waits at most
+    its timeout and a redelivered request would answer nobody.
+    """
+    return {
+        "auto_offset_reset": "earliest",
+        "ack_policy": AckPolicy.ACK_FIRST,
+        "max_workers": kafka.request_concurrency,
+    }
+
+
 def is_stale(msg: KafkaMessage | StreamMessage[Any], max_age_s: float) -> bool:
     """A request older than its caller's timeout: nobody waits for the reply any more.
 
     Request subscribers read from the earliest offset when their group has none committed, so a request
-    published while the group was still joining is not lost; this check drops the ones that are too old.
+    published while the group was still joining is not lost; this check (run by :class:`DeadLetterPolicy`
+    for every message that carries a ``reply_to``) drops the ones that are too old.
     """
     records = records_of(msg)
     if not records or records[0].timestamp is None:

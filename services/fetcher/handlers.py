@@ -25,7 +25,7 @@ from services.fetcher.eutils import EutilsClient, EutilsError, EutilsQueryError
 from services.fetcher.ingest import discover, fetch_pmc, fetch_pubmed
 from services.fetcher.tracking import filter_new_pmids
 from shared import metrics
-from shared.broker import add_dead_letter_hook, decode_batch, is_stale, publish_dead_letters, reply
+from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply, request_subscriber_options
 from shared.db import create_pool
 from shared.db.jobs import add_job_documents, create_job, fail_documents_hook, mark_job, set_stage
 from shared.events import (
@@ -250,17 +250,11 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
     @broker.subscriber(
         NCBI_REQUESTS,
         group_id=GROUP_ID,
-        auto_offset_reset="earliest",
-        # Concurrent, acknowledged on receipt: a caller waits at most its timeout, so a request is never redelivered.
-        ack_policy=AckPolicy.ACK_FIRST,
-        max_workers=state.settings.kafka.request_concurrency,
+        **request_subscriber_options(state.settings.kafka),
         title="ncbi.requests:fetcher",
         description="An NcbiCountRequest; the NcbiCountReply (esearch count) goes to the reply_to topic.",
     )
     async def on_count(request: NcbiCountRequest, msg: KafkaMessage) -> None:
-        if is_stale(msg, state.settings.kafka.request_timeout_s):
-            log.info("stale request skipped", extra={"correlation_id": msg.correlation_id})
-            return
         try:
             count = await state.client.count(request.term, request.database)
             answer = NcbiCountReply(trace_id=request.trace_id, term=request.term, count=count)

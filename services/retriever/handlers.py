@@ -24,7 +24,15 @@ from services.retriever.store import (
     upsert_vectors,
 )
 from shared import metrics
-from shared.broker import PoisonEvent, add_dead_letter_hook, decode, is_stale, publish_dead_letters, records_of, reply
+from shared.broker import (
+    PoisonEvent,
+    add_dead_letter_hook,
+    decode,
+    publish_dead_letters,
+    records_of,
+    reply,
+    request_subscriber_options,
+)
 from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
@@ -135,17 +143,11 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
     @broker.subscriber(
         RETRIEVAL_REQUESTS,
         group_id=GROUP_ID,
-        auto_offset_reset="earliest",
-        # Concurrent, acknowledged on receipt: a caller waits at most its timeout, so a request is never redelivered.
-        ack_policy=AckPolicy.ACK_FIRST,
-        max_workers=state.settings.kafka.request_concurrency,
+        **request_subscriber_options(state.settings.kafka),
         title="retrieval.requests:retriever",
         description="A RetrievalRequest; the RetrievalReply goes to the reply_to topic.",
     )
     async def on_request(request: RetrievalRequest, msg: KafkaMessage) -> None:
-        if is_stale(msg, state.settings.kafka.request_timeout_s):
-            log.info("stale request skipped", extra={"correlation_id": msg.correlation_id})
-            return
         try:
             q = render(request.query, request.query_form)
             reranker = None

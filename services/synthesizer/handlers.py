@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 
 from faststream.kafka import KafkaBroker, KafkaMessage
-from faststream.middlewares import AckPolicy
 
 from services.synthesizer.core import Synthesizer
-from shared.broker import is_stale, reply
+from shared.broker import reply, request_subscriber_options
 from shared.events import ErrorInfo, SynthesisReply, SynthesisRequest
 from shared.settings import Settings
 from shared.topics import SYNTHESIS_REQUESTS
@@ -39,18 +38,12 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
     @broker.subscriber(
         SYNTHESIS_REQUESTS,
         group_id=GROUP_ID,
-        auto_offset_reset="earliest",
-        # Concurrent, acknowledged on receipt: a caller waits at most its timeout, so a request is never redelivered.
-        ack_policy=AckPolicy.ACK_FIRST,
-        max_workers=state.settings.kafka.request_concurrency,
+        **request_subscriber_options(state.settings.kafka),
         no_reply=True,  # replies are published explicitly (tokens, then the answer); no empty extra one
         title="synthesis.requests:synthesizer",
         description="A SynthesisRequest; SynthesisTokens (if streamed), then a SynthesisReply, to reply_to.",
     )
     async def on_request(request: SynthesisRequest, msg: KafkaMessage) -> None:
-        if is_stale(msg, state.settings.kafka.request_timeout_s):
-            log.info("stale request skipped", extra={"correlation_id": msg.correlation_id})
-            return
         try:
             if request.stream:
                 async for event in state.core.stream(request):
