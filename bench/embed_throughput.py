@@ -134,7 +134,7 @@ def _free_port() -> int:
 def chunk_events(
     texts: Sequence[str], run: str, token_ids: Sequence[Sequence[int]] | None = None, token_model: str | None = None
 ) -> list[tuple[bytes, bytes]]:
-    """``(key, ChunkCreated JSON)`` for each text, as the parser publishes them (one document per text)."""
+    """``(key, ChunkCreated JSON)`` for each text, as the parser publishes them (packed ids; one document each)."""
     from shared.events import ChunkCreated
 
     out: list[tuple[bytes, bytes]] = []
@@ -143,9 +143,10 @@ def chunk_events(
         event = ChunkCreated(
             chunk_id=f"{run}-{i}", document_id=f"{run}-doc-{i}", ordinal=0, text=text,
             token_count=len(ids) if ids else len(text.split()), job_id=run,
-            token_ids=ids, token_model=token_model if ids is not None else None,
+            token_ids_u32=ChunkCreated.pack_ids(ids) if ids is not None else None,
+            token_model=token_model if ids is not None else None,
         )
-        out.append((event.document_id.encode(), event.model_dump_json().encode()))
+        out.append((event.document_id.encode(), event.model_dump_json(exclude_none=True).encode()))
     return out
 
 

@@ -72,7 +72,8 @@ def main() -> None:
     ids = emb.passage_token_ids(texts)
     records = [
         ChunkCreated(chunk_id=f"c{i}", document_id=f"d{i}", ordinal=0, text=t, token_count=len(x),
-                     token_ids=x, token_model=emb.name).model_dump_json().encode()
+                     token_ids_u32=ChunkCreated.pack_ids(x), token_model=emb.name)
+        .model_dump_json(exclude_none=True).encode()
         for i, (t, x) in enumerate(zip(texts, ids, strict=True))
     ]
     asyncio.run(service_path(emb, records[: 4 * batch], consumes[0], batch))  # warm-up

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -22,8 +23,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
-from aiokafka import ConsumerRecord
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
+from aiokafka.partitioner import DefaultPartitioner
 from faststream import BaseMiddleware, ContextRepo
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.kafka.prometheus import KafkaPrometheusMiddleware
@@ -36,6 +38,15 @@ from shared.events import DeadLetter, ErrorInfo, Event
 from shared.logs import trace_id_var
 from shared.settings import KafkaSettings, Settings, get_settings
 from shared.topics import dlq
+
+_PARTITIONER = DefaultPartitioner()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _key_slot(key: bytes, partitions: int) -> int:
+    """Index of ``key``'s partition among ``partitions`` sorted ids (aiokafka's murmur2 is pure Python:
+    ~10 us a key; one document's chunks share a key)."""
+    return _PARTITIONER(key, list(range(partitions)), [])  # type: ignore[no-any-return]
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +283,52 @@ async def tolerant_batch_decoder(msg: StreamMessage[Any], original: Callable[...
             except (json.JSONDecodeError, UnicodeDecodeError):
                 out.append(body)
         return out
+
+
+async def undecoded_batch(msg: StreamMessage[Any], original: Callable[..., Awaitable[Any]]) -> Any:
+    """Decoder of batch handlers that decode their own records (:func:`decode_batch`): the raw bodies.
+
+    FastStream JSON-decodes every record of a batch before the handler runs, even when the handler
+    reads only the message; for the embedder's and the retriever's hot batch consumers that was a
+    second decoding of every event (about a sixth of the embedder's CPU time on a busy stream).
+    """
+    return [record.value for record in records_of(msg)]
+
+
+async def send_keyed(
+    producer: AIOKafkaProducer,
+    topic: str,
+    messages: Sequence[tuple[bytes | None, bytes]],
+    headers: Sequence[tuple[str, bytes]] = (),
+) -> int:
+    """Send ``(key, value)`` messages as whole record batches; return once Kafka acknowledged them all.
+
+    Each message goes to the partition ``producer.send`` would pick (the producer's default murmur2
+    partitioner on the key, as Java clients do), and in the given order within its partition. One
+    future per record batch instead of one per message: ``send`` costs about 15 us of Python per
+    message, which at tens of thousands of messages a second is the publisher's whole budget.
+    Returns the number of record batches sent.
+    """
+    if not messages:
+        return 0
+    partitions = sorted(await producer.partitions_for(topic))
+    by_partition: dict[int, list[tuple[bytes | None, bytes]]] = {}
+    for key, value in messages:
+        part = partitions[_key_slot(key, len(partitions))] if key is not None else partitions[0]
+        by_partition.setdefault(part, []).append((key, value))
+    hdrs = list(headers)
+    futures = []
+    for part, items in by_partition.items():
+        batch = producer.create_batch()
+        for key, value in items:
+            if batch.append(key=key, value=value, timestamp=None, headers=hdrs) is None:  # full
+                futures.append(await producer.send_batch(batch, topic, partition=part))
+                batch = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None, headers=hdrs) is None:
+                    raise ValueError(f"a message of {len(value)} bytes does not fit a record batch")
+        futures.append(await producer.send_batch(batch, topic, partition=part))
+    await asyncio.gather(*futures)
+    return len(futures)
 
 
 def make_broker(service: str, settings: Settings | None = None, **kwargs: Any) -> KafkaBroker:

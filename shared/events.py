@@ -12,10 +12,15 @@ Events are keyed by ``document_id`` on the pipeline topics, so one document's ev
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, Source
@@ -151,7 +156,15 @@ class ChunkCreated(Event):
             "the tokenizer of `token_model`; the embedder uses them only when that is its own model."
         ),
     )
-    token_model: str | None = Field(None, description="The embedding model whose tokenizer made `token_ids`.")
+    token_ids_u32: str | None = Field(
+        None,
+        description=(
+            "`token_ids` packed: base64 (RFC 4648) of little-endian uint32 values; what the parser writes "
+            "(about four times cheaper to read than a JSON list). An embedder older than this field ignores "
+            "it and tokenises `text` itself."
+        ),
+    )
+    token_model: str | None = Field(None, description="The embedding model whose tokenizer made the token ids.")
     target_model: str | None = Field(
         None,
         description=(
@@ -160,23 +173,84 @@ class ChunkCreated(Event):
         ),
     )
 
+    @model_validator(mode="after")
+    def _packed_ids(self) -> ChunkCreated:
+        if self.token_ids_u32 is not None:
+            if self.token_ids is not None:
+                raise ValueError("give the token ids once: `token_ids` or `token_ids_u32`")
+            try:
+                raw = binascii.a2b_base64(self.token_ids_u32, strict_mode=True)
+            except binascii.Error as exc:
+                raise ValueError(f"token_ids_u32 is not base64: {exc}") from exc
+            if len(raw) % 4:
+                raise ValueError(f"token_ids_u32 holds {len(raw)} bytes, not a whole number of uint32 values")
+        return self
+
+    @staticmethod
+    def pack_ids(ids: Sequence[int] | npt.NDArray[np.integer[Any]]) -> str:
+        """``token_ids_u32`` of token ids."""
+        return base64.b64encode(np.asarray(ids, dtype="<u4").tobytes()).decode("ascii")
+
+    def input_ids(self) -> npt.NDArray[np.int64] | None:
+        """The shipped token ids (either form), or None when there are none."""
+        if self.token_ids_u32:
+            return np.frombuffer(binascii.a2b_base64(self.token_ids_u32), dtype="<u4").astype(np.int64)
+        if self.token_ids:
+            return np.asarray(self.token_ids, dtype=np.int64)
+        return None
+
 
 class ChunkEmbedded(Event):
-    """One chunk's vector (topic ``chunks.embedded``, keyed by document id)."""
+    """One chunk's vector (topic ``chunks.embedded``, keyed by document id).
 
-    schema_version: Literal[1] = 1
+    Version 2 carries the vector packed (``embedding_f32``: base64 of ``dim`` little-endian float32
+    values, 2 KB for 384-d instead of ~8 KB of decimal text, and about six times cheaper to write and to
+    read); version 1 carries it as a JSON list (``embedding``). Consumers accept both; an embedder writes
+    version 1 only when told to (``EVIDENTIA_EMBEDDING_VECTOR_ENCODING=list``) for consumers older than
+    version 2. Read the vector with :meth:`vector`.
+    """
+
+    schema_version: Literal[1, 2] = 2
     chunk_id: str
     document_id: str
     model: str
     dim: int = Field(ge=1)
-    embedding: list[float]
+    embedding: list[float] | None = Field(None, description="The vector as numbers (version 1; the only form there).")
+    embedding_f32: str | None = Field(
+        None,
+        description="The vector packed: base64 (RFC 4648) of `dim` little-endian IEEE-754 float32 values (version 2).",
+    )
     job_id: str | None = None
 
     @model_validator(mode="after")
     def _dim(self) -> ChunkEmbedded:
-        if len(self.embedding) != self.dim:
+        if (self.embedding is None) == (self.embedding_f32 is None):
+            raise ValueError("exactly one of `embedding` and `embedding_f32` must be given")
+        if self.embedding_f32 is not None:
+            if self.schema_version < 2:
+                raise ValueError("`embedding_f32` needs schema_version 2")
+            try:
+                raw = binascii.a2b_base64(self.embedding_f32, strict_mode=True)
+            except binascii.Error as exc:
+                raise ValueError(f"embedding_f32 is not base64: {exc}") from exc
+            if len(raw) != 4 * self.dim:
+                raise ValueError(f"embedding_f32 holds {len(raw)} bytes, dim {self.dim} needs {4 * self.dim}")
+            if not np.isfinite(np.frombuffer(raw, dtype="<f4")).all():
+                raise ValueError("embedding_f32 holds a value that is not finite")
+        elif self.embedding is not None and len(self.embedding) != self.dim:
             raise ValueError(f"embedding has {len(self.embedding)} values, dim says {self.dim}")
         return self
+
+    @classmethod
+    def pack(cls, vector: npt.ArrayLike) -> str:
+        """``embedding_f32`` of a vector: base64 of its little-endian float32 bytes."""
+        return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+    def vector(self) -> npt.NDArray[np.float32]:
+        """The vector as float32, whichever form it came in."""
+        if self.embedding_f32 is not None:
+            return np.frombuffer(binascii.a2b_base64(self.embedding_f32), dtype="<f4").astype(np.float32)
+        return np.asarray(self.embedding, dtype=np.float32)
 
 
 # --- request/reply -----------------------------------------------------------------------------------

@@ -96,6 +96,13 @@ class EmbeddingSettings(BaseSettings):
             "else `~/.cache/evidentia/models`."
         ),
     )
+    vector_encoding: Literal["f32", "list"] = Field(
+        "f32",
+        description=(
+            "How the embedder writes vectors on `chunks.embedded`: `f32` (ChunkEmbedded v2, packed float32, "
+            "base64) or `list` (v1, a JSON list of numbers) while retrievers older than v2 still consume."
+        ),
+    )
 
 
 class ChunkingSettings(BaseSettings):

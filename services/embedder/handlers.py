@@ -9,8 +9,9 @@ shutdown first drains the pipeline.
 Inside the worker thread a batch is encoded with texts sorted by length (both ``encode_passages``
 and ``encode_pretokenized`` sort), from the token ids the parser shipped when they were made by this
 model's tokenizer (``ChunkCreated.token_model``), else from the text; each ``ChunkEmbedded`` is
-validated and serialised to JSON there too (``model_dump_json`` once per event), so the event loop
-only moves bytes. Vectors go out through one aiokafka producer with large batches.
+validated and serialised to JSON in a second thread (``model_dump_json`` once per event, the vector
+packed as base64 float32: ``ChunkEmbedded`` v2), so the event loop only moves bytes. Vectors go out
+through one aiokafka producer with large batches.
 
 Reindexing (``evidentia reindex --model X``): ``chunks.reindex`` carries ``ChunkCreated`` events with
 ``target_model``; each embedder reads that topic in a consumer group of its own model and embeds only
@@ -36,7 +37,14 @@ from faststream.middlewares import AckPolicy
 from services.embedder.encode import encode_vectors, serialize_vectors
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
 from shared import metrics
-from shared.broker import EVENT_TYPE_HEADER, decode_batch, publish_dead_letters, records_of
+from shared.broker import (
+    EVENT_TYPE_HEADER,
+    decode_batch,
+    publish_dead_letters,
+    records_of,
+    send_keyed,
+    undecoded_batch,
+)
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkCreated, ChunkEmbedded
 from shared.settings import Settings
@@ -144,15 +152,13 @@ class EmbedderState:
         return encode_vectors(self.embedder, events, self.settings.embedding.batch_size)
 
     def _serialize(self, events: list[ChunkCreated], vectors: np.ndarray) -> list[Payload]:
-        return serialize_vectors(self.embedder.name, self.embedder.dim, events, vectors)
+        packed = self.settings.embedding.vector_encoding == "f32"
+        return serialize_vectors(self.embedder.name, self.embedder.dim, events, vectors, packed=packed)
 
     async def _publish(self, payloads: list[Payload]) -> None:
         producer = self._producer
         assert producer is not None, "embedder not started"
-        futures = [
-            await producer.send(CHUNKS_EMBEDDED, value=value, key=key, headers=_HEADERS) for key, value in payloads
-        ]
-        await asyncio.gather(*futures)
+        await send_keyed(producer, CHUNKS_EMBEDDED, payloads, _HEADERS)
 
     async def _dead_letter(self, batch: Batch[ChunkCreated], exc: BaseException) -> None:
         assert self._broker is not None
@@ -191,6 +197,7 @@ def register(broker: KafkaBroker, state: EmbedderState) -> None:
         max_records=state.settings.embedding.consume_batch,
         batch_timeout_ms=50,
         listener=DrainOnRevoke(state),
+        decoder=undecoded_batch,
         title="chunks.created:embedder",
         description="ChunkCreated events, embedded in batches; offsets committed after the vectors are sent.",
     )

@@ -14,7 +14,7 @@ from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
 from services.embedder.handlers import GROUP_ID, DrainOnRevoke, EmbedderState, configured_model, reindex_group
-from shared.broker import make_broker
+from shared.broker import make_broker, undecoded_batch
 from shared.service import make_app, run_app
 from shared.settings import get_settings
 from shared.topics import CHUNKS_REINDEX
@@ -36,6 +36,7 @@ def register_reindex(broker: KafkaBroker, state: EmbedderState) -> str:
         max_records=state.settings.embedding.consume_batch,
         batch_timeout_ms=50,
         listener=DrainOnRevoke(state),
+        decoder=undecoded_batch,
         title="chunks.reindex:embedder",
         description="ChunkCreated events of `evidentia reindex`, embedded only by embedders of their target_model.",
     )

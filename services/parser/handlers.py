@@ -149,7 +149,7 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
                             text=chunk.embedding_text,
                             token_count=chunk.token_count,
                             job_id=event.job_id,
-                            token_ids=chunk_ids,
+                            token_ids_u32=ChunkCreated.pack_ids(chunk_ids) if chunk_ids is not None else None,
                             token_model=tok.model if tok is not None and chunk_ids is not None else None,
                         ),
                         key=key,

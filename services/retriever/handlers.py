@@ -32,6 +32,7 @@ from shared.broker import (
     records_of,
     reply,
     request_subscriber_options,
+    undecoded_batch,
 )
 from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, set_stage
@@ -107,6 +108,7 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         batch=True,
         max_records=512,
         batch_timeout_ms=100,
+        decoder=undecoded_batch,
         title="chunks.embedded:retriever",
         description="ChunkEmbedded events, stored in the vector index of their model.",
     )
@@ -131,7 +133,7 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
                     IndexModelMismatch(f"no vector index for {model} ({dim}-d)"), 1,
                 )
                 continue
-            vectors = np.asarray([e.embedding for e in group], dtype=np.float32)
+            vectors = np.stack([e.vector() for e in group])
             written = await upsert_vectors(
                 state.pool, index, [e.chunk_id for e in group], [e.document_id for e in group], vectors
             )

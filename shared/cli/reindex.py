@@ -168,7 +168,8 @@ async def reindex(args: argparse.Namespace) -> int:
                             ChunkCreated(
                                 chunk_id=r["chunk_id"], document_id=r["document_id"], ordinal=r["ordinal"],
                                 text=r["embedding_text"], token_count=r["token_count"],
-                                token_ids=ids[j] if ids else None, token_model=name if ids else None,
+                                token_ids_u32=ChunkCreated.pack_ids(ids[j]) if ids else None,
+                                token_model=name if ids else None,
                                 target_model=name,
                             ),
                             r["document_id"],

@@ -18,13 +18,15 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 Pooling = Literal["cls", "mean"]
 FloatArray = npt.NDArray[np.float32]
+TokenIds = Sequence[int] | npt.NDArray[np.integer[Any]]
+"""One text's model input ids: a list, or an integer array (as unpacked from ``ChunkCreated.token_ids_u32``)."""
 
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
 E5_QUERY_PREFIX = "query: "
@@ -63,7 +65,7 @@ class Embedder(Protocol):
         """Embed queries (with the query prefix, if any)."""
         ...
 
-    def encode_pretokenized(self, ids: Sequence[Sequence[int]], batch_size: int | None = None) -> FloatArray:
+    def encode_pretokenized(self, ids: Sequence[TokenIds], batch_size: int | None = None) -> FloatArray:
         """Embed texts already turned into model input ids by :meth:`token_ids`."""
         ...
 
@@ -112,17 +114,27 @@ def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def truncate_ids(ids: TokenIds, limit: int) -> TokenIds:
+    """Ids cut to ``limit``, keeping the last (the end-of-sequence token), as the tokenizer truncates."""
+    if len(ids) <= limit:
+        return ids
+    if isinstance(ids, np.ndarray):
+        return np.concatenate([ids[: limit - 1], ids[-1:]])
+    return [*ids[: limit - 1], ids[-1]]
+
+
 def pad_ids(
-    batch: Sequence[Sequence[int]], pad_id: int = 0
+    batch: Sequence[TokenIds], pad_id: int = 0
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Right-pad ids to the longest in the batch: ``(input_ids, attention_mask)`` as int64."""
-    width = max((len(seq) for seq in batch), default=0)
+    """Right-pad ids (lists or integer arrays) to the longest in the batch: ``(input_ids, attention_mask)``, int64."""
+    lengths = np.fromiter((len(seq) for seq in batch), dtype=np.int64, count=len(batch))
+    width = int(lengths.max()) if len(batch) else 0
     ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(batch), width), dtype=np.int64)
-    for row, seq in enumerate(batch):
-        ids[row, : len(seq)] = seq
-        mask[row, : len(seq)] = 1
-    return ids, mask
+    keep = np.arange(width) < lengths[:, None]
+    if len(batch) and width:
+        # One concatenation and one masked scatter (row-major, so row by row): no per-row numpy call.
+        ids[keep] = np.concatenate([np.asarray(seq, dtype=np.int64) for seq in batch])
+    return ids, keep.astype(np.int64)
 
 
 class BaseEmbedder(ABC):
@@ -190,7 +202,7 @@ class BaseEmbedder(ABC):
         self.warm_up()
         return self._encode([self.query_prefix + t for t in texts], batch_size or self.batch_size)
 
-    def encode_pretokenized(self, ids: Sequence[Sequence[int]], batch_size: int | None = None) -> FloatArray:
+    def encode_pretokenized(self, ids: Sequence[TokenIds], batch_size: int | None = None) -> FloatArray:
         if not ids:
             return self._empty()
         self.warm_up()
@@ -216,7 +228,7 @@ class BaseEmbedder(ABC):
     def _encode(self, texts: list[str], batch_size: int) -> FloatArray: ...
 
     @abstractmethod
-    def _encode_ids(self, ids: Sequence[Sequence[int]], batch_size: int) -> FloatArray: ...
+    def _encode_ids(self, ids: Sequence[TokenIds], batch_size: int) -> FloatArray: ...
 
     @abstractmethod
     def _token_ids(self, texts: list[str]) -> list[list[int]]: ...

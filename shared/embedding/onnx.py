@@ -26,9 +26,11 @@ from shared.embedding.base import (
     EmbedderError,
     FloatArray,
     Pooling,
+    TokenIds,
     l2_normalise,
     length_sorted_batches,
     pad_ids,
+    truncate_ids,
 )
 
 log = logging.getLogger(__name__)
@@ -139,7 +141,7 @@ class OnnxEmbedder(BaseEmbedder):
     def _encode(self, texts: list[str], batch_size: int) -> FloatArray:
         return self._encode_ids(self._token_ids(texts), batch_size)
 
-    def _run_batch(self, batch: Sequence[Sequence[int]]) -> FloatArray:
+    def _run_batch(self, batch: Sequence[TokenIds]) -> FloatArray:
         input_ids, mask = pad_ids(batch, self._pad_id)
         feeds = {"input_ids": input_ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
@@ -152,9 +154,9 @@ class OnnxEmbedder(BaseEmbedder):
             pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
         return l2_normalise(pooled)
 
-    def _encode_ids(self, ids: Sequence[Sequence[int]], batch_size: int) -> FloatArray:
+    def _encode_ids(self, ids: Sequence[TokenIds], batch_size: int) -> FloatArray:
         limit = self.max_seq_length
-        ids = [seq if len(seq) <= limit else [*seq[: limit - 1], seq[-1]] for seq in ids]
+        ids = [truncate_ids(seq, limit) for seq in ids]
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         for batch in length_sorted_batches([len(seq) for seq in ids], batch_size):
             out[batch] = self._run_batch([ids[i] for i in batch])

@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shared.embedding.base import BaseEmbedder, EmbedderError, FloatArray, length_sorted_batches, pad_ids
+from shared.embedding.base import (
+    BaseEmbedder,
+    EmbedderError,
+    FloatArray,
+    TokenIds,
+    length_sorted_batches,
+    pad_ids,
+    truncate_ids,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -169,7 +177,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         return len(enc["input_ids"])
 
     def _host_batches(
-        self, ids: Sequence[Sequence[int]], batches: list[list[int]], pin: bool
+        self, ids: Sequence[TokenIds], batches: list[list[int]], pin: bool
     ) -> Iterator[dict[str, torch.Tensor]]:
         import torch
 
@@ -186,11 +194,11 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         emb: torch.Tensor = self._model.forward(dict(feats))["sentence_embedding"]
         return emb
 
-    def _encode_ids(self, ids: Sequence[Sequence[int]], batch_size: int) -> FloatArray:
+    def _encode_ids(self, ids: Sequence[TokenIds], batch_size: int) -> FloatArray:
         import torch
 
         limit = self.max_seq_length
-        ids = [seq if len(seq) <= limit else [*seq[: limit - 1], seq[-1]] for seq in ids]
+        ids = [truncate_ids(seq, limit) for seq in ids]
         batches = length_sorted_batches([len(seq) for seq in ids], batch_size)
         order = [i for batch in batches for i in batch]
         cuda = self.device.startswith("cuda")

@@ -10,6 +10,7 @@ stored document, on every partition, so whatever comes next on any partition sit
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -17,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
 
 from services.fetcher.bulk import iter_xml_file
-from shared.events import ChunkCreated, DeadLetter, DocumentFetched
+from shared.events import ChunkCreated, ChunkEmbedded, DeadLetter, DocumentFetched
 from shared.settings import DatabaseSettings, KafkaSettings, Settings
-from shared.topics import CHUNKS_CREATED, DOCUMENTS_FETCHED, dlq
+from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED, dlq
 from tests.integration.conftest import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -342,3 +344,53 @@ def test_reingesting_the_same_file_changes_no_counts_and_emits_no_chunks(stack: 
     # The detector works: the first ingest's chunk events are on the topic with its job id.
     first_events = asyncio.run(_chunk_events_since(bootstrap, dict.fromkeys(start, 0), {first_job}))
     assert {e.chunk_id for e in first_events} == {c["chunk_id"] for c in first.chunks}
+
+
+async def _publish_vectors(bootstrap: str, events: list[ChunkEmbedded]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for event in events:
+            await producer.send_and_wait(
+                CHUNKS_EMBEDDED, event.model_dump_json(exclude_none=True).encode(), key=event.document_id.encode(),
+                headers=[("content-type", b"application/json")],
+            )
+    finally:
+        await producer.stop()
+
+
+def _stored_vector(stack: Stack, table: str, chunk_id: str) -> np.ndarray:
+    row = db_fetch(stack.infra.postgres.url, f"SELECT embedding::text AS e FROM {table} WHERE chunk_id = $1", chunk_id)
+    return np.asarray(json.loads(str(row[0]["e"])), dtype=np.float32)
+
+
+def _wait_for_vector(stack: Stack, table: str, chunk_id: str, want: np.ndarray, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    got = _stored_vector(stack, table, chunk_id)
+    while not np.allclose(got, want, atol=1e-6) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        got = _stored_vector(stack, table, chunk_id)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_the_running_retriever_stores_vectors_of_both_event_versions(stack: Stack, stored: Snapshot) -> None:
+    """A rolling upgrade: an embedder still writing v1 (a JSON list) and one writing v2 (packed float32)."""
+    url = stack.infra.postgres.url
+    index = db_fetch(url, "SELECT model, dim, table_name FROM vector_indexes WHERE state = 'active'")[0]
+    table, model, dim = str(index["table_name"]), str(index["model"]), int(index["dim"])
+    chunk_id = stored.vectors[0][0]
+    original = _stored_vector(stack, table, chunk_id)
+    assert original.shape == (dim,)
+    marker = uuid.uuid4().hex[:8]
+    # v1 with a different (still unit-length) vector: stored.
+    turned = np.roll(original, 1)
+    old = ChunkEmbedded(schema_version=1, trace_id=f"v1-{marker}", chunk_id=chunk_id, document_id=TARGET_ID,
+                        model=model, dim=dim, embedding=[float(x) for x in turned])
+    asyncio.run(_publish_vectors(stack.infra.kafka.bootstrap, [old]))
+    _wait_for_vector(stack, table, chunk_id, turned)
+    # v2 puts the original back, bit for bit (pgvector stores float32).
+    new = ChunkEmbedded(trace_id=f"v2-{marker}", chunk_id=chunk_id, document_id=TARGET_ID, model=model, dim=dim,
+                        embedding_f32=ChunkEmbedded.pack(original))
+    asyncio.run(_publish_vectors(stack.infra.kafka.bootstrap, [new]))
+    _wait_for_vector(stack, table, chunk_id, original)
+    assert snapshot(stack, [TARGET_ID]).vectors == stored.vectors

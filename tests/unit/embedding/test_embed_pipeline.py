@@ -26,11 +26,16 @@ TEXTS = [
 ]
 
 
-def _events(texts: list[str], ids: list[list[int]] | None = None, model: str | None = None) -> list[ChunkCreated]:
+def _events(
+    texts: list[str], ids: list[list[int]] | None = None, model: str | None = None, *, packed: bool = True
+) -> list[ChunkCreated]:
+    """As the parser ships them (``packed``: ``token_ids_u32``), or with a JSON list of ids (older parsers)."""
     return [
         ChunkCreated(
             chunk_id=f"c{i}", document_id=f"d{i}", ordinal=0, text=t, token_count=1,
-            token_ids=ids[i] if ids else None, token_model=model if ids else None,
+            token_ids=ids[i] if ids and not packed else None,
+            token_ids_u32=ChunkCreated.pack_ids(ids[i]) if ids and packed else None,
+            token_model=model if ids else None,
         )
         for i, t in enumerate(texts)
     ]
@@ -152,7 +157,7 @@ def _decode(payloads: list[Payload]) -> np.ndarray:
     for key, value in payloads:
         event = ChunkEmbedded.model_validate_json(value)
         assert key == event.document_id.encode()
-        rows.append(event.embedding)
+        rows.append(event.vector())
     return np.asarray(rows, dtype=np.float32)
 
 
@@ -161,8 +166,10 @@ def test_encode_events_uses_shipped_ids_of_its_own_model_only(minilm: BaseEmbedd
     ids = minilm.passage_token_ids(TEXTS)
     from_text = _decode(encode_events(minilm, _events(TEXTS), 2))
     from_ids = _decode(encode_events(minilm, _events(TEXTS, ids, minilm.name), 2))
+    from_listed_ids = _decode(encode_events(minilm, _events(TEXTS, ids, minilm.name, packed=False), 2))
     np.testing.assert_allclose(from_text, reference, atol=1e-5)
     np.testing.assert_allclose(from_ids, reference, atol=1e-4)
+    np.testing.assert_array_equal(from_listed_ids, from_ids)
     # Ids labelled with another model are ignored (garbage ids would give garbage vectors).
     garbage = [[101, 999, 102]] * len(TEXTS)
     other = _decode(encode_events(minilm, _events(TEXTS, garbage, "some/other-model"), 2))
@@ -170,10 +177,23 @@ def test_encode_events_uses_shipped_ids_of_its_own_model_only(minilm: BaseEmbedd
     # A mixed batch: half with ids, half without.
     mixed = _events(TEXTS, ids, minilm.name)
     for e in mixed[::2]:
-        e.token_ids, e.token_model = None, None
+        e.token_ids_u32, e.token_model = None, None
     np.testing.assert_allclose(_decode(encode_events(minilm, mixed, 2)), reference, atol=1e-4)
     payload = json.loads(encode_events(minilm, _events(TEXTS[:1]), 2)[0][1])
     assert payload["model"] == minilm.name and payload["dim"] == 384
+
+
+def test_both_vector_encodings_carry_the_same_vectors(minilm: BaseEmbedder) -> None:
+    events = _events(TEXTS)
+    packed = encode_events(minilm, events, 2)
+    listed = encode_events(minilm, events, 2, packed=False)
+    # v2: packed float32 (exact), v1: a JSON list (what consumers older than v2 read).
+    p0, l0 = json.loads(packed[0][1]), json.loads(listed[0][1])
+    assert p0["schema_version"] == 2 and "embedding" not in p0 and len(p0["embedding_f32"]) == 4 * ((4 * 384 + 2) // 3)
+    assert l0["schema_version"] == 1 and "embedding_f32" not in l0 and len(l0["embedding"]) == 384
+    assert p0["trace_id"] == events[0].trace_id and p0["chunk_id"] == events[0].chunk_id
+    np.testing.assert_array_equal(_decode(packed), _decode(listed))
+    assert len(packed[0][1]) * 3 < len(listed[0][1])
 
 
 @pytest.mark.parametrize("n", [0])
