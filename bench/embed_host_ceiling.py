@@ -6,7 +6,7 @@ Kafka fetch, ``ChunkCreated`` decoding, padding, ``ChunkEmbedded`` serialisation
 commits, all in one Python process and under one GIL. This script measures that ceiling on any
 machine, without a GPU: the running embedder service (``services.embedder.app``, its real handlers,
 pipeline, producer and commits, through a real Kafka broker) with a stand-in model in place of the
-network, which does the fast path's host work (truncate, length-sort, pad to int64 arrays) and then
+neural network, which does the fast path's host work (truncate, length-sort, pad to int64 arrays) and then
 sleeps ``n / rate`` seconds, releasing the GIL as a CUDA synchronisation does, and returns unit
 vectors.
 
@@ -15,11 +15,14 @@ events with the parser's token ids of SciFact abstracts published to ``chunks.cr
 service starts; then the service drains the backlog and the script polls the end offsets of
 ``chunks.embedded`` (no decoding on its side) and the service process's CPU time (``/proc``). The rate
 and the service's CPU microseconds per passage (all its threads) are measured between 10% and 90% of
-the vectors written (the steady state, without start-up and tail). Each ``--encoding`` gets a fresh
-broker. The CPU per passage is the figure that carries to another machine: most of it holds the GIL,
-so ``1e6 / cpu_us`` is about what one process can move there, whatever the GPU.
+the vectors written (the steady state, without start-up and tail); with ``--replicas`` N > 1, from
+the first moment the consumer group is stable with all N members (no rebalance inside the window).
+Each ``--encoding`` gets a fresh broker. The CPU per passage is the figure that carries to another
+machine: most of it holds the GIL, so ``1e6 / cpu_us`` is about what one process can move there,
+whatever the GPU; replicas (one consumer group, one GPU shared) multiply it.
 
-    .venv/bin/python bench/embed_host_ceiling.py -n 20000 --rate 35000 --encoding f32,list
+    .venv/bin/python bench/embed_host_ceiling.py -n 40000 --rate 35000 --encoding f32,list --partitions 4
+    .venv/bin/python bench/embed_host_ceiling.py -n 80000 --encoding f32 --replicas 2 --partitions 4
 
 Not a measurement of a GPU: a lower bound of what the host side allows, on the machine it runs on
 (here the broker and the script share the cores with the service).
@@ -128,38 +131,64 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 
 
 async def _watch(
-    bootstrap: str, partitions: int, n: int, timeout: float, pids: Sequence[int]
-) -> list[tuple[float, int, float]]:
-    """(time, vectors written to chunks.embedded, service CPU seconds) every 50 ms until ``n`` are there."""
+    bootstrap: str, partitions: int, n: int, timeout: float, pids: Sequence[int], members: int
+) -> list[tuple[float, int, float, bool]]:
+    """(time, vectors on chunks.embedded, service CPU seconds, group stable with ``members``) until ``n``."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
 
     from shared.topics import CHUNKS_EMBEDDED
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await consumer.start()
+    await admin.start()
     try:
         tps = [TopicPartition(CHUNKS_EMBEDDED, p) for p in range(partitions)]
-        samples: list[tuple[float, int, float]] = []
+        samples: list[tuple[float, int, float, bool]] = []
         deadline = time.perf_counter() + timeout
+        stable = members <= 1
         while time.perf_counter() < deadline:
             count = int(sum((await consumer.end_offsets(tps)).values()))
-            samples.append((time.perf_counter(), count, cpu_seconds(pids)))
+            if not stable:
+                stable = await _group_stable(admin, members)
+            samples.append((time.perf_counter(), count, cpu_seconds(pids), stable))
             if count >= n:
                 return samples
             await asyncio.sleep(0.05)
         raise RuntimeError(f"only {samples[-1][1] if samples else 0} of {n} vectors within {timeout:.0f}s")
     finally:
+        await admin.close()
         await consumer.stop()
 
 
+async def _group_stable(admin: Any, members: int) -> bool:
+    """Whether the embedder group is stable with ``members`` members (raw DescribeGroups response)."""
+    from aiokafka.errors import GroupCoordinatorNotAvailableError
+
+    from services.embedder.handlers import GROUP_ID
+
+    try:
+        responses = await admin.describe_consumer_groups([GROUP_ID])
+    except GroupCoordinatorNotAvailableError:  # no member has joined yet
+        return False
+    for response in responses:
+        for group in response.groups:  # (error, id, state, protocol type, protocol, members, ...)
+            if group[2] == "Stable" and len(group[5]) == members:
+                return True
+    return False
+
+
 def steady_state(
-    samples: list[tuple[float, int, float]], n: int, low: float = 0.1, high: float = 0.9
+    samples: list[tuple[float, int, float, bool]], n: int, low: float = 0.1, high: float = 0.9
 ) -> tuple[float, float]:
-    """(vectors/s, service CPU microseconds per vector) between the samples at ``low * n`` and ``high * n``."""
-    t0, c0, cpu0 = next(s for s in samples if s[1] >= low * n)
-    t1, c1, cpu1 = next(s for s in samples if s[1] >= high * n)
-    if t1 <= t0 or c1 <= c0:
+    """(vectors/s, service CPU microseconds per vector) from the sample at ``low * n`` (once the group is
+    stable) to the one at ``high * n``; NaN when the group settled too late (use a larger ``-n``)."""
+    start = next((s for s in samples if s[1] >= low * n and s[3]), None)
+    t1, c1, cpu1, _ = next(s for s in samples if s[1] >= high * n)
+    if start is None or t1 <= start[0] or c1 <= start[1]:
         return float("nan"), float("nan")
+    t0, c0, cpu0, _ = start
     return (c1 - c0) / (t1 - t0), (cpu1 - cpu0) / (c1 - c0) * 1e6
 
 
@@ -178,7 +207,6 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
     procs: list[ServiceProcess] = []
     try:
         asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(args.partitions)))
-        asyncio.run(_publish(kafka.bootstrap, events))
         env = {
             **os.environ,
             "EVIDENTIA_KAFKA_BOOTSTRAP": kafka.bootstrap,
@@ -197,16 +225,18 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
             port = _free_port()
             procs.append(StandInProcess("embedder", port, root / f"embedder-{i}.log",
                                         {**env, "EVIDENTIA_METRICS_PORT": str(port)}))
+        asyncio.run(_publish(kafka.bootstrap, events))  # the backlog first: the services only drain it
         started = time.perf_counter()
         for proc in procs:
             proc.start()
         # Under py-spy the children are py-spy: no CPU figure then.
         pids = [] if args.profile else [p.proc.pid for p in procs if p.proc is not None]
-        samples = asyncio.run(_watch(kafka.bootstrap, args.partitions, len(events), args.timeout, pids))
+        samples = asyncio.run(_watch(kafka.bootstrap, args.partitions, len(events), args.timeout, pids,
+                                     args.replicas))
         for proc in procs:
             if not proc.alive():
                 raise RuntimeError(f"a service died:\n{proc.tail(40)}")
-        first = next(t for t, c, _ in samples if c > 0)
+        first = next(t for t, c, *_ in samples if c > 0)
         rate, cpu_us = steady_state(samples, len(events))
         return {
             "encoding": encoding,
