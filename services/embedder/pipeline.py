@@ -210,17 +210,33 @@ class EmbedPipeline(Generic[T]):
             await self._publish_q.put(batch)
 
     async def _failed(self, batch: Batch[T], exc: BaseException) -> bool:
-        """Dead-letter a batch that cannot be embedded; True when it may be committed."""
+        """Dead-letter a batch that cannot be embedded; True once it may be committed.
+
+        Dead-lettering goes to Kafka, which may be down: it is retried with back-off (the pipeline, and
+        so consumption, waits meanwhile), because a later batch's commit would move the offsets past
+        this one and it would be neither embedded nor dead-lettered. False only when shutting down
+        (the batch is not committed and is replayed after a restart).
+        """
         batch.payloads = []
         if self._on_error is None:
             return True
-        try:
-            await self._on_error(batch, exc)
-            return True
-        except Exception:
-            log.exception("dead-lettering a failed batch failed; it will be replayed")
-            self._finish()  # not committed: replayed after a restart
-            return False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._on_error(batch, exc)
+                return True
+            except asyncio.CancelledError:
+                raise
+            except Exception as dlq_exc:
+                if self._closing:
+                    log.error("dead-lettering a failed batch failed at shutdown (%r); it will be replayed", dlq_exc)
+                    self._finish()
+                    return False
+                delay = min(30.0, self._retry_s * 2 ** min(attempt - 1, 5))
+                log.warning("dead-lettering a failed batch of %d failed (attempt %d): %r; retrying in %.1fs",
+                            len(batch.events), attempt, dlq_exc, delay)
+                await asyncio.sleep(delay)
 
     async def _publisher(self) -> None:
         assert self._publish_q is not None

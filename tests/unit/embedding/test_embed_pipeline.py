@@ -132,6 +132,45 @@ def test_a_batch_that_fails_to_encode_is_dead_lettered_and_committed() -> None:
     assert seen == ["dead-lettered [1] bad input", "commit {'p': 1}"]
 
 
+def test_dead_lettering_is_retried_and_no_later_commit_overtakes_the_failed_batch() -> None:
+    seen: list[str] = []
+    dlq_up = asyncio.Event()
+
+    def encode(events: list[int]) -> list[Payload]:
+        if events == [1]:
+            raise ValueError("bad input")
+        return [(None, str(e).encode()) for e in events]
+
+    async def publish(payloads: list[Payload]) -> None:
+        seen.extend(f"published {v.decode()}" for _, v in payloads)
+
+    async def on_error(batch: Batch[int], exc: BaseException) -> None:
+        if not dlq_up.is_set():
+            seen.append("dead-letter failed")
+            raise ConnectionError("broker down")
+        seen.append(f"dead-lettered {batch.events}")
+
+    async def main() -> None:
+        pipe: EmbedPipeline[int] = EmbedPipeline(encode, publish, on_error=on_error, publish_retry_s=0.02)
+        await pipe.start()
+
+        async def commit(offsets: Offsets) -> None:
+            seen.append(f"commit {offsets['p']}")
+
+        await pipe.submit(Batch(events=[1], offsets={"p": 1}, commit=commit))
+        await pipe.submit(Batch(events=[2], offsets={"p": 2}, commit=commit))
+        await asyncio.sleep(0.3)
+        assert "commit 2" not in seen and "commit 1" not in seen  # nothing moves past the failed batch
+        dlq_up.set()
+        await pipe.drain()
+        await pipe.stop()
+
+    asyncio.run(main())
+    failures = seen.count("dead-letter failed")
+    assert failures >= 2
+    assert seen[failures:] == ["dead-lettered [1]", "commit 1", "published 2", "commit 2"]
+
+
 def test_next_offsets_is_one_past_the_last_record_per_partition() -> None:
     class R:
         def __init__(self, p: int, o: int) -> None:
