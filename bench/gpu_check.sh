@@ -13,14 +13,16 @@
 # the fast path alone (encode_pretokenized: length-sorted, pinned, fp16, H2D copies overlapped),
 # plus how far the fast path's vectors are from encode's.
 # Then the service's own batching path without Kafka (bench/gpu_service_path.py: ChunkCreated JSON with
-# token ids -> decode -> EmbedPipeline -> encode_vectors / serialize_vectors -> an in-memory sink), and the
+# packed token ids -> decode -> EmbedPipeline -> encode_vectors / serialize_vectors (ChunkEmbedded v2) ->
+# an in-memory sink), in one process and in 2 and 3 processes sharing the GPU (GPU_CHECK_PROCS), and the
 # end-to-end service through Kafka (bench/embed_throughput.py --e2e) where Java 17+, aiokafka and
 # FastStream exist on the machine (the device image has no Java: then it says so and skips it).
 #
 # Environment: PYTHON (default python3, or .venv/bin/python when present), GPU_CHECK_BATCHES (default
 # "64 256 512"), GPU_CHECK_N (texts; default all 5,183 abstracts), GPU_CHECK_REPEATS (default 3),
 # GPU_CHECK_DTYPES (default "fp32 fp16"), GPU_CHECK_CONSUME (service path consume batches, default
-# "256 1024 4096"). pydantic, which the service path needs, is carried in models/gpu/pylib.
+# "256 1024 4096"), GPU_CHECK_PROCS (service processes sharing the GPU, default "1 2 3"). pydantic and
+# prometheus-client, which the service path needs, are carried in models/gpu/pylib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=models/gpu
@@ -49,7 +51,7 @@ wheels = Path(tempfile.mkdtemp())
 subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), "--only-binary=:all:",
                 "--python-version", "3.12", "--platform", "manylinux2014_x86_64", "--platform",
                 "manylinux_2_17_x86_64", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types",
-                "typing-inspection", "typing-extensions"], check=True)
+                "typing-inspection", "typing-extensions", "prometheus-client"], check=True)
 for whl in wheels.glob("*.whl"):
     zipfile.ZipFile(whl).extractall(bundle / "pylib")
 total = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())

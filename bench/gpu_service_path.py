@@ -4,7 +4,9 @@ What the service does per consumed batch, minus the broker: ``ChunkCreated`` JSO
 the parser ships) decoded on the event loop, submitted to the service's :class:`EmbedPipeline`
 (model thread: ``encode_vectors`` -> fast path; serialiser thread: ``ChunkEmbedded`` JSON), and
 "published" to an in-memory sink that only counts. Prints passages/s per consume batch size, with
-the model's busy share (encode seconds / wall seconds). Needs numpy, torch, sentence-transformers and
+the model's busy share (encode seconds / wall seconds), then with ``GPU_CHECK_PROCS`` (default "1 2 3")
+2 and 3 such processes sharing the device, each with its share of the texts, started together (total
+passages/s: one process's host work is the limit on a GPU). Needs numpy, torch, sentence-transformers and
 pydantic (carried as wheels in models/gpu/pylib when the machine lacks it).
 
     python bench/gpu_service_path.py models/gpu/all-MiniLM-L6-v2 models/gpu/corpus.jsonl.gz
@@ -18,6 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
@@ -58,16 +61,58 @@ async def service_path(
     return {"passages_per_s": round(len(records) / wall), "model_busy": round(pipe.stats.encode_s / wall, 3)}
 
 
+def _embedder(folder: str, device: str, batch: int) -> SentenceTransformerEmbedder:
+    emb = SentenceTransformerEmbedder(EmbedderConfig(
+        name="sentence-transformers/all-MiniLM-L6-v2", source=folder, device=device,
+        fp16=device.startswith("cuda"), batch_size=batch))
+    emb.warm_up()
+    return emb
+
+
+def _replica(folder: str, device: str, batch: int, consume: int, records: list[bytes], ready: Any, go: Any,
+             out: Any) -> None:
+    """One service process of several sharing the device: warm up, wait for the others, run, report."""
+    emb = _embedder(folder, device, batch)
+    asyncio.run(service_path(emb, records[: 4 * batch], consume, batch))  # warm-up
+    ready.put(os.getpid())
+    go.wait()
+    start = time.perf_counter()
+    row = asyncio.run(service_path(emb, records, consume, batch))
+    out.put((start, time.perf_counter(), len(records), row["model_busy"]))
+
+
+def replicas_rate(
+    folder: str, device: str, batch: int, consume: int, records: list[bytes], procs: int
+) -> dict[str, Any]:
+    """``procs`` service processes on one device, each with its share of the records, started together."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    shares = [records[i::procs] for i in range(procs)]
+    workers = [ctx.Process(target=_replica, args=(folder, device, batch, consume, share, ready, go, out))
+               for share in shares]
+    for w in workers:
+        w.start()
+    for _ in workers:
+        ready.get(timeout=600)
+    go.set()
+    results = [out.get(timeout=1800) for _ in workers]
+    for w in workers:
+        w.join(60)
+    wall = max(r[1] for r in results) - min(r[0] for r in results)
+    return {"passages_per_s": round(sum(r[2] for r in results) / wall),
+            "model_busy_per_process": [r[3] for r in results]}
+
+
 def main() -> None:
     folder, corpus = sys.argv[1], sys.argv[2]
     n = int(os.environ.get("GPU_CHECK_N", "100000"))
     batch = int(os.environ.get("GPU_CHECK_MODEL_BATCH", "512"))
     consumes = [int(c) for c in os.environ.get("GPU_CHECK_CONSUME", "256 1024 4096").split()]
+    procs_list = [int(c) for c in os.environ.get("GPU_CHECK_PROCS", "1 2 3").split()]
     device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
-    emb = SentenceTransformerEmbedder(EmbedderConfig(
-        name="sentence-transformers/all-MiniLM-L6-v2", source=folder, device=device,
-        fp16=device.startswith("cuda"), batch_size=batch))
-    emb.warm_up()
+    emb = _embedder(folder, device, batch)
     texts = load_texts(Path(corpus), n)
     ids = emb.passage_token_ids(texts)
     records = [
@@ -76,11 +121,20 @@ def main() -> None:
         .model_dump_json(exclude_none=True).encode()
         for i, (t, x) in enumerate(zip(texts, ids, strict=True))
     ]
-    asyncio.run(service_path(emb, records[: 4 * batch], consumes[0], batch))  # warm-up
-    for consume in consumes:
-        row = asyncio.run(service_path(emb, records, consume, batch))
-        print(json.dumps({"path": f"service pipeline (no Kafka), {device}, token ids", "texts": len(records),
-                          "consume_batch": consume, "model_batch": batch, **row}), flush=True)
+    if 1 in procs_list:
+        asyncio.run(service_path(emb, records[: 4 * batch], consumes[0], batch))  # warm-up
+        for consume in consumes:
+            row = asyncio.run(service_path(emb, records, consume, batch))
+            print(json.dumps({"path": f"service pipeline (no Kafka), {device}, token ids", "processes": 1,
+                              "texts": len(records), "consume_batch": consume, "model_batch": batch, **row}),
+                  flush=True)
+    del emb
+    consume = 1024 if 1024 in consumes else consumes[0]
+    for procs in [p for p in procs_list if p > 1]:  # replicas sharing the device, as pods sharing a GPU would
+        row = replicas_rate(folder, device, batch, consume, records, procs)
+        print(json.dumps({"path": f"service pipeline (no Kafka), {device}, token ids", "processes": procs,
+                          "texts": len(records), "consume_batch": consume, "model_batch": batch, **row}),
+              flush=True)
 
 
 if __name__ == "__main__":
