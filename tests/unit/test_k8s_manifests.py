@@ -481,6 +481,19 @@ def test_cloudnativepg_cluster_creates_the_vector_extension() -> None:
                for sql in initdb["postInitApplicationSQL"])
 
 
+def test_gpu_time_slicing_example_shares_each_gpu_between_embedders() -> None:
+    [config_map] = load_docs(K8S / "examples" / "gpu-time-slicing.yaml")
+    assert (config_map["apiVersion"], config_map["kind"]) == ("v1", "ConfigMap")
+    plugin = yaml.safe_load(config_map["data"]["evidentia-embedder"])  # the device plugin's own format
+    assert plugin["version"] == "v1"
+    [resource] = plugin["sharing"]["timeSlicing"]["resources"]
+    assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] >= 2
+    # The embedder asks for exactly one (shared) GPU: more than one would defeat the sharing.
+    embedder = next(d for d in load_docs(BASE / "embedder.yaml") if d["kind"] == "Deployment")
+    [container] = embedder["spec"]["template"]["spec"]["containers"]
+    assert str(container["resources"]["limits"]["nvidia.com/gpu"]) == "1"
+
+
 # ---------------------------------------------------------------------------------------------------
 # Prometheus rules and Grafana dashboard
 
