@@ -184,6 +184,20 @@ class EmbedderState:
         await self.pipeline.submit(Batch(events=events, offsets=offsets, commit=commit, records=records))
 
 
+def batch_subscriber_options(state: EmbedderState) -> dict[str, Any]:
+    """The subscriber options every embedder topic shares: undecoded batches of up to ``consume_batch``
+    records, committed by hand (:meth:`EmbedderState.take`), drained before a rebalance takes partitions."""
+    return {
+        "auto_offset_reset": "earliest",
+        "ack_policy": AckPolicy.MANUAL,
+        "batch": True,
+        "max_records": state.settings.embedding.consume_batch,
+        "batch_timeout_ms": 50,
+        "listener": DrainOnRevoke(state),
+        "decoder": undecoded_batch,
+    }
+
+
 def register(broker: KafkaBroker, state: EmbedderState) -> None:
     """Subscribe to ``chunks.created`` (group ``evidentia-embedder``); reindexing is in :mod:`.reindex`."""
     state.attach(broker)
@@ -191,13 +205,7 @@ def register(broker: KafkaBroker, state: EmbedderState) -> None:
     @broker.subscriber(
         CHUNKS_CREATED,
         group_id=GROUP_ID,
-        auto_offset_reset="earliest",
-        ack_policy=AckPolicy.MANUAL,
-        batch=True,
-        max_records=state.settings.embedding.consume_batch,
-        batch_timeout_ms=50,
-        listener=DrainOnRevoke(state),
-        decoder=undecoded_batch,
+        **batch_subscriber_options(state),
         title="chunks.created:embedder",
         description="ChunkCreated events, embedded in batches; offsets committed after the vectors are sent.",
     )

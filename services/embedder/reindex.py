@@ -11,10 +11,15 @@ embedder (pre-tokenised ids, length-sorted batches, publish then commit) and pub
 from __future__ import annotations
 
 from faststream.kafka import KafkaBroker, KafkaMessage
-from faststream.middlewares import AckPolicy
 
-from services.embedder.handlers import GROUP_ID, DrainOnRevoke, EmbedderState, configured_model, reindex_group
-from shared.broker import make_broker, undecoded_batch
+from services.embedder.handlers import (
+    GROUP_ID,
+    EmbedderState,
+    batch_subscriber_options,
+    configured_model,
+    reindex_group,
+)
+from shared.broker import make_broker
 from shared.service import make_app, run_app
 from shared.settings import get_settings
 from shared.topics import CHUNKS_REINDEX
@@ -30,13 +35,7 @@ def register_reindex(broker: KafkaBroker, state: EmbedderState) -> str:
     @broker.subscriber(
         CHUNKS_REINDEX,
         group_id=reindex_group(model),
-        auto_offset_reset="earliest",
-        ack_policy=AckPolicy.MANUAL,
-        batch=True,
-        max_records=state.settings.embedding.consume_batch,
-        batch_timeout_ms=50,
-        listener=DrainOnRevoke(state),
-        decoder=undecoded_batch,
+        **batch_subscriber_options(state),
         title="chunks.reindex:embedder",
         description="ChunkCreated events of `evidentia reindex`, embedded only by embedders of their target_model.",
     )

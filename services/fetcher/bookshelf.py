@@ -18,7 +18,6 @@ import asyncio
 import csv
 import io
 import logging
-import random
 import tarfile
 import tempfile
 import urllib.parse
@@ -33,14 +32,12 @@ from services.fetcher.bulk import xml_to_events
 from services.fetcher.eutils import (
     RETRY_STATUSES,
     EutilsError,
-    RetryPolicy,
+    NcbiHttpClient,
     parse_retry_after,
     send_with_retries,
 )
-from services.fetcher.ratelimit import Sleep
 from shared.events import DocumentFetched
 from shared.metrics import NCBI_REQUESTS
-from shared.settings import NcbiSettings
 
 log = logging.getLogger(__name__)
 
@@ -216,35 +213,10 @@ def nxml_events(
 # ------------------------------------------------------------------------------------------ client
 
 
-class BookshelfClient:
+class BookshelfClient(NcbiHttpClient):
     """Downloads the list and packages with httpx (retries as for E-utilities; no NCBI rate limit)."""
 
-    def __init__(
-        self,
-        settings: NcbiSettings,
-        *,
-        http: httpx.AsyncClient | None = None,
-        policy: RetryPolicy | None = None,
-        sleep: Sleep = asyncio.sleep,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.settings = settings
-        self._own_http = http is None
-        timeout = httpx.Timeout(settings.ncbi_timeout_s)
-        self.http = http or httpx.AsyncClient(timeout=timeout, follow_redirects=True)
-        self.policy = policy or RetryPolicy.from_settings(settings)
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-
-    async def __aenter__(self) -> BookshelfClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._own_http:
-            await self.http.aclose()
+    follow_redirects = True
 
     async def file_list(self) -> list[BookshelfPackage]:
         response = await send_with_retries(

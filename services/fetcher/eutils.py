@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal, Self
 
 import httpx
 from lxml import etree
@@ -399,7 +399,42 @@ def _chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
 # ------------------------------------------------------------------------------------------ client
 
 
-class EutilsClient:
+class NcbiHttpClient:
+    """What the NCBI clients share: one ``httpx.AsyncClient`` (closed by :meth:`aclose` only if made here),
+    the retry policy, and the sleep and randomness of its back-off. Use ``async with`` or call :meth:`aclose`."""
+
+    follow_redirects: ClassVar[bool] = False
+    """Whether the client made here follows redirects."""
+
+    def __init__(
+        self,
+        settings: NcbiSettings,
+        *,
+        http: httpx.AsyncClient | None = None,
+        policy: RetryPolicy | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self._own_http = http is None
+        timeout = httpx.Timeout(settings.ncbi_timeout_s)
+        self.http = http or httpx.AsyncClient(timeout=timeout, follow_redirects=self.follow_redirects)
+        self.policy = policy or RetryPolicy.from_settings(settings)
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self.http.aclose()
+
+
+class EutilsClient(NcbiHttpClient):
     """E-utilities over one ``httpx.AsyncClient``; use ``async with`` or call :meth:`aclose`."""
 
     def __init__(
@@ -412,25 +447,10 @@ class EutilsClient:
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(settings, http=http, policy=policy, sleep=sleep, rng=rng)
         self.base_url = settings.eutils_base_url.rstrip("/") + "/"
         self._api_key = settings.ncbi_api_key.get_secret_value() if settings.ncbi_api_key else None
-        self._own_http = http is None
-        self.http = http or httpx.AsyncClient(timeout=httpx.Timeout(settings.ncbi_timeout_s))
         self.limiter = limiter or process_limiter(rate_for(self._api_key, settings.ncbi_rate_per_s))
-        self.policy = policy or RetryPolicy.from_settings(settings)
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-
-    async def __aenter__(self) -> EutilsClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._own_http:
-            await self.http.aclose()
 
     # ------------------------------------------------------------------ plumbing
     def _identity(self) -> dict[str, str | list[str]]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import anthropic
 
 from shared.events import ChatTurn
+from shared.llm import anthropic_client
 from shared.settings import LlmSettings
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,7 @@ class FollowUpRewriter:
     def __init__(self, settings: LlmSettings, client: anthropic.AsyncAnthropic | None = None):
         self.settings = settings
         if client is None and settings.anthropic_api_key is not None:
-            client = anthropic.AsyncAnthropic(
-                api_key=settings.anthropic_api_key.get_secret_value(),
-                base_url=settings.anthropic_base_url,
-                timeout=min(settings.timeout_s, 20.0),
-                max_retries=1,
-            )
+            client = anthropic_client(settings, max_retries=1, timeout_s=min(settings.timeout_s, 20.0))
         self.client = client
 
     @property

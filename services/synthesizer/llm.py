@@ -15,6 +15,7 @@ import anthropic
 from services.synthesizer.prompts import SUMMARY_INSTRUCTION, SYSTEM_PROMPT, user_message
 from services.synthesizer.summary import TOOL_NAME, summary_tool
 from shared.events import ChatTurn
+from shared.llm import anthropic_client
 from shared.models import SearchHit
 from shared.settings import LlmSettings
 
@@ -43,12 +44,7 @@ class ClaudeAnswerer:
         self.settings = settings
         if client is None:
             assert settings.anthropic_api_key is not None, "ClaudeAnswerer needs ANTHROPIC_API_KEY"
-            client = anthropic.AsyncAnthropic(
-                api_key=settings.anthropic_api_key.get_secret_value(),
-                base_url=settings.anthropic_base_url,
-                timeout=settings.timeout_s,
-                max_retries=2,
-            )
+            client = anthropic_client(settings, max_retries=2)
         self.client = client
 
     @property

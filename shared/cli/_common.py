@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 from faststream.kafka import KafkaBroker
@@ -50,6 +51,17 @@ async def publish_all(broker: KafkaBroker, topic_of: dict[type[Event], str], eve
 
 def gateway_client(settings: Settings, timeout: float = 120.0) -> httpx.Client:
     return httpx.Client(base_url=settings.service.gateway_url, timeout=timeout)
+
+
+def post_gateway(settings: Settings, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """POST ``body`` to the running gateway: its JSON answer, or None (the error printed) unless it is a 200."""
+    with gateway_client(settings) as http:
+        r = http.post(path, json=body)
+    if r.status_code != 200:
+        console.print(f"[red]{r.status_code}[/red] {r.text}")
+        return None
+    data: dict[str, Any] = r.json()
+    return data
 
 
 STAGE_ORDER = PROGRESS

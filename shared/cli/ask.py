@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from shared.cli._common import console, gateway_client, out
+from shared.cli._common import out, post_gateway
 from shared.settings import get_settings
 
 
@@ -49,12 +49,9 @@ def print_answer(data: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = get_settings()
     body = {"question": args.question, "top_n": args.top_n, "filters": filters(args)}
-    with gateway_client(settings) as http:
-        r = http.post("/v1/ask", json=body)
-    if r.status_code != 200:
-        console.print(f"[red]{r.status_code}[/red] {r.text}")
+    data = post_gateway(settings, "/v1/ask", body)
+    if data is None:
         return 1
-    data = r.json()
     if args.json:
         print(json.dumps(data, indent=2))
     else:

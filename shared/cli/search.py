@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from shared.cli._common import console, gateway_client, out
+from shared.cli._common import out, post_gateway
 from shared.cli.ask import filters
 from shared.settings import get_settings
 
@@ -24,12 +24,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     body = {"query": args.query, "mode": args.mode, "top_n": args.top_n, "filters": filters(args)}
-    with gateway_client(get_settings()) as http:
-        r = http.post("/v1/search", json=body)
-    if r.status_code != 200:
-        console.print(f"[red]{r.status_code}[/red] {r.text}")
+    data = post_gateway(get_settings(), "/v1/search", body)
+    if data is None:
         return 1
-    data = r.json()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0

@@ -12,6 +12,7 @@ from typing import Any
 
 import anthropic
 
+from shared.llm import anthropic_client
 from shared.settings import LlmSettings
 
 log = logging.getLogger(__name__)
@@ -21,12 +22,7 @@ class WorkflowLlm:
     def __init__(self, settings: LlmSettings, client: anthropic.AsyncAnthropic | None = None):
         self.settings = settings
         if client is None and settings.anthropic_api_key is not None:
-            client = anthropic.AsyncAnthropic(
-                api_key=settings.anthropic_api_key.get_secret_value(),
-                base_url=settings.anthropic_base_url,
-                timeout=settings.timeout_s,
-                max_retries=1,
-            )
+            client = anthropic_client(settings, max_retries=1)
         self.client = client
 
     @property
