@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.http import LocalHttpServer, QuietHandler, send_json
+
 HALLUCINATED_PMID = "99999999"
 _SOURCE_ID = re.compile(r"^Source \d+ \[([A-Za-z]+:[A-Za-z0-9]+)\]", re.MULTILINE)
 
@@ -110,7 +112,15 @@ class _Queued:
     status: int = 500
 
 
-class FakeAnthropic:
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that went away mid-answer (a cancelled call) is not an error here
+
+
+class FakeAnthropic(LocalHttpServer):
+    thread_name = "fake-anthropic"
+    server_class = _QuietServer
+
     def __init__(
         self,
         *,
@@ -119,6 +129,7 @@ class FakeAnthropic:
         token_delay_s: float = 0.0,
         chunk_words: int = 2,
     ):
+        super().__init__()
         self.answer = answer
         self.tool_input = tool_input
         self.token_delay_s = token_delay_s
@@ -126,8 +137,6 @@ class FakeAnthropic:
         self.requests: list[RecordedRequest] = []
         self._queue: list[_Queued] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # --- scripting -------------------------------------------------------------------------------
 
@@ -152,24 +161,17 @@ class FakeAnthropic:
 
     # --- server ----------------------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> FakeAnthropic:
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 try:
                     body = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:
-                    self._json(
+                    send_json(
+                        self,
                         400,
                         {
                             "type": "error",
@@ -183,42 +185,13 @@ class FakeAnthropic:
                 with fake._lock:
                     fake.requests.append(rec)
                 if self.path.split("?")[0] != "/v1/messages":
-                    self._json(
-                        404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}}
+                    send_json(
+                        self, 404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}}
                     )
                     return
                 fake._respond(self, rec)
 
-            def _json(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass  # a client that went away mid-answer (a cancelled call) is not an error here
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-anthropic")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return Handler
 
     # --- answers ---------------------------------------------------------------------------------
 
@@ -226,14 +199,8 @@ class FakeAnthropic:
         queued = self._next(rec.uses_tools)
         model = str(rec.body.get("model", "claude-fake"))
         if queued is not None and queued.kind == "error":
-            data = json.dumps(
-                {"type": "error", "error": {"type": "api_error", "message": "injected failure"}}
-            )
-            h.send_response(queued.status)
-            h.send_header("content-type", "application/json")
-            h.send_header("content-length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data.encode())
+            error = {"type": "api_error", "message": "injected failure"}
+            send_json(h, queued.status, {"type": "error", "error": error})
             return
         usage = {"input_tokens": max(1, len(rec.user_text) // 4), "output_tokens": 0}
         if rec.uses_tools:
@@ -273,12 +240,7 @@ class FakeAnthropic:
             "stop_sequence": None,
             "usage": {**usage, "output_tokens": 42},
         }
-        data = json.dumps(payload).encode()
-        h.send_response(200)
-        h.send_header("content-type", "application/json")
-        h.send_header("content-length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
+        send_json(h, 200, payload)
 
     def pieces(self, text: str) -> list[str]:
         """How a text is split into ``text_delta`` events: ``chunk_words`` words (with their spaces) each."""

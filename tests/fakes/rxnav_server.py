@@ -11,31 +11,28 @@ NLM RxNav REST API used; records every request. The interaction texts are made u
 
 from __future__ import annotations
 
-import json
-import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tests.fakes.http import LocalHttpServer, QuietHandler, send_json
 
-class FakeRxNav:
+
+class FakeRxNav(LocalHttpServer):
+    thread_name = "fake-rxnav"
+
     def __init__(self) -> None:
+        super().__init__()
         self.drugs: dict[str, str] = {}
         self.interactions: list[tuple[str, str, str, str]] = []
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.fail_status: int | None = None
-        self._server: ThreadingHTTPServer | None = None
 
     def add_drug(self, name: str, rxcui: str) -> None:
         self.drugs[name.lower()] = rxcui
 
     def add_interaction(self, a: str, b: str, severity: str, description: str) -> None:
         self.interactions.append((a, b, severity, description))
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def _answer(self, path: str, params: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
         if self.fail_status is not None:
@@ -61,38 +58,15 @@ class FakeRxNav:
             return 200, body
         return 404, {"error": f"no route {path}"}
 
-    def start(self) -> FakeRxNav:
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 parsed = urllib.parse.urlsplit(self.path)
                 params = urllib.parse.parse_qs(parsed.query)
                 fake.requests.append((parsed.path, params))
                 status, body = fake._answer(parsed.path, params)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-rxnav").start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeRxNav:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return Handler

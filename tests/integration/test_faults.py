@@ -44,6 +44,7 @@ from shared.topics import (
     dlq,
 )
 from tests.integration.conftest import Stack
+from tests.integration.db import active_vector_table, db_fetch, db_try
 from tests.integration.gateways import extra_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -67,26 +68,6 @@ ABSTRACT_CHARS = 1000
 
 
 # ----------------------------------------------------------------------------------------- helpers
-
-
-async def _fetch(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(url, timeout=5)
-    try:
-        return list(await conn.fetch(sql, *args))
-    finally:
-        await conn.close()
-
-
-def db_fetch(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    return asyncio.run(_fetch(url, sql, *args))
-
-
-def db_try(url: str, sql: str, *args: object) -> list[asyncpg.Record] | None:
-    """Like :func:`db_fetch`, None while the database is unreachable."""
-    try:
-        return db_fetch(url, sql, *args)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
-        return None
 
 
 @functools.cache
@@ -145,10 +126,6 @@ async def _publish_job(stack: Stack, docs: list[ParsedDocument]) -> str:
 
 def publish_job(stack: Stack, docs: list[ParsedDocument]) -> str:
     return asyncio.run(_publish_job(stack, docs))
-
-
-def active_vector_table(url: str) -> str:
-    return str(db_fetch(url, "SELECT table_name FROM vector_indexes WHERE state = 'active'")[0]["table_name"])
 
 
 @dataclass

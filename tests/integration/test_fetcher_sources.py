@@ -11,7 +11,6 @@ fake and ``test_workflows`` publishes its own copy of the malaria guideline.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import tarfile
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from lxml import etree
 
 from tests.integration.conftest import Stack
+from tests.integration.db import db_fetch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,17 +33,6 @@ NBK = "NBK998001"  # the package's accession (file list)
 PART = "NBK99810"  # the chapters' accessions: NBK998101..NBK998104, the documents' ids
 PUBLISHER = "World Health Organization"
 TIMEOUT = 150.0
-
-
-def db_fetch(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    async def go() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(url)
-        try:
-            return list(await conn.fetch(sql, *args))
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 def delete_documents(url: str, sql_where: str, *args: object) -> None:

@@ -28,6 +28,7 @@ from shared.events import ChunkCreated, ChunkEmbedded, DeadLetter, DocumentFetch
 from shared.settings import DatabaseSettings, KafkaSettings, Settings
 from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED, dlq
 from tests.integration.conftest import Stack
+from tests.integration.db import active_vector_table, db_fetch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -62,22 +63,6 @@ def settings_of(stack: Stack) -> Settings:
         kafka=KafkaSettings(bootstrap=stack.infra.kafka.bootstrap),  # type: ignore[call-arg]
         database=DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": stack.infra.postgres.url}),
     )
-
-
-async def _fetch(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(url, timeout=10)
-    try:
-        return list(await conn.fetch(sql, *args))
-    finally:
-        await conn.close()
-
-
-def db_fetch(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    return asyncio.run(_fetch(url, sql, *args))
-
-
-def active_vector_table(url: str) -> str:
-    return str(db_fetch(url, "SELECT table_name FROM vector_indexes WHERE state = 'active'")[0]["table_name"])
 
 
 def file_events(path: Path, job_id: str) -> list[DocumentFetched]:

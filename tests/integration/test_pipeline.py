@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import asyncpg
 import pytest
 
 from tests.integration.conftest import Stack
+from tests.integration.db import db_fetch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def db_fetch(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    async def go() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(url)
-        try:
-            return list(await conn.fetch(sql, *args))
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ the running system except for the Kafka hop and PostgreSQL, which the integratio
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import AsyncIterator, Iterator
 
@@ -34,27 +35,10 @@ from shared.events import (
 )
 from shared.models import SearchHit
 from shared.settings import GatewaySettings, LlmSettings, Settings
+from tests.factories import search_hit
 from tests.fakes.anthropic_server import FakeAnthropic
 
-
-def hit(pmid: str, text: str, rank: int = 1, study_type: str = "randomized-controlled-trial") -> SearchHit:
-    return SearchHit(
-        chunk_id=f"pubmed:{pmid}#h#0",
-        document_id=f"pubmed:{pmid}",
-        source="pubmed",
-        source_id=pmid,
-        pmid=pmid,
-        title=f"Study {pmid} of screening",
-        journal="Prev Med",
-        year=2001,
-        study_type=study_type,
-        text=text,
-        score=1.0,
-        dense_score=0.8,
-        rank=rank,
-        url=f"https://pubmed.ncbi.nlm.nih.gov/{pmid}/",
-    )
-
+hit = functools.partial(search_hit, title="Study {pmid} of screening", chunk_suffix="#h#0")
 
 HITS = [
     hit("101", "Telephone counseling increased mammography screening among nonadherent women."),
@@ -62,7 +46,7 @@ HITS = [
         "202",
         "Tailored print materials increased mammography screening rates modestly in older women.",
         2,
-        "cohort",
+        study_type="cohort",
     ),
     hit("303", "Reminder letters alone did not change mammography screening rates in this population.", 3),
 ]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from services.synthesizer.core import Synthesizer
@@ -7,22 +9,10 @@ from services.synthesizer.safety import is_emergency
 from shared.events import SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.models import SearchHit
 from shared.settings import Settings
+from tests.factories import search_hit
 
-
-def hit(pmid: str, text: str, rank: int = 1, dense: float | None = 0.8) -> SearchHit:
-    return SearchHit(
-        chunk_id=f"pubmed:{pmid}#x#0",
-        document_id=f"pubmed:{pmid}",
-        source="pubmed",
-        source_id=pmid,
-        pmid=pmid,
-        title=f"Paper {pmid}",
-        text=text,
-        score=1.0,
-        dense_score=dense,
-        rank=rank,
-    )
-
+#: Bare hits: no journal, year, study type or link.
+hit = functools.partial(search_hit, study_type=None, journal=None, year=None, url=None)
 
 PASSAGES = [
     hit(
@@ -59,7 +49,7 @@ async def test_extractive_answer_quotes_sources_with_their_citations(synth: Synt
 
 
 async def test_no_relevant_passage_means_insufficient_evidence(synth: Synthesizer) -> None:
-    weak = [hit("1", "Unrelated text about something else entirely here.", dense=0.01)]
+    weak = [hit("1", "Unrelated text about something else entirely here.", dense_score=0.01)]
     reply = await synth.answer(SynthesisRequest(question="Does aspirin prevent stroke?", passages=weak))
     assert reply.mode == "insufficient-evidence"
     assert reply.citations == []

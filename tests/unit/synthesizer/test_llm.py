@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import pytest
@@ -11,36 +12,16 @@ from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.summary import TOOL_NAME, summary_input_schema
 from shared.events import ChatTurn, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
-from shared.models import SearchHit
 from shared.settings import LlmSettings, Settings
+from tests.factories import search_hit
 from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic
 
-
-def hit(
-    pmid: str, text: str, rank: int = 1, study_type: str | None = "randomized-controlled-trial"
-) -> SearchHit:
-    return SearchHit(
-        chunk_id=f"pubmed:{pmid}#x#0",
-        document_id=f"pubmed:{pmid}",
-        source="pubmed",
-        source_id=pmid,
-        pmid=pmid,
-        title=f"Trial of counseling {pmid}",
-        journal="Prev Med",
-        year=2001,
-        study_type=study_type,
-        text=text,
-        score=1.0,
-        dense_score=0.8,
-        rank=rank,
-        url=f"https://pubmed.ncbi.nlm.nih.gov/{pmid}/",
-    )
-
+hit = functools.partial(search_hit, title="Trial of counseling {pmid}")
 
 PASSAGES = [
     hit("101", "Telephone counseling increased mammography screening among nonadherent women."),
     hit(
-        "202", "Tailored print materials increased screening rates modestly in a second cohort.", 2, "cohort"
+        "202", "Tailored print materials increased screening rates modestly in a second cohort.", 2, study_type="cohort"
     ),
 ]
 QUESTION = "Does telephone counseling increase mammography screening?"
