@@ -53,10 +53,12 @@ def encode_vectors(embedder: Embedder, events: Sequence[ChunkCreated], batch_siz
 def serialize_vectors(
     model: str, dim: int, events: Sequence[ChunkCreated], vectors: np.ndarray, *, packed: bool = True
 ) -> list[Payload]:
-    """``(key, ChunkEmbedded JSON)`` per event: validated and dumped once each (the serialiser's thread).
+    """``(key, ChunkEmbedded JSON)`` per event, dumped once each (the serialiser's thread).
 
-    ``packed`` writes version 2 (``embedding_f32``, about 7 us an event), else version 1 (a JSON list of
-    384 numbers, about 40 us). One timestamp serves the whole batch.
+    ``packed`` writes version 2 (``embedding_f32``, about 7 us an event): the vectors are checked once
+    for the whole batch (shape, finite), then each event is built without per-field validation.
+    Otherwise version 1 (a JSON list of 384 numbers, validated per event, about 40 us). One timestamp
+    serves the whole batch.
     """
     payloads: list[Payload] = []
     now = datetime.now(UTC)

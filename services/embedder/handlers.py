@@ -9,9 +9,9 @@ shutdown first drains the pipeline.
 Inside the worker thread a batch is encoded with texts sorted by length (both ``encode_passages``
 and ``encode_pretokenized`` sort), from the token ids the parser shipped when they were made by this
 model's tokenizer (``ChunkCreated.token_model``), else from the text; each ``ChunkEmbedded`` is
-validated and serialised to JSON in a second thread (``model_dump_json`` once per event, the vector
-packed as base64 float32: ``ChunkEmbedded`` v2), so the event loop only moves bytes. Vectors go out
-through one aiokafka producer with large batches.
+serialised to JSON in a second thread (``model_dump_json`` once per event, the vector packed as base64
+float32: ``ChunkEmbedded`` v2), so the event loop only moves bytes. Vectors go out through one aiokafka
+producer as whole record batches per partition (:func:`shared.broker.send_keyed`).
 
 Reindexing (``evidentia reindex --model X``): ``chunks.reindex`` carries ``ChunkCreated`` events with
 ``target_model``; each embedder reads that topic in a consumer group of its own model and embeds only
