@@ -25,7 +25,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from services.fetcher.bulk import iter_jsonl
 from services.parser.chunking import Chunker, build_chunker
@@ -41,10 +41,10 @@ from shared.topics import (
     PMIDS_DISCOVERED,
     RETRIEVAL_REQUESTS,
     SYNTHESIS_REQUESTS,
-    dlq,
 )
 from tests.integration.conftest import Stack
 from tests.integration.db import active_vector_table, db_fetch, db_try
+from tests.integration.dead_letters import read_dead_letters
 from tests.integration.gateways import extra_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -348,26 +348,6 @@ async def _publish_raw(bootstrap: str, records: list[RawRecord]) -> None:
         await producer.stop()
 
 
-async def _read_dead_letters(bootstrap: str, topics: list[str], marker: str, want: int,
-                             wait_s: float) -> list[DeadLetter]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    found: list[DeadLetter] = []
-    try:
-        consumer.assign([TopicPartition(dlq(t), 0) for t in topics])
-        deadline = time.monotonic() + wait_s
-        while len(found) < want and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=500)
-            for records in batch.values():
-                for record in records:
-                    if record.value and marker.encode() in record.value:
-                        found.append(DeadLetter.model_validate_json(record.value))
-        return found
-    finally:
-        await consumer.stop()
-
-
 POISON_TOPICS = [INGEST_REQUESTS, PMIDS_DISCOVERED, DOCUMENTS_FETCHED, CHUNKS_CREATED, CHUNKS_EMBEDDED,
                  RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS]
 
@@ -410,7 +390,7 @@ def test_poison_event_on_every_topic_goes_to_its_dlq_and_the_rest_is_processed(s
         assert r.status_code == 200, r.text
 
     want = len(POISON_TOPICS) * 3 * partitions
-    letters = asyncio.run(_read_dead_letters(bootstrap, POISON_TOPICS, marker, want, 60))
+    letters = asyncio.run(read_dead_letters(bootstrap, POISON_TOPICS, marker, want, 60))
     by_topic: dict[str, list[DeadLetter]] = {}
     for letter in letters:
         by_topic.setdefault(letter.topic, []).append(letter)

@@ -26,9 +26,10 @@ from pydantic import ValidationError
 from services.fetcher.bulk import iter_xml_file
 from shared.events import ChunkCreated, ChunkEmbedded, DeadLetter, DocumentFetched
 from shared.settings import DatabaseSettings, KafkaSettings, Settings
-from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED, dlq
+from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED
 from tests.integration.conftest import Stack
 from tests.integration.db import active_vector_table, db_fetch
+from tests.integration.dead_letters import read_dead_letters
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -165,26 +166,6 @@ async def _publish_hostile(bootstrap: str, events: list[DocumentFetched], n_part
         await producer.stop()
 
 
-async def _read_dead_letters(bootstrap: str, marker: str, want: int, wait_s: float) -> list[DeadLetter]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    found: list[DeadLetter] = []
-    try:
-        topic = dlq(DOCUMENTS_FETCHED)
-        consumer.assign([TopicPartition(topic, 0)])  # dead-letter topics have one partition
-        deadline = time.monotonic() + wait_s
-        while len(found) < want and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=500)
-            for records in batch.values():
-                for record in records:
-                    if record.value and marker.encode() in record.value:
-                        found.append(DeadLetter.model_validate_json(record.value))
-        return found
-    finally:
-        await consumer.stop()
-
-
 async def _end_offsets(bootstrap: str, topic: str, n_partitions: int) -> dict[int, int]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     await consumer.start()
@@ -273,7 +254,7 @@ def test_hostile_input_is_dead_lettered_and_changes_nothing_stored(stack: Stack,
     assert after.counts[0] == 1 and after.counts[1] >= 1 and after.counts[2] == after.counts[1], after.counts
 
     want = len(HOSTILE_CASES) * n_partitions
-    letters = asyncio.run(_read_dead_letters(bootstrap, marker, want, 60))
+    letters = asyncio.run(read_dead_letters(bootstrap, [DOCUMENTS_FETCHED], marker, want, 60))
     by_case: dict[str, list[DeadLetter]] = {}
     for letter in letters:
         case = next(c for c, *_ in HOSTILE_CASES if f'"{marker}-{c}"' in letter.payload)
