@@ -34,6 +34,23 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def pack_array(values: npt.ArrayLike, dtype: str) -> str:
+    """Base64 (RFC 4648) of ``values`` as ``dtype`` (little-endian), the packed form of an event field."""
+    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode("ascii")
+
+
+def unpack_array(packed: str, dtype: str, field: str) -> npt.NDArray[Any]:
+    """The values of a packed field, strictly decoded; ``ValueError`` naming ``field`` if it is malformed."""
+    try:
+        raw = binascii.a2b_base64(packed, strict_mode=True)
+    except binascii.Error as exc:
+        raise ValueError(f"{field} is not base64: {exc}") from exc
+    size = np.dtype(dtype).itemsize
+    if len(raw) % size:
+        raise ValueError(f"{field} holds {len(raw)} bytes, not a whole number of {size}-byte values")
+    return np.frombuffer(raw, dtype=dtype)
+
+
 class Event(BaseModel):
     """Base of every event: version, trace id, when it was made."""
 
@@ -178,23 +195,18 @@ class ChunkCreated(Event):
         if self.token_ids_u32 is not None:
             if self.token_ids is not None:
                 raise ValueError("give the token ids once: `token_ids` or `token_ids_u32`")
-            try:
-                raw = binascii.a2b_base64(self.token_ids_u32, strict_mode=True)
-            except binascii.Error as exc:
-                raise ValueError(f"token_ids_u32 is not base64: {exc}") from exc
-            if len(raw) % 4:
-                raise ValueError(f"token_ids_u32 holds {len(raw)} bytes, not a whole number of uint32 values")
+            unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
         return self
 
     @staticmethod
     def pack_ids(ids: Sequence[int] | npt.NDArray[np.integer[Any]]) -> str:
         """``token_ids_u32`` of token ids."""
-        return base64.b64encode(np.asarray(ids, dtype="<u4").tobytes()).decode("ascii")
+        return pack_array(ids, "<u4")
 
     def input_ids(self) -> npt.NDArray[np.int64] | None:
         """The shipped token ids (either form), or None when there are none."""
         if self.token_ids_u32:
-            return np.frombuffer(binascii.a2b_base64(self.token_ids_u32), dtype="<u4").astype(np.int64)
+            return unpack_array(self.token_ids_u32, "<u4", "token_ids_u32").astype(np.int64)
         if self.token_ids:
             return np.asarray(self.token_ids, dtype=np.int64)
         return None
@@ -229,13 +241,10 @@ class ChunkEmbedded(Event):
         if self.embedding_f32 is not None:
             if self.schema_version < 2:
                 raise ValueError("`embedding_f32` needs schema_version 2")
-            try:
-                raw = binascii.a2b_base64(self.embedding_f32, strict_mode=True)
-            except binascii.Error as exc:
-                raise ValueError(f"embedding_f32 is not base64: {exc}") from exc
-            if len(raw) != 4 * self.dim:
-                raise ValueError(f"embedding_f32 holds {len(raw)} bytes, dim {self.dim} needs {4 * self.dim}")
-            if not np.isfinite(np.frombuffer(raw, dtype="<f4")).all():
+            values = unpack_array(self.embedding_f32, "<f4", "embedding_f32")
+            if len(values) != self.dim:
+                raise ValueError(f"embedding_f32 holds {4 * len(values)} bytes, dim {self.dim} needs {4 * self.dim}")
+            if not np.isfinite(values).all():
                 raise ValueError("embedding_f32 holds a value that is not finite")
         elif self.embedding is not None and len(self.embedding) != self.dim:
             raise ValueError(f"embedding has {len(self.embedding)} values, dim says {self.dim}")
@@ -244,12 +253,12 @@ class ChunkEmbedded(Event):
     @classmethod
     def pack(cls, vector: npt.ArrayLike) -> str:
         """``embedding_f32`` of a vector: base64 of its little-endian float32 bytes."""
-        return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+        return pack_array(vector, "<f4")
 
     def vector(self) -> npt.NDArray[np.float32]:
         """The vector as float32, whichever form it came in."""
         if self.embedding_f32 is not None:
-            return np.frombuffer(binascii.a2b_base64(self.embedding_f32), dtype="<f4").astype(np.float32)
+            return unpack_array(self.embedding_f32, "<f4", "embedding_f32").astype(np.float32)
         return np.asarray(self.embedding, dtype=np.float32)
 
 

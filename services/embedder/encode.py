@@ -29,8 +29,9 @@ def encode_vectors(embedder: Embedder, events: Sequence[ChunkCreated], batch_siz
     start = time.perf_counter()
     own = embedder.name
     shipped = [e.input_ids() if e.token_model == own else None for e in events]
-    pre = [i for i, ids in enumerate(shipped) if ids is not None and len(ids)]
-    ids_of = [ids for ids in shipped if ids is not None and len(ids)]
+    usable = [(i, ids) for i, ids in enumerate(shipped) if ids is not None and len(ids)]
+    pre = [i for i, _ in usable]
+    ids_of = [ids for _, ids in usable]
     vectors: np.ndarray
     if len(pre) == len(events):
         vectors = embedder.encode_pretokenized(ids_of, batch_size)

@@ -88,7 +88,7 @@ def test_token_ids_read_the_same_packed_or_listed() -> None:
     ("fields", "reason"),
     [
         ({"token_ids_u32": "%%%", "token_ids": None}, "not base64"),
-        ({"token_ids_u32": base64.b64encode(b"\x01\x02\x03").decode()}, "3 bytes"),
+        ({"token_ids_u32": base64.b64encode(b"\x01\x02\x03").decode()}, "3 bytes, not a whole number of 4-byte values"),
         ({"token_ids_u32": ChunkCreated.pack_ids(IDS), "token_ids": IDS}, "once"),
     ],
 )
