@@ -105,7 +105,9 @@ class Synthesizer:
         numbered = CitationVerifier(hits, req.citation_numbers).verify(raw, renumber=True)
         if not verified.citations:
             if summary_task is not None:
-                summary_task.cancel()
+                # The summary request is already sent (and paid for): let it finish rather than leave it
+                # running after the reply, so no model call outlives the answer it belongs to.
+                await summary_task
             return self._insufficient(req, start, verified.check)
         summary: EvidenceSummary | None = None
         check = verified.check
@@ -155,8 +157,7 @@ class Synthesizer:
             try:
                 raw = await self.llm.answer(req.question, hits, req.history)
             except BaseException:
-                if task is not None:
-                    task.cancel()
+                await _cancel(task)
                 raise
             return await self._finish(req, raw, "llm", start, task)
         return await self._finish(req, self.extractive.answer(req.question, hits), "extractive", start)
@@ -185,10 +186,7 @@ class Synthesizer:
                     yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=text)
                     seq += 1
             except BaseException:
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+                await _cancel(task)
                 raise
             yield await self._finish(req, "".join(parts), "llm", start, task, ttft)
         else:
@@ -198,6 +196,15 @@ class Synthesizer:
                     ttft = _ms(start)
                 yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=line)
             yield await self._finish(req, raw, "extractive", start, None, ttft)
+
+
+async def _cancel(task: asyncio.Task[dict[str, object] | None] | None) -> None:
+    """Cancel a background summary call and wait until it has stopped (none outlives its request)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
 
 
 def _hit_for(hits: Sequence[SearchHit], citation_id: str) -> SearchHit:

@@ -196,6 +196,8 @@ async def test_when_claude_cites_nothing_the_answer_says_the_evidence_is_insuffi
     assert reply.mode == "insufficient-evidence"
     assert reply.citations == []
     assert reply.summary is not None and reply.summary.strength == "insufficient"
+    # The summary call sent alongside was finished before the reply, not left running past it.
+    assert [r.uses_tools for r in fake.requests].count(True) == 1
 
 
 async def test_an_emergency_never_reaches_the_model(synth: Synthesizer, fake: FakeAnthropic) -> None:
