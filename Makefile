@@ -8,8 +8,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 VENV := .venv
+LINT_PATHS := shared services cli devstack docgen evaluation tests bench
 PY := $(VENV)/bin/python
-DEVSTACK := $(PY) -m shared.devstack
+DEVSTACK := $(PY) -m devstack
 
 # CPU-only torch, never a CUDA build: the `+cpu` pin only matches a CPU wheel, found in the machine's
 # configured wheel folder ($PIP_FIND_LINKS, which pip reads by itself) or ../shared/wheels; its
@@ -37,7 +38,7 @@ require-venv:
 	@test -x $(PY) || { echo "error: $(PY) not found; run 'make venv' first" >&2; exit 1; }
 
 kafka-libs: require-venv ## Fetch Kafka's jars with Maven into .cache/kafka/libs (once)
-	$(PY) -c 'from shared.devstack import LocalKafka, default_root; LocalKafka(default_root() / "kafka").ensure_libs()'
+	$(PY) -c 'from devstack import LocalKafka, default_root; LocalKafka(default_root() / "kafka").ensure_libs()'
 
 kafka: require-venv ## Start the local Kafka broker on 127.0.0.1:9092 (fetches jars the first time)
 	$(DEVSTACK) kafka start
@@ -82,9 +83,10 @@ chaos: venv ## Fault tests (kill -9, Kafka/Postgres restarts, poison, timeouts) 
 load: venv ## Load test: own stack with the sample, K clients on /v1/search and /v1/ask vs in-process search
 	$(PY) bench/load.py --start-stack --clients 1,8 --duration 15
 
-lint: venv ## ruff
-	$(VENV)/bin/ruff check shared services tests bench
-	$(VENV)/bin/ruff format --check shared services tests bench || true
+lint: venv ## ruff (lint and format check) and the import contract (import-linter); fails on any finding
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/lint-imports
 
 typecheck: venv ## mypy (strict)
 	$(VENV)/bin/mypy
@@ -93,7 +95,7 @@ check: lint typecheck test ## Everything CI checks
 
 docs: venv ## Regenerate docs/schemas (JSON Schema per event) and docs/asyncapi
 	$(VENV)/bin/evidentia docs
-	$(PY) -m shared.settings_doc
+	$(PY) -m docgen.settings_table
 
 up: venv stack ## Start Kafka, Postgres and the six services in the background (logs in .data/logs)
 	$(VENV)/bin/evidentia serve --detach

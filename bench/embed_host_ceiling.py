@@ -10,7 +10,7 @@ neural network, which does the fast path's host work (truncate, length-sort, pad
 sleeps ``n / rate`` seconds, releasing the GIL as a CUDA synchronisation does, and returns unit
 vectors.
 
-Method: a Kafka broker (shared/devstack, free ports, a temporary folder); ``-n`` ``ChunkCreated``
+Method: a Kafka broker (devstack, free ports, a temporary folder); ``-n`` ``ChunkCreated``
 events with the parser's token ids of SciFact abstracts published to ``chunks.created`` *before* the
 service starts; then the service drains the backlog and the script polls the end offsets of
 ``chunks.embedded`` (no decoding on its side) and the service process's CPU time (``/proc``). The rate
@@ -48,7 +48,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from embed_throughput import DEFAULT_CORPUS, _free_port, chunk_events, load_texts  # noqa: E402
 
-from shared.devstack.processes import ServiceProcess  # noqa: E402
+from devstack.processes import ServiceProcess  # noqa: E402
 
 STANDIN_RATE_ENV = "BENCH_STANDIN_RATE"
 
@@ -108,8 +108,9 @@ async def _publish(bootstrap: str, events: Sequence[tuple[bytes, bytes]]) -> Non
 
     from shared.topics import CHUNKS_CREATED
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20,
-                                max_request_size=8 << 20, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20, max_request_size=8 << 20, acks="all"
+    )
     await producer.start()
     try:
         futures = [await producer.send(CHUNKS_CREATED, value=v, key=k) for k, v in events]
@@ -196,7 +197,7 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
     import shutil
     import tempfile
 
-    from shared.devstack.kafka import LocalKafka
+    from devstack.kafka import LocalKafka
     from shared.topics import ensure_topics, standard_topics
 
     root = Path(tempfile.mkdtemp(prefix="evidentia-ceiling-"))
@@ -223,16 +224,18 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
             env["BENCH_PROFILE"] = str(args.profile.with_suffix(f".{encoding}.txt"))
         for i in range(args.replicas):  # one consumer group: the partitions are shared out among them
             port = _free_port()
-            procs.append(StandInProcess("embedder", port, root / f"embedder-{i}.log",
-                                        {**env, "EVIDENTIA_METRICS_PORT": str(port)}))
+            procs.append(
+                StandInProcess(
+                    "embedder", port, root / f"embedder-{i}.log", {**env, "EVIDENTIA_METRICS_PORT": str(port)}
+                )
+            )
         asyncio.run(_publish(kafka.bootstrap, events))  # the backlog first: the services only drain it
         started = time.perf_counter()
         for proc in procs:
             proc.start()
         # Under py-spy the children are py-spy: no CPU figure then.
         pids = [] if args.profile else [p.proc.pid for p in procs if p.proc is not None]
-        samples = asyncio.run(_watch(kafka.bootstrap, args.partitions, len(events), args.timeout, pids,
-                                     args.replicas))
+        samples = asyncio.run(_watch(kafka.bootstrap, args.partitions, len(events), args.timeout, pids, args.replicas))
         for proc in procs:
             if not proc.alive():
                 raise RuntimeError(f"a service died:\n{proc.tail(40)}")
@@ -266,8 +269,11 @@ class StandInProcess(ServiceProcess):
             if profile:  # py-spy: the service's threads while on a CPU
                 argv = ["py-spy", "record", "--threads", "--rate", "250", "--format", "raw", "-o", profile, "--", *argv]
             self.proc = subprocess.Popen(
-                argv, env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                argv,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -287,8 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=512, help="EVIDENTIA_EMBEDDING_BATCH_SIZE.")
     p.add_argument("--consume-batch", type=int, default=1024, help="EVIDENTIA_EMBEDDING_CONSUME_BATCH.")
     p.add_argument("--partitions", type=int, default=3)
-    p.add_argument("--replicas", type=int, default=1,
-                   help="Service processes in the group, sharing the stand-in model's --rate (one GPU).")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="Service processes in the group, sharing the stand-in model's --rate (one GPU).",
+    )
     p.add_argument("--encoding", default="f32,list", help="EVIDENTIA_EMBEDDING_VECTOR_ENCODING values to compare.")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true")
@@ -314,8 +324,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for encoding in [e.strip() for e in args.encoding.split(",") if e.strip()]:
         result = measure(encoding, events, args)
-        result.update(model_rate=args.rate, batch_size=args.batch_size, consume_batch=args.consume_batch,
-                      partitions=args.partitions, cpus=os.cpu_count())
+        result.update(
+            model_rate=args.rate,
+            batch_size=args.batch_size,
+            consume_batch=args.consume_batch,
+            partitions=args.partitions,
+            cpus=os.cpu_count(),
+        )
         results.append(result)
         print(json.dumps(result) if args.json else "  ".join(f"{k}={v}" for k, v in result.items()), flush=True)
     return 0

@@ -5,7 +5,7 @@
     own batching path (``Embedder.encode_passages``) and the pre-tokenised fast path
     (``Embedder.encode_pretokenized`` on ids made beforehand, as the parser ships them).
 (b) with ``--e2e``: end to end through real Kafka (``chunks.created`` -> ``chunks.embedded``): a
-    Kafka broker (shared/devstack, free ports, a temporary folder) and the embedder service as a
+    Kafka broker (devstack, free ports, a temporary folder) and the embedder service as a
     subprocess (``python -m services.embedder``); N ``ChunkCreated`` events of the same texts (with
     the token ids the parser ships, unless ``--no-token-ids``) are published at once and the clock
     runs from the first publish to the last vector received. Raw (a) is measured just before and just
@@ -80,9 +80,7 @@ def raw_throughput(embedder: Embedder, texts: Sequence[str], batch_size: int, re
     if model is not None:  # torch backend: plain SentenceTransformer.encode
 
         def run() -> Any:
-            return model.encode(
-                list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
-            )
+            return model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
     else:  # ONNX backend: its encode_passages is the raw path
 
         def run() -> Any:
@@ -99,9 +97,7 @@ def raw_throughput(embedder: Embedder, texts: Sequence[str], batch_size: int, re
 def service_throughput(embedder: Embedder, texts: Sequence[str], batch_size: int, repeats: int = 1) -> float:
     """Passages/s of the project's own batching path, ``Embedder.encode_passages`` (tokenisation included)."""
     embedder.encode_passages(list(texts[: 2 * batch_size]), batch_size=batch_size)
-    return _timed(
-        lambda: embedder.encode_passages(texts, batch_size=batch_size), len(texts), embedder.device, repeats
-    )
+    return _timed(lambda: embedder.encode_passages(texts, batch_size=batch_size), len(texts), embedder.device, repeats)
 
 
 def pretokenized_throughput(
@@ -112,9 +108,7 @@ def pretokenized_throughput(
     ids = embedder.token_ids(texts)
     tok_rate = len(texts) / (time.perf_counter() - start)
     embedder.encode_pretokenized(ids[: 2 * batch_size], batch_size=batch_size)
-    rate = _timed(
-        lambda: embedder.encode_pretokenized(ids, batch_size=batch_size), len(ids), embedder.device, repeats
-    )
+    rate = _timed(lambda: embedder.encode_pretokenized(ids, batch_size=batch_size), len(ids), embedder.device, repeats)
     return tok_rate, rate
 
 
@@ -141,8 +135,12 @@ def chunk_events(
     for i, text in enumerate(texts):
         ids = list(token_ids[i]) if token_ids is not None else None
         event = ChunkCreated(
-            chunk_id=f"{run}-{i}", document_id=f"{run}-doc-{i}", ordinal=0, text=text,
-            token_count=len(ids) if ids else len(text.split()), job_id=run,
+            chunk_id=f"{run}-{i}",
+            document_id=f"{run}-doc-{i}",
+            ordinal=0,
+            text=text,
+            token_count=len(ids) if ids else len(text.split()),
+            job_id=run,
             token_ids_u32=ChunkCreated.pack_ids(ids) if ids is not None else None,
             token_model=token_model if ids is not None else None,
         )
@@ -161,11 +159,16 @@ async def _publish_and_collect(
 
     from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_bytes=64 << 20,
-                                max_partition_fetch_bytes=16 << 20)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_bytes=64 << 20,
+        max_partition_fetch_bytes=16 << 20,
+    )
     await consumer.start()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=1 << 20,
-                                max_request_size=8 << 20)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=1 << 20, max_request_size=8 << 20
+    )
     await producer.start()
     try:
         tps = [TopicPartition(CHUNKS_EMBEDDED, p) for p in range(partitions)]
@@ -196,15 +199,14 @@ async def _publish_and_collect(
         await consumer.stop()
 
 
-
 class ServiceUnderTest:
-    """Real Kafka (shared/devstack, free ports, a temporary folder) + ``python -m services.embedder``."""
+    """Real Kafka (devstack, free ports, a temporary folder) + ``python -m services.embedder``."""
 
     def __init__(self, env: dict[str, str], partitions: int = 1) -> None:
         import os
         import tempfile
 
-        from shared.devstack.kafka import LocalKafka
+        from devstack.kafka import LocalKafka
 
         self.root = Path(tempfile.mkdtemp(prefix="evidentia-bench-"))
         os.chmod(self.root, 0o755)
@@ -216,20 +218,22 @@ class ServiceUnderTest:
     def __enter__(self) -> ServiceUnderTest:
         import os
 
-        from shared.devstack.processes import ServiceProcess
+        from devstack.processes import ServiceProcess
         from shared.topics import ensure_topics, standard_topics
 
         self.kafka.ensure_libs()
         self.kafka.start(timeout=180)
         asyncio.run(ensure_topics(self.kafka.bootstrap, standard_topics(self.partitions)))
         env = dict(os.environ)
-        env.update({
-            "EVIDENTIA_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-            "EVIDENTIA_METRICS_PORT": str(_free_port()),
-            "HF_HUB_OFFLINE": "1",
-            "PYTHONPATH": str(REPO),
-            **self.extra_env,
-        })
+        env.update(
+            {
+                "EVIDENTIA_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+                "EVIDENTIA_METRICS_PORT": str(_free_port()),
+                "HF_HUB_OFFLINE": "1",
+                "PYTHONPATH": str(REPO),
+                **self.extra_env,
+            }
+        )
         self.proc = ServiceProcess("embedder", int(env["EVIDENTIA_METRICS_PORT"]), self.root / "embedder.log", env)
         self.proc.start()
         deadline = time.monotonic() + 300
@@ -269,18 +273,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=1000, help="Texts to embed (from the start of the corpus).")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
-    p.add_argument(
-        "--fp16", action=argparse.BooleanOptionalAction, default=None, help="Default: on CUDA only."
-    )
+    p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=None, help="Default: on CUDA only.")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--repeats", type=int, default=1, help="Timed runs per path; the best is reported.")
-    p.add_argument("--paths", default=None,
-                   help=f"Comma-separated, from {','.join(PATHS)} (default: raw; none with --e2e).")
+    p.add_argument(
+        "--paths", default=None, help=f"Comma-separated, from {','.join(PATHS)} (default: raw; none with --e2e)."
+    )
     p.add_argument("--json", action="store_true", help="Print one JSON object.")
     p.add_argument("--e2e", action="store_true", help="(b): also measure the embedder service through Kafka.")
     p.add_argument("--consume-batch", type=int, default=256, help="(b): EVIDENTIA_EMBEDDING_CONSUME_BATCH.")
-    p.add_argument("--token-ids", action=argparse.BooleanOptionalAction, default=True,
-                   help="(b): ship token ids in chunks.created, as the parser does (default: yes).")
+    p.add_argument(
+        "--token-ids",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="(b): ship token ids in chunks.created, as the parser does (default: yes).",
+    )
     return p
 
 
@@ -310,13 +317,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_s": round(time.perf_counter() - load_start, 2),
     }
     if "raw" in paths:
-        result["raw_passages_per_s"] = round(
-            raw_throughput(embedder, texts, args.batch_size, args.repeats), 1
-        )
+        result["raw_passages_per_s"] = round(raw_throughput(embedder, texts, args.batch_size, args.repeats), 1)
     if "service" in paths:
-        result["service_passages_per_s"] = round(
-            service_throughput(embedder, texts, args.batch_size, args.repeats), 1
-        )
+        result["service_passages_per_s"] = round(service_throughput(embedder, texts, args.batch_size, args.repeats), 1)
     if "pretok" in paths:
         tok, pre = pretokenized_throughput(embedder, texts, args.batch_size, args.repeats)
         result["tokenise_passages_per_s"] = round(tok, 1)
@@ -338,8 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             env["EVIDENTIA_EMBEDDING_FP16"] = str(args.fp16).lower()
         with ServiceUnderTest(env) as service:
             # One warm-up event: the consumer group is joined and the model is warm before the clock runs.
-            end_to_end_throughput(service, chunk_events(texts[:1], "warmup", ids and ids[:1], embedder.name),
-                                  "warmup", wait_s=300)
+            end_to_end_throughput(
+                service, chunk_events(texts[:1], "warmup", ids and ids[:1], embedder.name), "warmup", wait_s=300
+            )
             events = chunk_events(texts, "run", ids, embedder.name)
             raw_before = raw_throughput(embedder, texts, args.batch_size, args.repeats)
             e2e = end_to_end_throughput(service, events, "run")

@@ -62,15 +62,22 @@ async def service_path(
 
 
 def _embedder(folder: str, device: str, batch: int) -> SentenceTransformerEmbedder:
-    emb = SentenceTransformerEmbedder(EmbedderConfig(
-        name="sentence-transformers/all-MiniLM-L6-v2", source=folder, device=device,
-        fp16=device.startswith("cuda"), batch_size=batch))
+    emb = SentenceTransformerEmbedder(
+        EmbedderConfig(
+            name="sentence-transformers/all-MiniLM-L6-v2",
+            source=folder,
+            device=device,
+            fp16=device.startswith("cuda"),
+            batch_size=batch,
+        )
+    )
     emb.warm_up()
     return emb
 
 
-def _replica(folder: str, device: str, batch: int, consume: int, records: list[bytes], ready: Any, go: Any,
-             out: Any) -> None:
+def _replica(
+    folder: str, device: str, batch: int, consume: int, records: list[bytes], ready: Any, go: Any, out: Any
+) -> None:
     """One service process of several sharing the device: warm up, wait for the others, run, report."""
     emb = _embedder(folder, device, batch)
     asyncio.run(service_path(emb, records[: 4 * batch], consume, batch))  # warm-up
@@ -90,8 +97,9 @@ def replicas_rate(
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     shares = [records[i::procs] for i in range(procs)]
-    workers = [ctx.Process(target=_replica, args=(folder, device, batch, consume, share, ready, go, out))
-               for share in shares]
+    workers = [
+        ctx.Process(target=_replica, args=(folder, device, batch, consume, share, ready, go, out)) for share in shares
+    ]
     for w in workers:
         w.start()
     for _ in workers:
@@ -101,8 +109,10 @@ def replicas_rate(
     for w in workers:
         w.join(60)
     wall = max(r[1] for r in results) - min(r[0] for r in results)
-    return {"passages_per_s": round(sum(r[2] for r in results) / wall),
-            "model_busy_per_process": [r[3] for r in results]}
+    return {
+        "passages_per_s": round(sum(r[2] for r in results) / wall),
+        "model_busy_per_process": [r[3] for r in results],
+    }
 
 
 def main() -> None:
@@ -116,25 +126,53 @@ def main() -> None:
     texts = load_texts(Path(corpus), n)
     ids = emb.passage_token_ids(texts)
     records = [
-        ChunkCreated(chunk_id=f"c{i}", document_id=f"d{i}", ordinal=0, text=t, token_count=len(x),
-                     token_ids_u32=ChunkCreated.pack_ids(x), token_model=emb.name)
-        .model_dump_json(exclude_none=True).encode()
+        ChunkCreated(
+            chunk_id=f"c{i}",
+            document_id=f"d{i}",
+            ordinal=0,
+            text=t,
+            token_count=len(x),
+            token_ids_u32=ChunkCreated.pack_ids(x),
+            token_model=emb.name,
+        )
+        .model_dump_json(exclude_none=True)
+        .encode()
         for i, (t, x) in enumerate(zip(texts, ids, strict=True))
     ]
     if 1 in procs_list:
         asyncio.run(service_path(emb, records[: 4 * batch], consumes[0], batch))  # warm-up
         for consume in consumes:
             row = asyncio.run(service_path(emb, records, consume, batch))
-            print(json.dumps({"path": f"service pipeline (no Kafka), {device}, token ids", "processes": 1,
-                              "texts": len(records), "consume_batch": consume, "model_batch": batch, **row}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "path": f"service pipeline (no Kafka), {device}, token ids",
+                        "processes": 1,
+                        "texts": len(records),
+                        "consume_batch": consume,
+                        "model_batch": batch,
+                        **row,
+                    }
+                ),
+                flush=True,
+            )
     del emb
     consume = 1024 if 1024 in consumes else consumes[0]
     for procs in [p for p in procs_list if p > 1]:  # replicas sharing the device, as pods sharing a GPU would
         row = replicas_rate(folder, device, batch, consume, records, procs)
-        print(json.dumps({"path": f"service pipeline (no Kafka), {device}, token ids", "processes": procs,
-                          "texts": len(records), "consume_batch": consume, "model_batch": batch, **row}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "path": f"service pipeline (no Kafka), {device}, token ids",
+                    "processes": procs,
+                    "texts": len(records),
+                    "consume_batch": consume,
+                    "model_batch": batch,
+                    **row,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

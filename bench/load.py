@@ -71,9 +71,13 @@ class Result:
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "name": self.name, "clients": self.clients, "requests": self.count, "errors": self.errors,
+            "name": self.name,
+            "clients": self.clients,
+            "requests": self.count,
+            "errors": self.errors,
             "rps": round(self.count / self.duration_s, 2) if self.duration_s else 0.0,
-            "p50_ms": round(self.pct(50), 2), "p95_ms": round(self.pct(95), 2),
+            "p50_ms": round(self.pct(50), 2),
+            "p95_ms": round(self.pct(95), 2),
             "p99_ms": round(self.pct(99), 2),
         }
         if self.error_kinds:
@@ -182,8 +186,7 @@ def _env(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-async def direct_search(database_url: str, queries: list[str], clients: int, duration_s: float,
-                        top_n: int) -> Result:
+async def direct_search(database_url: str, queries: list[str], clients: int, duration_s: float, top_n: int) -> Result:
     """The retriever's own search path, in this process, on the same database: no HTTP, no Kafka."""
     from services.retriever.handlers import RetrieverState
     from shared.models import SearchFilters
@@ -194,10 +197,12 @@ async def direct_search(database_url: str, queries: list[str], clients: int, dur
     state = RetrieverState(settings)
     await state.start()
     try:
+
         async def call(query: str) -> dict[str, float]:
             vector = (await asyncio.to_thread(state.embedder.encode_queries, [query]))[0]
-            found = await state.searcher().search(query, vector, mode="hybrid", top_k=20, top_n=top_n,
-                                                  filters=SearchFilters())
+            found = await state.searcher().search(
+                query, vector, mode="hybrid", top_k=20, top_n=top_n, filters=SearchFilters()
+            )
             return {"retriever_took": float(found.took_ms)}
 
         await drive("direct-warmup", call, queries, 1, min(2.0, duration_s))
@@ -206,8 +211,9 @@ async def direct_search(database_url: str, queries: list[str], clients: int, dur
         await state.stop()
 
 
-async def paired_search(http: httpx.AsyncClient, database_url: str, queries: list[str], duration_s: float,
-                        top_n: int) -> dict[str, Any]:
+async def paired_search(
+    http: httpx.AsyncClient, database_url: str, queries: list[str], duration_s: float, top_n: int
+) -> dict[str, Any]:
     """One client alternating a gateway search and a direct search of the same query, back to back.
 
     On a machine shared with other work the background load drifts between two separate runs; pairing
@@ -239,8 +245,7 @@ async def paired_search(http: httpx.AsyncClient, database_url: str, queries: lis
                 continue
             start = time.perf_counter()
             vector = (await asyncio.to_thread(state.embedder.encode_queries, [query]))[0]
-            await state.searcher().search(query, vector, mode="hybrid", top_k=20, top_n=top_n,
-                                          filters=SearchFilters())
+            await state.searcher().search(query, vector, mode="hybrid", top_k=20, top_n=top_n, filters=SearchFilters())
             d = (time.perf_counter() - start) * 1000
             if n > 3:  # the first few warm both paths up
                 gateway_ms.append(g)
@@ -249,15 +254,21 @@ async def paired_search(http: httpx.AsyncClient, database_url: str, queries: lis
         await state.stop()
     diffs = [g - d for g, d in zip(gateway_ms, direct_ms, strict=True)]
     return {
-        "name": "paired gateway vs direct", "clients": 1, "pairs": len(diffs), "errors": errors,
-        "gateway_p50_ms": round(percentile(gateway_ms, 50), 2), "direct_p50_ms": round(percentile(direct_ms, 50), 2),
-        "added_p50_ms": round(percentile(diffs, 50), 2), "added_p95_ms": round(percentile(diffs, 95), 2),
+        "name": "paired gateway vs direct",
+        "clients": 1,
+        "pairs": len(diffs),
+        "errors": errors,
+        "gateway_p50_ms": round(percentile(gateway_ms, 50), 2),
+        "direct_p50_ms": round(percentile(direct_ms, 50), 2),
+        "added_p50_ms": round(percentile(diffs, 50), 2),
+        "added_p95_ms": round(percentile(diffs, 95), 2),
         "p50_ratio": round(percentile(gateway_ms, 50) / percentile(direct_ms, 50), 2) if direct_ms else None,
     }
 
 
-async def run_bench(url: str, database_url: str | None, clients_list: list[int], duration_s: float,
-                    endpoints: list[str], top_n: int) -> list[dict[str, Any]]:
+async def run_bench(
+    url: str, database_url: str | None, clients_list: list[int], duration_s: float, endpoints: list[str], top_n: int
+) -> list[dict[str, Any]]:
     queries = sample_queries()
     rows: list[dict[str, Any]] = []
     limits = httpx.Limits(max_connections=MAX_CLIENTS, max_keepalive_connections=MAX_CLIENTS)
@@ -275,7 +286,8 @@ async def run_bench(url: str, database_url: str | None, clients_list: list[int],
                 print(format_row(rows[-1]), flush=True)
                 gw = next(r for r in rows if r["name"] == "gateway /v1/search" and r["clients"] == clients)
                 ratio = {
-                    "name": "gateway+Kafka / direct", "clients": clients,
+                    "name": "gateway+Kafka / direct",
+                    "clients": clients,
                     "p50_ratio": round(gw["p50_ms"] / rows[-1]["p50_ms"], 2),
                     "p50_added_ms": round(gw["p50_ms"] - rows[-1]["p50_ms"], 2),
                     "p95_added_ms": round(gw["p95_ms"] - rows[-1]["p95_ms"], 2),
@@ -286,22 +298,28 @@ async def run_bench(url: str, database_url: str | None, clients_list: list[int],
         if database_url and "search" in endpoints:
             pair = await paired_search(http, database_url, queries, duration_s, top_n)
             rows.append(pair)
-            print(f"  {pair['name']:<26} K=1   {pair['pairs']} pairs: gateway p50 {pair['gateway_p50_ms']} ms, "
-                  f"direct p50 {pair['direct_p50_ms']} ms, added p50 {pair['added_p50_ms']} ms "
-                  f"(p95 {pair['added_p95_ms']} ms), ratio x{pair['p50_ratio']}  errors {pair['errors']}",
-                  flush=True)
+            print(
+                f"  {pair['name']:<26} K=1   {pair['pairs']} pairs: gateway p50 {pair['gateway_p50_ms']} ms, "
+                f"direct p50 {pair['direct_p50_ms']} ms, added p50 {pair['added_p50_ms']} ms "
+                f"(p95 {pair['added_p95_ms']} ms), ratio x{pair['p50_ratio']}  errors {pair['errors']}",
+                flush=True,
+            )
     return rows
 
 
 def format_row(row: dict[str, Any]) -> str:
     if "p50_ratio" in row:
-        return (f"  {row['name']:<26} K={row['clients']:<3} p50 x{row['p50_ratio']}  "
-                f"+{row['p50_added_ms']} ms at p50, +{row['p95_added_ms']} ms at p95, "
-                f"rps x{row['rps_ratio']}")
+        return (
+            f"  {row['name']:<26} K={row['clients']:<3} p50 x{row['p50_ratio']}  "
+            f"+{row['p50_added_ms']} ms at p50, +{row['p95_added_ms']} ms at p95, "
+            f"rps x{row['rps_ratio']}"
+        )
     extra = "".join(f"  {k}={v}" for k, v in row.items() if k.endswith("_p50_ms") and k != "p50_ms")
-    return (f"  {row['name']:<26} K={row['clients']:<3} {row['rps']:>8.1f} req/s  p50 {row['p50_ms']:>8.1f}  "
-            f"p95 {row['p95_ms']:>8.1f}  p99 {row['p99_ms']:>8.1f} ms  errors {row['errors']}"
-            f"{extra}{'  ' + json.dumps(row['error_kinds']) if row.get('error_kinds') else ''}")
+    return (
+        f"  {row['name']:<26} K={row['clients']:<3} {row['rps']:>8.1f} req/s  p50 {row['p50_ms']:>8.1f}  "
+        f"p95 {row['p95_ms']:>8.1f}  p99 {row['p99_ms']:>8.1f} ms  errors {row['errors']}"
+        f"{extra}{'  ' + json.dumps(row['error_kinds']) if row.get('error_kinds') else ''}"
+    )
 
 
 # ----------------------------------------------------------------------------------------- the stack
@@ -326,9 +344,9 @@ def free_port() -> int:
 @contextmanager
 def local_stack(root: Path) -> Iterator[tuple[str, str]]:
     """Kafka, PostgreSQL and the six services on free loopback ports, the sample ingested (offline mode)."""
-    from shared.devstack.kafka import LocalKafka
-    from shared.devstack.postgres import LocalPostgres
-    from shared.devstack.processes import SERVICES, ServiceStack
+    from devstack.kafka import LocalKafka
+    from devstack.postgres import LocalPostgres
+    from devstack.processes import SERVICES, ServiceStack
 
     os.chmod(root, 0o755)
     kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
@@ -342,10 +360,16 @@ def local_stack(root: Path) -> Iterator[tuple[str, str]]:
         env = dict(os.environ)
         env.pop("ANTHROPIC_API_KEY", None)
         env.pop("EVIDENTIA_ANTHROPIC_API_KEY", None)
-        env.update({"EVIDENTIA_KAFKA_BOOTSTRAP": kafka.bootstrap, "EVIDENTIA_DATABASE_URL": postgres.url,
-                    "EVIDENTIA_LOG_FORMAT": "json", "EVIDENTIA_LOG_LEVEL": "WARNING",
-                    # One client address makes every request here: the per-address limit would answer 429.
-                    "EVIDENTIA_GATEWAY_RATE_LIMIT_PER_MINUTE": "0"})
+        env.update(
+            {
+                "EVIDENTIA_KAFKA_BOOTSTRAP": kafka.bootstrap,
+                "EVIDENTIA_DATABASE_URL": postgres.url,
+                "EVIDENTIA_LOG_FORMAT": "json",
+                "EVIDENTIA_LOG_LEVEL": "WARNING",
+                # One client address makes every request here: the per-address limit would answer 429.
+                "EVIDENTIA_GATEWAY_RATE_LIMIT_PER_MINUTE": "0",
+            }
+        )
         with _env({k: env[k] for k in ("EVIDENTIA_KAFKA_BOOTSTRAP", "EVIDENTIA_DATABASE_URL")}):
             from shared.settings import Settings
 
@@ -374,8 +398,8 @@ async def _prepare(settings: Any) -> None:
 
 
 async def _ingest(settings: Any) -> str:
+    from cli.ingest import publish_documents
     from services.fetcher.bulk import iter_jsonl
-    from shared.cli.ingest import publish_documents
     from shared.events import DocumentFetched
 
     job_id = f"bench-{uuid.uuid4().hex[:12]}"
@@ -390,19 +414,24 @@ async def _ingest(settings: Any) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
-                                formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     p.add_argument("url", nargs="?", default=None, help="Gateway URL (loopback only), e.g. http://127.0.0.1:8000")
-    p.add_argument("--start-stack", action="store_true",
-                   help="Start Kafka, PostgreSQL and the services on free ports, ingest the sample, "
-                        "stop them at the end.")
+    p.add_argument(
+        "--start-stack",
+        action="store_true",
+        help="Start Kafka, PostgreSQL and the services on free ports, ingest the sample, stop them at the end.",
+    )
     p.add_argument("--clients", default="8", help="Concurrent clients K, or a list: 1,8 (each at most 64).")
     p.add_argument("--duration", type=float, default=15.0, help="Seconds T per run (at most 300).")
     p.add_argument("--endpoints", default="search,ask", help="Of search,ask.")
     p.add_argument("--top-n", type=int, default=5)
-    p.add_argument("--database-url", default=None,
-                   help="Database of the direct in-process search (default: EVIDENTIA_DATABASE_URL); "
-                        "--no-direct skips it.")
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="Database of the direct in-process search (default: EVIDENTIA_DATABASE_URL); --no-direct skips it.",
+    )
     p.add_argument("--no-direct", action="store_true", help="Skip the in-process comparison.")
     p.add_argument("--json", type=Path, default=None, help="Also write the results as JSON here.")
     args = p.parse_args(argv)
@@ -427,10 +456,20 @@ def main(argv: list[str] | None = None) -> int:
         require_loopback(url)
         if database_url and not args.no_direct:
             require_loopback("http://" + database_url.split("://", 1)[-1])
-        print(f"load: {url}  clients {args.clients_list}  {args.duration:.0f}s per run  "
-              f"endpoints {args.endpoint_list}", flush=True)
-        return asyncio.run(run_bench(url, None if args.no_direct else database_url, args.clients_list,
-                                     args.duration, args.endpoint_list, args.top_n))
+        print(
+            f"load: {url}  clients {args.clients_list}  {args.duration:.0f}s per run  endpoints {args.endpoint_list}",
+            flush=True,
+        )
+        return asyncio.run(
+            run_bench(
+                url,
+                None if args.no_direct else database_url,
+                args.clients_list,
+                args.duration,
+                args.endpoint_list,
+                args.top_n,
+            )
+        )
 
     if args.start_stack:
         with (
@@ -446,8 +485,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done in {time.perf_counter() - started:.0f}s; errors: {errors}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": rows, "ask_modes": ASK_MODES, "cpus": os.cpu_count(),
-                                               "load_avg": os.getloadavg(), "at": time.time()}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "ask_modes": ASK_MODES,
+                    "cpus": os.cpu_count(),
+                    "load_avg": os.getloadavg(),
+                    "at": time.time(),
+                },
+                indent=2,
+            )
+        )
     return 1 if errors else 0
 
 

@@ -48,6 +48,7 @@ def _key_slot(key: bytes, partitions: int) -> int:
     ~10 us a key; one document's chunks share a key)."""
     return _PARTITIONER(key, list(range(partitions)), [])  # type: ignore[no-any-return]
 
+
 log = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=BaseModel)

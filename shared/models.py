@@ -172,7 +172,8 @@ class QueryForm(BaseModel):
     disease: str | None = Field(None, max_length=500, description="Disease or indication (therapeutic).")
     condition: str | None = Field(None, max_length=500, description="Condition or diagnosis (condition-findings).")
     findings: list[str] = Field(
-        default_factory=list, max_length=50,
+        default_factory=list,
+        max_length=50,
         description='Clinical findings, e.g. "symptom: fever 3 days", "medical_history: pregnant".',
     )
 

@@ -21,20 +21,48 @@ EMERGENCY_ANSWER = (
 )
 
 _EMERGENCY_PATTERNS = [
-    r"\bchest pain\b", r"\bcan'?t breathe\b", r"\bcannot breathe\b", r"\bdifficulty breathing\b",
-    r"\bshortness of breath\b", r"\bsevere bleeding\b", r"\bbleeding (?:heavily|profusely|won'?t stop)\b",
-    r"\bunconscious\b", r"\bnot breathing\b", r"\bstroke symptoms\b", r"\bface drooping\b",
-    r"\bslurred speech\b", r"\bsuicid(?:e|al)\b", r"\bkill (?:myself|himself|herself)\b",
-    r"\bwant to die\b", r"\bself[- ]harm\b", r"\boverdos(?:e|ed|ing)\b", r"\bpoison(?:ed|ing)\b",
-    r"\bseizure (?:now|right now)\b", r"\bhaving a seizure\b", r"\bheart attack\b",
-    r"\banaphyla(?:xis|ctic)\b", r"\bthroat (?:is )?(?:closing|swelling)\b", r"\bsevere allergic reaction\b",
-    r"\bcoughing (?:up )?blood\b", r"\bvomiting blood\b", r"\bsevere head injury\b",
-    r"\bnumb(?:ness)? on one side\b", r"\bpassed out\b", r"\bchoking\b", r"\bblue lips\b",
-    r"\blips (?:are|turning) blue\b", r"\bworst headache\b", r"\bend my life\b", r"\btook too many\b",
+    r"\bchest pain\b",
+    r"\bcan'?t breathe\b",
+    r"\bcannot breathe\b",
+    r"\bdifficulty breathing\b",
+    r"\bshortness of breath\b",
+    r"\bsevere bleeding\b",
+    r"\bbleeding (?:heavily|profusely|won'?t stop)\b",
+    r"\bunconscious\b",
+    r"\bnot breathing\b",
+    r"\bstroke symptoms\b",
+    r"\bface drooping\b",
+    r"\bslurred speech\b",
+    r"\bsuicid(?:e|al)\b",
+    r"\bkill (?:myself|himself|herself)\b",
+    r"\bwant to die\b",
+    r"\bself[- ]harm\b",
+    r"\boverdos(?:e|ed|ing)\b",
+    r"\bpoison(?:ed|ing)\b",
+    r"\bseizure (?:now|right now)\b",
+    r"\bhaving a seizure\b",
+    r"\bheart attack\b",
+    r"\banaphyla(?:xis|ctic)\b",
+    r"\bthroat (?:is )?(?:closing|swelling)\b",
+    r"\bsevere allergic reaction\b",
+    r"\bcoughing (?:up )?blood\b",
+    r"\bvomiting blood\b",
+    r"\bsevere head injury\b",
+    r"\bnumb(?:ness)? on one side\b",
+    r"\bpassed out\b",
+    r"\bchoking\b",
+    r"\bblue lips\b",
+    r"\blips (?:are|turning) blue\b",
+    r"\bworst headache\b",
+    r"\bend my life\b",
+    r"\btook too many\b",
 ]
 _EMERGENCY = re.compile("|".join(_EMERGENCY_PATTERNS), re.IGNORECASE)
-_FIRST_PERSON = re.compile(r"\b(i|i'm|i am|my|me|we|our|he|she|they|someone|somebody|child|son|daughter|"
-                           r"husband|wife|mom|dad|mother|father|friend)\b", re.IGNORECASE)
+_FIRST_PERSON = re.compile(
+    r"\b(i|i'm|i am|my|me|we|our|he|she|they|someone|somebody|child|son|daughter|"
+    r"husband|wife|mom|dad|mother|father|friend)\b",
+    re.IGNORECASE,
+)
 
 _RESEARCH = re.compile(
     r"\b(risk|rates?|prevalence|incidence|trials?|stud(?:y|ies)|evidence|associat\w*|prevent\w*|"

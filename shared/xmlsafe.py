@@ -83,9 +83,7 @@ def check_prolog(head: bytes) -> str | None:
         if m is None:
             subset = head[pos:]
             if b"<!ENTITY" in subset or b"<!ELEMENT" in subset or b"<!ATTLIST" in subset:
-                raise UnsafeXmlError(
-                    "XML declares entities in an internal DTD (XXE / entity expansion); refused"
-                )
+                raise UnsafeXmlError("XML declares entities in an internal DTD (XXE / entity expansion); refused")
             if len(head) >= MAX_PROLOG_BYTES:
                 raise MalformedXmlError("the DOCTYPE declaration is too long or never ends")
             return None
@@ -238,9 +236,7 @@ def _iter_records(fh: _Replay) -> Iterator[PubmedRecord]:
                 yield PubmedRecord("delete", pmids, etree.tostring(elem))
             else:
                 pmid = elem.findtext(".//PMID") or ""
-                kind: Literal["article", "book-article"] = (
-                    "article" if elem.tag == "PubmedArticle" else "book-article"
-                )
+                kind: Literal["article", "book-article"] = "article" if elem.tag == "PubmedArticle" else "book-article"
                 yield PubmedRecord(kind, (pmid.strip(),), etree.tostring(elem))
             elem.clear()
             parent = elem.getparent()

@@ -27,8 +27,7 @@ def bge_folder() -> Path:
         return folder
     if shutil.which("mvn") is None:
         pytest.skip(
-            "bge-small-en-v1.5 is not fetched and Maven is absent: "
-            "run `evidentia models fetch bge-small-en-v1.5`"
+            "bge-small-en-v1.5 is not fetched and Maven is absent: run `evidentia models fetch bge-small-en-v1.5`"
         )
     try:
         return fetch_model("bge-small-en-v1.5", models_dir=models_dir)

@@ -70,16 +70,30 @@ def serialize_vectors(
         # Checked above as a whole: built without re-validating (and re-decoding) each packed vector.
         for e, row in zip(events, rows, strict=True):
             out = ChunkEmbedded.model_construct(
-                schema_version=2, trace_id=e.trace_id, created_at=now, chunk_id=e.chunk_id,
-                document_id=e.document_id, model=model, dim=dim, embedding=None,
-                embedding_f32=ChunkEmbedded.pack(row), job_id=e.job_id,
+                schema_version=2,
+                trace_id=e.trace_id,
+                created_at=now,
+                chunk_id=e.chunk_id,
+                document_id=e.document_id,
+                model=model,
+                dim=dim,
+                embedding=None,
+                embedding_f32=ChunkEmbedded.pack(row),
+                job_id=e.job_id,
             )
             payloads.append((e.document_id.encode(), out.model_dump_json(exclude_none=True).encode()))
         return payloads
     for e, values in zip(events, vectors.tolist(), strict=True):
         out = ChunkEmbedded(
-            schema_version=1, trace_id=e.trace_id, created_at=now, chunk_id=e.chunk_id,
-            document_id=e.document_id, model=model, dim=dim, embedding=values, job_id=e.job_id,
+            schema_version=1,
+            trace_id=e.trace_id,
+            created_at=now,
+            chunk_id=e.chunk_id,
+            document_id=e.document_id,
+            model=model,
+            dim=dim,
+            embedding=values,
+            job_id=e.job_id,
         )
         payloads.append((e.document_id.encode(), out.model_dump_json(exclude_none=True).encode()))
     return payloads

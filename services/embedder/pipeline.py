@@ -124,8 +124,7 @@ class EmbedPipeline(Generic[T]):
         try:
             await asyncio.wait_for(self.drain(), grace_s)
         except TimeoutError:
-            log.warning("embed pipeline: %d batches not finished at shutdown; they will be replayed",
-                        self._in_flight)
+            log.warning("embed pipeline: %d batches not finished at shutdown; they will be replayed", self._in_flight)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -234,8 +233,13 @@ class EmbedPipeline(Generic[T]):
                     self._finish()
                     return False
                 delay = min(30.0, self._retry_s * 2 ** min(attempt - 1, 5))
-                log.warning("dead-lettering a failed batch of %d failed (attempt %d): %r; retrying in %.1fs",
-                            len(batch.events), attempt, dlq_exc, delay)
+                log.warning(
+                    "dead-lettering a failed batch of %d failed (attempt %d): %r; retrying in %.1fs",
+                    len(batch.events),
+                    attempt,
+                    dlq_exc,
+                    delay,
+                )
                 await asyncio.sleep(delay)
 
     async def _publisher(self) -> None:
@@ -253,8 +257,13 @@ class EmbedPipeline(Generic[T]):
                     raise
                 except Exception as exc:  # broker unreachable: retry; consumption is paused meanwhile
                     delay = min(30.0, self._retry_s * 2 ** min(attempt - 1, 5))
-                    log.warning("publishing %d vectors failed (attempt %d): %r; retrying in %.1fs",
-                                len(batch.payloads), attempt, exc, delay)
+                    log.warning(
+                        "publishing %d vectors failed (attempt %d): %r; retrying in %.1fs",
+                        len(batch.payloads),
+                        attempt,
+                        exc,
+                        delay,
+                    )
                     await asyncio.sleep(delay)
             if batch.commit is not None and batch.offsets:
                 try:

@@ -205,9 +205,7 @@ def nxml_events(
         try:
             yield from xml_to_events(data, filename, accession=accession, job_id=job_id, trace_id=trace_id)
         except ValueError as exc:
-            log.warning(
-                "Bookshelf part skipped", extra={"file": f"{accession}/{filename}", "error": str(exc)}
-            )
+            log.warning("Bookshelf part skipped", extra={"file": f"{accession}/{filename}", "error": str(exc)})
 
 
 # ------------------------------------------------------------------------------------------ client

@@ -185,9 +185,7 @@ async def send_with_retries(
             extra={"utility": utility, "problem": last_problem, "attempt": attempt + 1, "delay_s": delay},
         )
         await sleep(delay)
-    raise EutilsError(
-        f"{utility}: gave up after {policy.max_retries + 1} attempts: {last_problem}", utility=utility
-    )
+    raise EutilsError(f"{utility}: gave up after {policy.max_retries + 1} attempts: {last_problem}", utility=utility)
 
 
 # ------------------------------------------------------------------------------------------ results

@@ -24,7 +24,7 @@ from services.fetcher.bookshelf import BookshelfClient, nxml_events
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsQueryError
 from services.fetcher.ingest import discover, fetch_pmc, fetch_pubmed
 from services.fetcher.tracking import filter_new_pmids
-from shared import metrics
+from shared import bookshelf, metrics
 from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply, request_subscriber_options
 from shared.db import create_pool
 from shared.db.jobs import add_job_documents, create_job, fail_documents_hook, mark_job, set_stage
@@ -37,6 +37,7 @@ from shared.events import (
     NcbiCountRequest,
     PmidDiscovered,
 )
+from shared.models import document_id
 from shared.settings import Settings
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS, NCBI_REQUESTS, PMIDS_DISCOVERED
 
@@ -92,10 +93,8 @@ def bookshelf_document_ids(event: DocumentFetched) -> list[str]:
     job must count those, not the file. A file that does not parse keeps its own id (the parser will
     dead-letter it and mark that id failed).
     """
-    from services.parser.nxml import parse_bookshelf
-
     try:
-        return [d.document_id for d in parse_bookshelf(event.content or "")]
+        return [document_id("bookshelf", sid) for sid in bookshelf.source_ids(event.content or "")]
     except (ValueError, etree.LxmlError) as exc:
         log.info("Bookshelf file not parsable here", extra={"document_id": event.document_id, "error": str(exc)})
         return [event.document_id]
@@ -118,8 +117,12 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
     )
     async def on_ingest(request: IngestRequested) -> None:
         if request.bookshelf_publisher:
-            await create_job(state.pool, request.job_id, "bookshelf",
-                             {"bookshelf_publisher": request.bookshelf_publisher, "refresh": request.refresh})
+            await create_job(
+                state.pool,
+                request.job_id,
+                "bookshelf",
+                {"bookshelf_publisher": request.bookshelf_publisher, "refresh": request.refresh},
+            )
             if not await ingest_bookshelf(request):
                 return
             if not (request.query or request.pmids):
@@ -134,8 +137,13 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
         await asyncio.gather(
             *(
                 discovered_out.publish(
-                    PmidDiscovered(trace_id=request.trace_id, pmid=p, job_id=request.job_id,
-                                   refresh=request.refresh, full_text=request.full_text),
+                    PmidDiscovered(
+                        trace_id=request.trace_id,
+                        pmid=p,
+                        job_id=request.job_id,
+                        refresh=request.refresh,
+                        full_text=request.full_text,
+                    ),
                     key=f"pubmed:{p}".encode(),
                 )
                 for p in pmids
@@ -175,8 +183,9 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
             return False
         if not published:
             log.warning("no Bookshelf parts found", extra={"job_id": request.job_id, "publisher": publisher})
-        log.info("Bookshelf parts published",
-                 extra={"job_id": request.job_id, "publisher": publisher, "parts": published})
+        log.info(
+            "Bookshelf parts published", extra={"job_id": request.job_id, "publisher": publisher, "parts": published}
+        )
         return True
 
     @broker.subscriber(
@@ -259,12 +268,18 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
             count = await state.client.count(request.term, request.database)
             answer = NcbiCountReply(trace_id=request.trace_id, term=request.term, count=count)
         except EutilsQueryError as exc:  # NCBI refused the term: the caller's fault, not a retry
-            answer = NcbiCountReply(trace_id=request.trace_id, term=request.term,
-                                    error=ErrorInfo(type="EutilsQueryError", message=str(exc), status=422))
+            answer = NcbiCountReply(
+                trace_id=request.trace_id,
+                term=request.term,
+                error=ErrorInfo(type="EutilsQueryError", message=str(exc), status=422),
+            )
         except EutilsError as exc:
             log.warning("count failed", extra={"term": request.term, "error": str(exc)})
-            answer = NcbiCountReply(trace_id=request.trace_id, term=request.term,
-                                    error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502))
+            answer = NcbiCountReply(
+                trace_id=request.trace_id,
+                term=request.term,
+                error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502),
+            )
         await reply(broker, msg, answer)
 
 

@@ -10,8 +10,15 @@ from collections.abc import Sequence
 from shared.db.jobs import Db, dedupe
 from shared.models import document_id
 
-__all__ = ["Db", "cached_search", "dedupe", "filter_new_pmids", "normalise_query", "record_search",
-           "stored_document_ids"]
+__all__ = [
+    "Db",
+    "cached_search",
+    "dedupe",
+    "filter_new_pmids",
+    "normalise_query",
+    "record_search",
+    "stored_document_ids",
+]
 
 
 def normalise_query(query: str) -> str:
@@ -80,9 +87,5 @@ async def filter_new_pmids(pool: Db, pmids: Sequence[str], refresh: bool = False
 
 
 async def stored_document_ids(pool: Db, document_ids: Sequence[str]) -> set[str]:
-    rows = await pool.fetch(
-        "SELECT document_id FROM documents WHERE document_id = ANY($1::text[])", list(document_ids)
-    )
+    rows = await pool.fetch("SELECT document_id FROM documents WHERE document_id = ANY($1::text[])", list(document_ids))
     return {str(r["document_id"]) for r in rows}
-
-

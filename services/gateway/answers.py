@@ -191,9 +191,7 @@ class AnswerService:
             refs.setdefault(c.citation_id, c)
         return sorted(refs.values(), key=lambda c: c.number)
 
-    async def _save(
-        self, turn: Turn, reply: SynthesisReply, hits: list[SearchHit], timings: dict[str, float]
-    ) -> None:
+    async def _save(self, turn: Turn, reply: SynthesisReply, hits: list[SearchHit], timings: dict[str, float]) -> None:
         verified = set(reply.citation_check.verified)
         chunks = list(dict.fromkeys(h.chunk_id for h in hits if h.citation_id in verified))
         await self.store.save_turn(
@@ -307,15 +305,11 @@ class AnswerService:
                 async for chunk in self._stream_turn(body, owner, start):
                     yield chunk
         except HTTPException as exc:
-            yield sse(
-                "error", {"type": "HTTPException", "message": str(exc.detail), "status": exc.status_code}
-            )
+            yield sse("error", {"type": "HTTPException", "message": str(exc.detail), "status": exc.status_code})
         except ConversationConflict as exc:
             yield sse("error", {"type": "ConversationConflict", "message": str(exc), "status": 409})
         except RemoteError as exc:
-            yield sse(
-                "error", {"type": exc.error.type, "message": exc.error.message, "status": exc.error.status}
-            )
+            yield sse("error", {"type": exc.error.type, "message": exc.error.message, "status": exc.error.status})
         except RequestTimeout as exc:
             yield sse("error", {"type": "RequestTimeout", "message": str(exc), "status": 504})
         except KafkaError as exc:

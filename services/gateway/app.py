@@ -142,17 +142,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/ingest", status_code=202, response_model=IngestAccepted, tags=["ingestion"],
-              summary="Start an ingestion job (query, PMIDs, Bookshelf publisher or inline documents); returns at once")
+    @app.post(
+        "/v1/ingest",
+        status_code=202,
+        response_model=IngestAccepted,
+        tags=["ingestion"],
+        summary="Start an ingestion job (query, PMIDs, Bookshelf publisher or inline documents); returns at once",
+    )
     async def ingest(body: IngestRequest) -> IngestAccepted:
         job_id = uuid.uuid4().hex
-        kind = ("documents" if body.documents else "query" if body.query else "pmids" if body.pmids
-                else "bookshelf")
+        kind = "documents" if body.documents else "query" if body.query else "pmids" if body.pmids else "bookshelf"
         await create_job(gateway.pool, job_id, kind, body.model_dump(mode="json", exclude={"documents"}))
         if body.query or body.pmids or body.bookshelf_publisher:
-            event = IngestRequested(job_id=job_id, query=body.query, pmids=[p.strip() for p in body.pmids],
-                                    max_results=body.max_results, refresh=body.refresh,
-                                    full_text=body.full_text, bookshelf_publisher=body.bookshelf_publisher)
+            event = IngestRequested(
+                job_id=job_id,
+                query=body.query,
+                pmids=[p.strip() for p in body.pmids],
+                max_results=body.max_results,
+                refresh=body.refresh,
+                full_text=body.full_text,
+                bookshelf_publisher=body.bookshelf_publisher,
+            )
             await gateway.kafka.publish(event, INGEST_REQUESTS, job_id)
         if body.documents:
             from shared.db.jobs import add_job_documents, mark_job, set_stage
@@ -161,32 +171,54 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await add_job_documents(gateway.pool, job_id, ids)
             await set_stage(gateway.pool, ids, "fetched")
             for doc in body.documents:
-                fetched = DocumentFetched(document_id=doc.document_id, source=doc.source, source_id=doc.source_id,
-                                          format="document-json", document=doc, job_id=job_id)
+                fetched = DocumentFetched(
+                    document_id=doc.document_id,
+                    source=doc.source,
+                    source_id=doc.source_id,
+                    format="document-json",
+                    document=doc,
+                    job_id=job_id,
+                )
                 await gateway.kafka.publish(fetched, DOCUMENTS_FETCHED, doc.document_id)
             if not (body.query or body.pmids or body.bookshelf_publisher):
                 await mark_job(gateway.pool, job_id, "discovered")
         return IngestAccepted(job_id=job_id, status_url=f"/v1/ingest/{job_id}")
 
-    @app.get("/v1/ingest/{job_id}", response_model=JobStatus, tags=["ingestion"],
-             summary="Progress of an ingestion job: documents per stage, failures")
+    @app.get(
+        "/v1/ingest/{job_id}",
+        response_model=JobStatus,
+        tags=["ingestion"],
+        summary="Progress of an ingestion job: documents per stage, failures",
+    )
     async def ingest_status(job_id: str) -> JobStatus:
         status = await job_status(gateway.pool, job_id)
         if status is None:
             raise HTTPException(404, f"no ingestion job {job_id}")
         return status
 
-    @app.post("/v1/search", response_model=SearchResponse, tags=["search"],
-              summary="Search the literature (dense, lexical or hybrid) with clinical filters")
+    @app.post(
+        "/v1/search",
+        response_model=SearchResponse,
+        tags=["search"],
+        summary="Search the literature (dense, lexical or hybrid) with clinical filters",
+    )
     async def search(body: SearchRequest) -> SearchResponse:
         reply = await gateway.kafka.retrieve(
-            RetrievalRequest(query=body.query_text, query_form=body.query_form, top_k=body.top_k,
-                             top_n=body.top_n, mode=body.mode, filters=body.filters, ef_search=body.ef_search,
-                             reranker=body.reranker, mmr=body.mmr, mmr_lambda=body.mmr_lambda)
+            RetrievalRequest(
+                query=body.query_text,
+                query_form=body.query_form,
+                top_k=body.top_k,
+                top_n=body.top_n,
+                mode=body.mode,
+                filters=body.filters,
+                ef_search=body.ef_search,
+                reranker=body.reranker,
+                mmr=body.mmr,
+                mmr_lambda=body.mmr_lambda,
+            )
         )
         if reply.error is not None:
             raise HTTPException(reply.error.status or 500, reply.error.message)
         return SearchResponse(query=body.query_text, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
 
     return app
-

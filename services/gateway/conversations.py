@@ -63,9 +63,7 @@ class MessageView(BaseModel):
     standalone_question: str | None = Field(None, description="User: the question as searched (rewritten).")
     answer_with_ids: str | None = Field(None, description="Assistant: the answer citing [PMID:...] ids.")
     mode: str | None = None
-    citations: list[Citation] = Field(
-        default_factory=list, description="Assistant: the sources this turn cites."
-    )
+    citations: list[Citation] = Field(default_factory=list, description="Assistant: the sources this turn cites.")
     citation_check: CitationCheck | None = None
     summary: EvidenceSummary | None = None
     created_at: datetime | None = None
@@ -77,9 +75,7 @@ class ConversationView(BaseModel):
     created_at: datetime
     updated_at: datetime
     messages: list[MessageView]
-    references: list[Citation] = Field(
-        description="Every source cited in the conversation, by display number."
-    )
+    references: list[Citation] = Field(description="Every source cited in the conversation, by display number.")
 
 
 class ConversationStore(Protocol):
@@ -112,9 +108,7 @@ class PgConversationStore:
         self, conversation_id: str, owner: str | None, max_turns: int, max_chunks: int
     ) -> ConversationContext | None:
         async with self.pool.acquire() as conn:
-            row = await conn.fetchrow(
-                "SELECT owner FROM conversations WHERE conversation_id = $1", conversation_id
-            )
+            row = await conn.fetchrow("SELECT owner FROM conversations WHERE conversation_id = $1", conversation_id)
             if row is None or not _visible(row["owner"], owner):
                 return None
             turns = await conn.fetchval(
@@ -169,9 +163,7 @@ class PgConversationStore:
                         record.owner,
                         record.question[:200],
                     )
-                await conn.execute(
-                    "SELECT 1 FROM conversations WHERE conversation_id = $1 FOR UPDATE", conversation_id
-                )
+                await conn.execute("SELECT 1 FROM conversations WHERE conversation_id = $1 FOR UPDATE", conversation_id)
                 await conn.execute(
                     """INSERT INTO conversation_messages
                            (conversation_id, turn, role, content, standalone_question)
@@ -228,9 +220,7 @@ class PgConversationStore:
 
     async def view(self, conversation_id: str, owner: str | None) -> ConversationView | None:
         async with self.pool.acquire() as conn:
-            conv = await conn.fetchrow(
-                "SELECT * FROM conversations WHERE conversation_id = $1", conversation_id
-            )
+            conv = await conn.fetchrow("SELECT * FROM conversations WHERE conversation_id = $1", conversation_id)
             if conv is None or not _visible(conv["owner"], owner):
                 return None
             rows = await conn.fetch(
@@ -266,9 +256,7 @@ def _citation(r: asyncpg.Record) -> Citation:
 
 
 def _message(r: asyncpg.Record, refs: dict[str, Citation]) -> MessageView:
-    details: dict[str, Any] = (
-        json.loads(r["details"]) if isinstance(r["details"], str) else dict(r["details"])
-    )
+    details: dict[str, Any] = json.loads(r["details"]) if isinstance(r["details"], str) else dict(r["details"])
     if r["role"] == "user":
         return MessageView(
             turn=r["turn"],

@@ -65,6 +65,4 @@ class GatewayKafka:
         )
 
     def synthesize_stream(self, request: SynthesisRequest) -> AsyncIterator[tuple[str, bytes]]:
-        return self.replies.stream(
-            SYNTHESIS_REQUESTS, request, "SynthesisReply", self.settings.kafka.request_timeout_s
-        )
+        return self.replies.stream(SYNTHESIS_REQUESTS, request, "SynthesisReply", self.settings.kafka.request_timeout_s)

@@ -23,11 +23,11 @@ class IngestRequest(BaseModel):
     )
     max_results: int = Field(500, ge=1, le=100_000, description="Most PMIDs taken from the query.")
     refresh: bool = Field(False, description="Fetch again documents already stored.")
-    full_text: bool = Field(
-        False, description="Also fetch the open-access PMC full text (JATS) of the PMIDs found."
-    )
+    full_text: bool = Field(False, description="Also fetch the open-access PMC full text (JATS) of the PMIDs found.")
     bookshelf_publisher: str | None = Field(
-        None, min_length=1, max_length=300,
+        None,
+        min_length=1,
+        max_length=300,
         description="Ingest the NCBI Bookshelf Open Access books of this publisher, e.g. 'World Health Organization'.",
     )
 
@@ -54,15 +54,17 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str | None = Field(
-        None, min_length=1, max_length=10_000,
+        None,
+        min_length=1,
+        max_length=10_000,
         description="A question or search terms. May be left out when `query_form` is given.",
     )
     query_form: QueryForm | None = Field(
         None,
         description=(
-            "A structured query. `therapeutic` (drug + disease) embeds \"Evidence for {drug} as a treatment "
-            "for {disease}, including clinical trials, efficacy data, and mechanism of action\"; "
-            "`condition-findings` embeds \"{condition}. {finding}. ...\". Lexical search matches their terms."
+            'A structured query. `therapeutic` (drug + disease) embeds "Evidence for {drug} as a treatment '
+            'for {disease}, including clinical trials, efficacy data, and mechanism of action"; '
+            '`condition-findings` embeds "{condition}. {finding}. ...". Lexical search matches their terms.'
         ),
     )
     top_k: int = Field(20, ge=1, le=200, description="Candidates kept after fusion and handed to the reranker.")
@@ -121,10 +123,17 @@ class AskRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    question: str = Field(min_length=1, max_length=10_000, validation_alias=AliasChoices("question", "message"),
-                          description="The question (alias: `message`), 1..10,000 characters.")
+    question: str = Field(
+        min_length=1,
+        max_length=10_000,
+        validation_alias=AliasChoices("question", "message"),
+        description="The question (alias: `message`), 1..10,000 characters.",
+    )
     conversation_id: str | None = Field(
-        None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
         description="Continue this conversation (from an earlier answer); absent: start a new one.",
     )
     filters: SearchFilters = Field(default_factory=SearchFilters)

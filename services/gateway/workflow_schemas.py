@@ -31,14 +31,25 @@ class EvidenceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     drug: str = Field(min_length=1, max_length=200, description="The drug, e.g. bupropion.")
-    disease: str = Field(min_length=1, max_length=300, description="The disease as named anywhere, e.g. "
-                         "'narcolepsy-cataplexy syndrome'; it is normalised for PubMed.")
+    disease: str = Field(
+        min_length=1,
+        max_length=300,
+        description="The disease as named anywhere, e.g. 'narcolepsy-cataplexy syndrome'; it is normalised for PubMed.",
+    )
     drug_profile: DrugProfile | None = Field(None, description="What is known of the drug, for search-term expansion.")
     ingest: bool = Field(True, description="Fetch the PMIDs the searches find that are not stored yet.")
-    max_per_query: int | None = Field(None, ge=1, le=10_000, description="PMIDs taken from each search "
-                                      "(default: EVIDENTIA_WORKFLOW_EVIDENCE_MAX_PER_QUERY).")
-    wait_s: float | None = Field(None, ge=0, le=1800, description="Longest wait for the ingestion jobs "
-                                 "(default: EVIDENTIA_WORKFLOW_INGEST_WAIT_S).")
+    max_per_query: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="PMIDs taken from each search (default: EVIDENTIA_WORKFLOW_EVIDENCE_MAX_PER_QUERY).",
+    )
+    wait_s: float | None = Field(
+        None,
+        ge=0,
+        le=1800,
+        description="Longest wait for the ingestion jobs (default: EVIDENTIA_WORKFLOW_INGEST_WAIT_S).",
+    )
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before the rerank.")
     top_n: int = Field(5, ge=1, le=20, description="Passages kept for the synthesis.")
     mode: SearchMode = Field("hybrid+rerank", description="Search method.")
@@ -162,10 +173,15 @@ class QueryRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    question: str = Field(min_length=1, max_length=10_000, validation_alias=AliasChoices("question", "message"),
-                          description="The question (alias: `message`), in any language.")
-    mode: Literal["standard", "agent"] = Field("standard", description="agent: Claude with tools, looping "
-                                               "until it answers (offline: a rule-based plan).")
+    question: str = Field(
+        min_length=1,
+        max_length=10_000,
+        validation_alias=AliasChoices("question", "message"),
+        description="The question (alias: `message`), in any language.",
+    )
+    mode: Literal["standard", "agent"] = Field(
+        "standard", description="agent: Claude with tools, looping until it answers (offline: a rule-based plan)."
+    )
     filters: SearchFilters = Field(default_factory=SearchFilters)
     search_mode: SearchMode = "hybrid"
     top_k: int = Field(20, ge=1, le=200)
@@ -181,8 +197,9 @@ class QueryRequest(BaseModel):
 
 
 class ClassificationOut(BaseModel):
-    category: str = Field(description="drug_information, disease_information, drug_interaction, guideline, "
-                          "emergency or other.")
+    category: str = Field(
+        description="drug_information, disease_information, drug_interaction, guideline, emergency or other."
+    )
     method: str
     signals: list[str] = Field(default_factory=list)
 
@@ -197,8 +214,9 @@ class LanguageOut(BaseModel):
 class QueryIntelligence(BaseModel):
     classification: ClassificationOut
     language: LanguageOut
-    english_question: str = Field(description="The question in English (as asked when it is English or "
-                                  "could not be translated).")
+    english_question: str = Field(
+        description="The question in English (as asked when it is English or could not be translated)."
+    )
     searched_query: str = Field(description="What retrieval actually searched.")
     enhancement: str = Field(description="llm (Claude rewrite), mesh (stored MeSH headings), none, untranslated.")
     terms: list[str] = Field(default_factory=list, description="Terms or MeSH descriptors added.")

@@ -52,8 +52,8 @@ from services.gateway.workflow_schemas import (
     QueryResponse,
     WorkflowStep,
 )
-from services.synthesizer.citations import CitationVerifier
 from shared.broker import RemoteError, RequestTimeout
+from shared.citations import CitationVerifier
 from shared.db.jobs import JobStatus, create_job, job_status
 from shared.events import (
     CitationCheck,
@@ -123,7 +123,9 @@ class GatewayBackend:
         kafka = self.gateway.kafka
         try:
             reply: NcbiCountReply = await kafka.replies.request(
-                NCBI_REQUESTS, NcbiCountRequest(trace_id=trace_id, term=term), NcbiCountReply,
+                NCBI_REQUESTS,
+                NcbiCountRequest(trace_id=trace_id, term=term),
+                NcbiCountReply,
                 kafka.settings.kafka.request_timeout_s,
             )
         except (RemoteError, RequestTimeout) as exc:
@@ -133,8 +135,9 @@ class GatewayBackend:
 
     async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
         job_id = uuid.uuid4().hex
-        await create_job(self.pool, job_id, "query", {"query": query, "max_results": max_results,
-                                                      "workflow": "evidence"})
+        await create_job(
+            self.pool, job_id, "query", {"query": query, "max_results": max_results, "workflow": "evidence"}
+        )
         event = IngestRequested(trace_id=trace_id, job_id=job_id, query=query, max_results=max_results)
         await self.gateway.kafka.publish(event, INGEST_REQUESTS, job_id)
         return job_id
@@ -177,20 +180,32 @@ class _Tools:
         self.interaction: InteractionCheck | None = None
 
     async def search_literature(self, query: str) -> ToolOutput:
-        reply = await self.service.backend.retrieve(RetrievalRequest(
-            trace_id=self.trace_id, query=query[:10_000], top_k=self.body.top_k, top_n=self.body.top_n,
-            mode=self.body.search_mode, filters=self.body.filters,
-        ))
+        reply = await self.service.backend.retrieve(
+            RetrievalRequest(
+                trace_id=self.trace_id,
+                query=query[:10_000],
+                top_k=self.body.top_k,
+                top_n=self.body.top_n,
+                mode=self.body.search_mode,
+                filters=self.body.filters,
+            )
+        )
         return ToolOutput("", reply.hits)
 
     async def get_guideline(self, condition: str, findings: list[str]) -> ToolOutput:
         text = condition_query(condition, findings)
         filters = self.body.filters.model_copy(update={"sources": ["bookshelf"]})
-        reply = await self.service.backend.retrieve(RetrievalRequest(
-            trace_id=self.trace_id, query=text, top_k=self.body.top_k, top_n=self.body.top_n,
-            mode=self.body.search_mode, filters=filters,
-            query_form=QueryForm(kind="condition-findings", condition=condition[:500], findings=findings[:50]),
-        ))
+        reply = await self.service.backend.retrieve(
+            RetrievalRequest(
+                trace_id=self.trace_id,
+                query=text,
+                top_k=self.body.top_k,
+                top_n=self.body.top_n,
+                mode=self.body.search_mode,
+                filters=filters,
+                query_form=QueryForm(kind="condition-findings", condition=condition[:500], findings=findings[:50]),
+            )
+        )
         return ToolOutput("" if reply.hits else "No guideline section matched.", reply.hits)
 
     async def check_drug_interaction(self, drugs: list[str]) -> ToolOutput:
@@ -227,8 +242,13 @@ class WorkflowService:
         drug = body.drug.strip()
 
         async def step(name: str, status: str, detail: str, t0: float, **data: Any) -> None:
-            s = WorkflowStep(name=name, status=status, detail=detail, data=data,  # type: ignore[arg-type]
-                             ms=_ms(t0))
+            s = WorkflowStep(
+                name=name,
+                status=status,
+                detail=detail,
+                data=data,  # type: ignore[arg-type]
+                ms=_ms(t0),
+            )
             steps.append(s)
             timings[name] = s.ms or 0.0
             await progress(s)
@@ -240,9 +260,15 @@ class WorkflowService:
         await progress(WorkflowStep(name="normalise", status="running", detail=f"normalising {body.disease!r}"))
         normaliser = DiseaseNormalizer(self.llm, self.cache, count, min_results=w.min_results, ttl_s=w.cache_ttl_s)
         disease = await normaliser.normalise(body.disease.strip(), drug)
-        await step("normalise", "done", f"{body.disease!r} -> {disease.search_term!r}"
-                   + (f" ({disease.count} PubMed hits)" if disease.count is not None else ""), t0,
-                   method=disease.method, notes=disease.notes)
+        await step(
+            "normalise",
+            "done",
+            f"{body.disease!r} -> {disease.search_term!r}"
+            + (f" ({disease.count} PubMed hits)" if disease.count is not None else ""),
+            t0,
+            method=disease.method,
+            notes=disease.notes,
+        )
 
         t0 = time.perf_counter()
         await progress(WorkflowStep(name="expand", status="running", detail="writing PubMed searches"))
@@ -250,9 +276,15 @@ class WorkflowService:
         expander = SearchTermExpander(self.llm, self.cache, ttl_s=w.cache_ttl_s)
         expansion = await expander.expand(drug, disease.search_term, profile)
         queries = [ExpandedQuery(axis=q.axis, query=q.query) for q in expansion.queries[: w.evidence_max_queries]]
-        await step("expand", "done", f"{len(queries)} searches over "
-                   f"{len({q.axis for q in queries})} axes; organ: {expansion.organ or 'none'}", t0,
-                   method=expansion.method, organ=expansion.organ, queries=[q.model_dump() for q in queries])
+        await step(
+            "expand",
+            "done",
+            f"{len(queries)} searches over {len({q.axis for q in queries})} axes; organ: {expansion.organ or 'none'}",
+            t0,
+            method=expansion.method,
+            organ=expansion.organ,
+            queries=[q.model_dump() for q in queries],
+        )
 
         t0 = time.perf_counter()
         ingestion = IngestionSummary(finished=True)
@@ -262,52 +294,93 @@ class WorkflowService:
             for q in queries:
                 q.job_id = await self.backend.ingest(q.query, per_query, trace_id)
                 ingestion.jobs.append(q.job_id)
-            ingestion = await self._wait_jobs(ingestion, body.wait_s if body.wait_s is not None else w.ingest_wait_s,
-                                              progress)
-            await step("fetch", "done" if ingestion.finished else "failed",
-                       f"{ingestion.documents} documents found ({ingestion.failed} failed); stored ones are not "
-                       "fetched again" + ("" if ingestion.finished else "; not all jobs finished in time"), t0,
-                       jobs=ingestion.jobs)
+            ingestion = await self._wait_jobs(
+                ingestion, body.wait_s if body.wait_s is not None else w.ingest_wait_s, progress
+            )
+            await step(
+                "fetch",
+                "done" if ingestion.finished else "failed",
+                f"{ingestion.documents} documents found ({ingestion.failed} failed); stored ones are not "
+                "fetched again" + ("" if ingestion.finished else "; not all jobs finished in time"),
+                t0,
+                jobs=ingestion.jobs,
+            )
         else:
             await step("fetch", "skipped", "ingest=false: searching what is stored", t0)
 
         t0 = time.perf_counter()
         therapeutic = THERAPEUTIC_TEMPLATE.format(drug=drug, disease=disease.normalised)
         await progress(WorkflowStep(name="search", status="running", detail=therapeutic))
-        reply = await self.backend.retrieve(RetrievalRequest(
-            trace_id=trace_id, query=therapeutic, top_k=body.top_k, top_n=body.top_n, mode=body.mode,
-            filters=SearchFilters(sources=["pubmed", "pmc"]),  # the literature: what the searches fetched
-            query_form=QueryForm(kind="therapeutic", drug=drug, disease=disease.normalised),
-        ))
+        reply = await self.backend.retrieve(
+            RetrievalRequest(
+                trace_id=trace_id,
+                query=therapeutic,
+                top_k=body.top_k,
+                top_n=body.top_n,
+                mode=body.mode,
+                filters=SearchFilters(sources=["pubmed", "pmc"]),  # the literature: what the searches fetched
+                query_form=QueryForm(kind="therapeutic", drug=drug, disease=disease.normalised),
+            )
+        )
         hits = reply.hits
-        await step("search", "done", f"{len(hits)} passages (top {body.top_k} -> {body.top_n}, {body.mode})", t0,
-                   pmids=[h.pmid for h in hits if h.pmid])
+        await step(
+            "search",
+            "done",
+            f"{len(hits)} passages (top {body.top_k} -> {body.top_n}, {body.mode})",
+            t0,
+            pmids=[h.pmid for h in hits if h.pmid],
+        )
 
         t0 = time.perf_counter()
         await progress(WorkflowStep(name="synthesize", status="running", detail="evidence summary"))
-        synth = await self.backend.synthesize(SynthesisRequest(
-            trace_id=trace_id, question=therapeutic, passages=hits, summarize=True,
-        ))
+        synth = await self.backend.synthesize(
+            SynthesisRequest(
+                trace_id=trace_id,
+                question=therapeutic,
+                passages=hits,
+                summarize=True,
+            )
+        )
         summary = _sourced(synth.summary) or EvidenceSummary(
-            summary=INSUFFICIENT, study_count=0, strength="insufficient",
+            summary=INSUFFICIENT,
+            study_count=0,
+            strength="insufficient",
             method="llm" if synth.mode == "llm" else "extractive",
         )
-        await step("synthesize", "done", f"{synth.mode}: strength {summary.strength}, "
-                   f"{len(summary.key_findings)} findings", t0)
+        await step(
+            "synthesize", "done", f"{synth.mode}: strength {summary.strength}, {len(summary.key_findings)} findings", t0
+        )
         timings["total"] = _ms(start)
         return EvidenceResponse(
             drug=drug,
             disease=DiseaseTerm(
-                original=disease.original, normalised=disease.normalised, synonym=disease.synonym,
-                search_term=disease.search_term, count=disease.count, broader=disease.broader,
-                broader_count=disease.broader_count, broadened=disease.broadened, method=disease.method,
+                original=disease.original,
+                normalised=disease.normalised,
+                synonym=disease.synonym,
+                search_term=disease.search_term,
+                count=disease.count,
+                broader=disease.broader,
+                broader_count=disease.broader_count,
+                broadened=disease.broadened,
+                method=disease.method,
                 notes=disease.notes,
             ),
-            organ=expansion.organ, queries=queries, expansion_method=expansion.method, ingestion=ingestion,
-            therapeutic_query=therapeutic, summary=summary, answer=synth.answer,
-            numbered_answer=synth.numbered_answer or synth.answer, mode=synth.mode, model=synth.model,
-            citations=synth.citations, citation_check=synth.citation_check, sources=hits, steps=steps,
-            disclaimer=synth.disclaimer or DISCLAIMER, timings_ms=timings,
+            organ=expansion.organ,
+            queries=queries,
+            expansion_method=expansion.method,
+            ingestion=ingestion,
+            therapeutic_query=therapeutic,
+            summary=summary,
+            answer=synth.answer,
+            numbered_answer=synth.numbered_answer or synth.answer,
+            mode=synth.mode,
+            model=synth.model,
+            citations=synth.citations,
+            citation_check=synth.citation_check,
+            sources=hits,
+            steps=steps,
+            disclaimer=synth.disclaimer or DISCLAIMER,
+            timings_ms=timings,
         )
 
     async def _wait_jobs(self, ingestion: IngestionSummary, wait_s: float, progress: Progress) -> IngestionSummary:
@@ -337,45 +410,80 @@ class WorkflowService:
         query = condition_query(body.condition, findings, body.population)
         form_findings = findings + ([f"population: {body.population.strip()}"] if body.population else [])
         t0 = time.perf_counter()
-        reply = await self.backend.retrieve(RetrievalRequest(
-            trace_id=trace_id, query=query, top_k=body.top_k, top_n=body.top_n, mode=body.mode,
-            filters=SearchFilters(sources=["bookshelf"]),
-            query_form=QueryForm(kind="condition-findings", condition=body.condition.strip()[:500],
-                                 findings=form_findings[:50]),
-        ))
+        reply = await self.backend.retrieve(
+            RetrievalRequest(
+                trace_id=trace_id,
+                query=query,
+                top_k=body.top_k,
+                top_n=body.top_n,
+                mode=body.mode,
+                filters=SearchFilters(sources=["bookshelf"]),
+                query_form=QueryForm(
+                    kind="condition-findings", condition=body.condition.strip()[:500], findings=form_findings[:50]
+                ),
+            )
+        )
         hits = reply.hits
         timings = {"retrieval": _ms(t0)}
         sections = [
-            GuidelineSection(rank=i, title_path=h.section or h.title, citation_id=h.citation_id,
-                             document_id=h.document_id, title=h.title, score=h.score, excerpt=h.text[:400],
-                             url=h.url)
+            GuidelineSection(
+                rank=i,
+                title_path=h.section or h.title,
+                citation_id=h.citation_id,
+                document_id=h.document_id,
+                title=h.title,
+                score=h.score,
+                excerpt=h.text[:400],
+                url=h.url,
+            )
             for i, h in enumerate(hits, 1)
         ]
         t0 = time.perf_counter()
-        synth = await self.backend.synthesize(SynthesisRequest(
-            trace_id=trace_id, question=plan_question(body.condition, findings, body.population), passages=hits,
-            summarize=False,
-        ))
+        synth = await self.backend.synthesize(
+            SynthesisRequest(
+                trace_id=trace_id,
+                question=plan_question(body.condition, findings, body.population),
+                passages=hits,
+                summarize=False,
+            )
+        )
         timings["synthesis"] = _ms(t0)
-        plan = [PlanItem(text=p.text, citation_ids=p.citation_ids, sections=p.sections)
-                for p in attribute(synth.answer, hits)]
+        plan = [
+            PlanItem(text=p.text, citation_ids=p.citation_ids, sections=p.sections)
+            for p in attribute(synth.answer, hits)
+        ]
         plan = [p for p in plan if p.citation_ids] or plan
         top = sections[0].title_path if sections else None
         described = "; ".join(findings) or "no findings given"
         who = f" ({body.population.strip()})" if body.population else ""
         if top:
-            assessment = (f"{body.condition.strip()}{who} with {described}. The guideline section that matches "
-                          f"this patient best: {top}.")
+            assessment = (
+                f"{body.condition.strip()}{who} with {described}. The guideline section that matches "
+                f"this patient best: {top}."
+            )
         else:
-            assessment = (f"{body.condition.strip()}{who} with {described}. No stored guideline section matches: "
-                          "ingest the relevant guidelines (Bookshelf) first.")
+            assessment = (
+                f"{body.condition.strip()}{who} with {described}. No stored guideline section matches: "
+                "ingest the relevant guidelines (Bookshelf) first."
+            )
         timings["total"] = _ms(start)
         return GuidelineResponse(
-            condition=body.condition.strip(), findings=findings, population=body.population, query=query,
-            top_section=top, assessment=assessment, plan=plan, sections=sections, answer=synth.answer,
-            numbered_answer=synth.numbered_answer or synth.answer, mode=synth.mode, model=synth.model,
-            citations=synth.citations, citation_check=synth.citation_check,
-            disclaimer=synth.disclaimer or DISCLAIMER, timings_ms=timings,
+            condition=body.condition.strip(),
+            findings=findings,
+            population=body.population,
+            query=query,
+            top_section=top,
+            assessment=assessment,
+            plan=plan,
+            sections=sections,
+            answer=synth.answer,
+            numbered_answer=synth.numbered_answer or synth.answer,
+            mode=synth.mode,
+            model=synth.model,
+            citations=synth.citations,
+            citation_check=synth.citation_check,
+            disclaimer=synth.disclaimer or DISCLAIMER,
+            timings_ms=timings,
         )
 
     # --- 3. query intelligence ------------------------------------------------------------------------
@@ -408,26 +516,52 @@ class WorkflowService:
         timings = {"analysis": _ms(t0)}
         notes = [enh.note] if enh.note else []
         intelligence = QueryIntelligence(
-            classification=ClassificationOut(category=classification.category, method=classification.method,
-                                             signals=classification.signals),
-            language=LanguageOut(code=language.code, name=language.name, confidence=language.confidence,
-                                 method=language.method),
-            english_question=enh.english_question, searched_query=enh.search_query, enhancement=enh.method,
-            terms=enh.terms, translated=enh.translated, notes=notes,
+            classification=ClassificationOut(
+                category=classification.category, method=classification.method, signals=classification.signals
+            ),
+            language=LanguageOut(
+                code=language.code, name=language.name, confidence=language.confidence, method=language.method
+            ),
+            english_question=enh.english_question,
+            searched_query=enh.search_query,
+            enhancement=enh.method,
+            terms=enh.terms,
+            translated=enh.translated,
+            notes=notes,
         )
         answer_language = language.code if (enh.translated or language.english) else "en"
         if classification.category == "emergency":
             intelligence.route.append("emergency: answered at once, no retrieval and no model")
             timings["total"] = _ms(start)
             return QueryResponse(
-                question=question, answer=EMERGENCY_ANSWER, numbered_answer=EMERGENCY_ANSWER, mode="emergency",
-                model=None, answer_language="en", citations=[], citation_check=CitationCheck(), summary=None,
-                disclaimer=DISCLAIMER, sources=[], intelligence=intelligence, timings_ms=timings,
+                question=question,
+                answer=EMERGENCY_ANSWER,
+                numbered_answer=EMERGENCY_ANSWER,
+                mode="emergency",
+                model=None,
+                answer_language="en",
+                citations=[],
+                citation_check=CitationCheck(),
+                summary=None,
+                disclaimer=DISCLAIMER,
+                sources=[],
+                intelligence=intelligence,
+                timings_ms=timings,
             )
-        instruction = (f"Write the answer in {language.name}." if enh.translated and not language.english else "")
+        instruction = f"Write the answer in {language.name}." if enh.translated and not language.english else ""
         if body.mode == "agent":
-            return await self._agent(body, question, classification, enh, intelligence, instruction,
-                                     answer_language, trace_id, start, timings)
+            return await self._agent(
+                body,
+                question,
+                classification,
+                enh,
+                intelligence,
+                instruction,
+                answer_language,
+                trace_id,
+                start,
+                timings,
+            )
         interaction: InteractionOut | None = None
         if classification.category == "drug_interaction":
             from services.gateway.intelligence.classify import drug_pair
@@ -435,16 +569,22 @@ class WorkflowService:
             drugs = drug_pair(enh.english_question) or drug_pair(question)
             check = await self.rxnav.check(drugs)
             interaction = InteractionOut(drugs=check.drugs, configured=check.configured, text=check.text())
-            intelligence.route.append(f"drug interaction: checked {', '.join(check.drugs) or 'no drugs found'} "
-                                      f"({'service configured' if check.configured else 'no service configured'})")
+            intelligence.route.append(
+                f"drug interaction: checked {', '.join(check.drugs) or 'no drugs found'} "
+                f"({'service configured' if check.configured else 'no service configured'})"
+            )
         t0 = time.perf_counter()
         hits = await self._routed_search(body, classification, enh, intelligence, trace_id)
         timings["retrieval"] = _ms(t0)
         t0 = time.perf_counter()
-        synth = await self.backend.synthesize(SynthesisRequest(
-            trace_id=trace_id, question=(enh.english_question + (f"\n\n{instruction}" if instruction else ""))[:10_000],
-            passages=hits, summarize=body.summary,
-        ))
+        synth = await self.backend.synthesize(
+            SynthesisRequest(
+                trace_id=trace_id,
+                question=(enh.english_question + (f"\n\n{instruction}" if instruction else ""))[:10_000],
+                passages=hits,
+                summarize=body.summary,
+            )
+        )
         timings["synthesis"] = _ms(t0)
         timings["total"] = _ms(start)
         answer, numbered = synth.answer, synth.numbered_answer or synth.answer
@@ -452,39 +592,69 @@ class WorkflowService:
             answer = f"Drug interaction check: {interaction.text}\n\n{answer}"
             numbered = f"Drug interaction check: {interaction.text}\n\n{numbered}"
         return QueryResponse(
-            question=question, answer=answer, numbered_answer=numbered, mode=synth.mode, model=synth.model,
-            answer_language=answer_language if synth.mode == "llm" else "en", citations=synth.citations,
-            citation_check=synth.citation_check, summary=synth.summary, disclaimer=synth.disclaimer or DISCLAIMER,
-            sources=hits if body.return_sources else [], intelligence=intelligence, interaction=interaction,
+            question=question,
+            answer=answer,
+            numbered_answer=numbered,
+            mode=synth.mode,
+            model=synth.model,
+            answer_language=answer_language if synth.mode == "llm" else "en",
+            citations=synth.citations,
+            citation_check=synth.citation_check,
+            summary=synth.summary,
+            disclaimer=synth.disclaimer or DISCLAIMER,
+            sources=hits if body.return_sources else [],
+            intelligence=intelligence,
+            interaction=interaction,
             timings_ms=timings,
         )
 
     async def _routed_search(
-        self, body: QueryRequest, classification: Classification, enh: Enhancement, intelligence: QueryIntelligence,
+        self,
+        body: QueryRequest,
+        classification: Classification,
+        enh: Enhancement,
+        intelligence: QueryIntelligence,
         trace_id: str,
     ) -> list[SearchHit]:
         def request(filters: SearchFilters) -> RetrievalRequest:
-            return RetrievalRequest(trace_id=trace_id, query=enh.search_query[:10_000], top_k=body.top_k,
-                                    top_n=body.top_n, mode=body.search_mode, filters=filters)
+            return RetrievalRequest(
+                trace_id=trace_id,
+                query=enh.search_query[:10_000],
+                top_k=body.top_k,
+                top_n=body.top_n,
+                mode=body.search_mode,
+                filters=filters,
+            )
 
         if classification.category == "guideline" and not body.filters.sources:
             reply = await self.backend.retrieve(request(body.filters.model_copy(update={"sources": ["bookshelf"]})))
             floor = self.settings.retrieval.min_score
             useful = [h for h in reply.hits if h.dense_score is None or h.dense_score >= floor]
-            intelligence.route.append(f"guideline question: searched guideline sources first ({len(useful)} "
-                                      "relevant passages)")
+            intelligence.route.append(
+                f"guideline question: searched guideline sources first ({len(useful)} relevant passages)"
+            )
             if useful:
                 return reply.hits
             intelligence.route.append("no guideline passage: searched every source")
         else:
-            intelligence.route.append(f"{classification.category}: searched "
-                                      + (", ".join(body.filters.sources) if body.filters.sources else "every source"))
+            intelligence.route.append(
+                f"{classification.category}: searched "
+                + (", ".join(body.filters.sources) if body.filters.sources else "every source")
+            )
         reply = await self.backend.retrieve(request(body.filters))
         return reply.hits
 
     async def _agent(
-        self, body: QueryRequest, question: str, classification: Classification, enh: Enhancement,
-        intelligence: QueryIntelligence, instruction: str, answer_language: str, trace_id: str, start: float,
+        self,
+        body: QueryRequest,
+        question: str,
+        classification: Classification,
+        enh: Enhancement,
+        intelligence: QueryIntelligence,
+        instruction: str,
+        answer_language: str,
+        trace_id: str,
+        start: float,
         timings: dict[str, float],
     ) -> QueryResponse:
         tools = _Tools(self, body, trace_id)
@@ -503,19 +673,30 @@ class WorkflowService:
             citations, check, summary = verified.citations, verified.check, None
             model: str | None = self.llm.model
         else:
-            intelligence.route.append("agent: no model configured, so the tools were chosen by rules from the "
-                                      f"question's class ({classification.category})")
+            intelligence.route.append(
+                "agent: no model configured, so the tools were chosen by rules from the "
+                f"question's class ({classification.category})"
+            )
             run = await agent.run_rules(question, classification.category, enh.search_query)
             timings["agent"] = _ms(t0)
             t1 = time.perf_counter()
-            synth = await self.backend.synthesize(SynthesisRequest(
-                trace_id=trace_id, question=enh.english_question[:10_000], passages=run.sources,
-                summarize=body.summary,
-            ))
+            synth = await self.backend.synthesize(
+                SynthesisRequest(
+                    trace_id=trace_id,
+                    question=enh.english_question[:10_000],
+                    passages=run.sources,
+                    summarize=body.summary,
+                )
+            )
             timings["synthesis"] = _ms(t1)
             answer, numbered_text = synth.answer, synth.numbered_answer or synth.answer
-            citations, check, model, summary, mode = (synth.citations, synth.citation_check, synth.model,
-                                                      synth.summary, synth.mode)
+            citations, check, model, summary, mode = (
+                synth.citations,
+                synth.citation_check,
+                synth.model,
+                synth.summary,
+                synth.mode,
+            )
             answer_language = "en"
             checked = next((s for s in run.steps if s.tool == "check_drug_interaction"), None)
             if checked is not None:
@@ -526,14 +707,29 @@ class WorkflowService:
             interaction = InteractionOut(drugs=last.drugs, configured=last.configured, text=last.text())
         timings["total"] = _ms(start)
         return QueryResponse(
-            question=question, answer=answer, numbered_answer=numbered_text, mode=mode, model=model,
-            answer_language=answer_language, citations=citations, citation_check=check, summary=summary,
-            disclaimer=DISCLAIMER, sources=run.sources if body.return_sources else [], intelligence=intelligence,
+            question=question,
+            answer=answer,
+            numbered_answer=numbered_text,
+            mode=mode,
+            model=model,
+            answer_language=answer_language,
+            citations=citations,
+            citation_check=check,
+            summary=summary,
+            disclaimer=DISCLAIMER,
+            sources=run.sources if body.return_sources else [],
+            intelligence=intelligence,
             interaction=interaction,
-            agent=AgentTrace(planner=run.planner, stop_reason=run.stop_reason, steps=[
-                AgentStepOut(step=s.step, tool=s.tool, input=s.input, output=s.output, source_ids=s.source_ids,
-                             error=s.error) for s in run.steps
-            ]),
+            agent=AgentTrace(
+                planner=run.planner,
+                stop_reason=run.stop_reason,
+                steps=[
+                    AgentStepOut(
+                        step=s.step, tool=s.tool, input=s.input, output=s.output, source_ids=s.source_ids, error=s.error
+                    )
+                    for s in run.steps
+                ],
+            ),
             timings_ms=timings,
         )
 
@@ -542,28 +738,43 @@ class WorkflowService:
     def _routes(self) -> APIRouter:
         router = APIRouter(tags=["workflows"])
 
-        @router.post("/v1/evidence", response_model=EvidenceResponse,
-                     summary="Drug-disease evidence: normalise the disease, expand searches, fetch, search, "
-                     "summarise (seed 000)")
+        @router.post(
+            "/v1/evidence",
+            response_model=EvidenceResponse,
+            summary="Drug-disease evidence: normalise the disease, expand searches, fetch, search, "
+            "summarise (seed 000)",
+        )
         async def evidence(body: EvidenceRequest) -> EvidenceResponse:
             return await self.evidence(body)
 
-        @router.post("/v1/evidence/stream", response_class=StreamingResponse,
-                     summary="The same as server-sent events: `step` per step as it runs, then `result` (or `error`)",
-                     responses={200: {"content": {"text/event-stream": {}}}})
+        @router.post(
+            "/v1/evidence/stream",
+            response_class=StreamingResponse,
+            summary="The same as server-sent events: `step` per step as it runs, then `result` (or `error`)",
+            responses={200: {"content": {"text/event-stream": {}}}},
+        )
         async def evidence_stream(body: EvidenceRequest) -> StreamingResponse:
-            return StreamingResponse(self._evidence_events(body), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                self._evidence_events(body),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
 
-        @router.post("/v1/guidelines/recommend", response_model=GuidelineResponse,
-                     summary="Guideline recommendation: condition + clinical findings -> Assessment & Plan citing "
-                     "guideline sections (seed 004)")
+        @router.post(
+            "/v1/guidelines/recommend",
+            response_model=GuidelineResponse,
+            summary="Guideline recommendation: condition + clinical findings -> Assessment & Plan citing "
+            "guideline sections (seed 004)",
+        )
         async def recommend(body: GuidelineRequest) -> GuidelineResponse:
             return await self.recommend(body)
 
-        @router.post("/v1/query", response_model=QueryResponse,
-                     summary="A question with query intelligence: classified, language detected, enhanced and "
-                     "routed; `mode: agent` for Claude with tools (seed 001)")
+        @router.post(
+            "/v1/query",
+            response_model=QueryResponse,
+            summary="A question with query intelligence: classified, language detected, enhanced and "
+            "routed; `mode: agent` for Claude with tools (seed 001)",
+        )
         async def query(body: QueryRequest) -> QueryResponse:
             return await self.query(body)
 

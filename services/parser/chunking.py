@@ -259,9 +259,7 @@ class Chunker:
             nxt = end
             if overlap:
                 lo = max(end - overlap, i + 1)
-                starts = [b for b in range(lo, end) if levels[b] >= 2] or [
-                    b for b in range(lo, end) if levels[b] >= 1
-                ]
+                starts = [b for b in range(lo, end) if levels[b] >= 2] or [b for b in range(lo, end) if levels[b] >= 1]
                 if starts:
                     nxt = starts[0]
             i = nxt
@@ -286,9 +284,7 @@ class Chunker:
                 before = text[offsets[k - 2][0] : offsets[k - 2][1]] if k >= 2 else ""
                 ends_sentence = prev in _SENTENCE_END or (prev in _CLOSERS and before in _SENTENCE_END)
                 nxt = text[offsets[k][0]]
-                levels[k] = (
-                    2 if ends_sentence and (nxt.isupper() or nxt.isdigit() or not nxt.isalpha()) else 1
-                )
+                levels[k] = 2 if ends_sentence and (nxt.isupper() or nxt.isdigit() or not nxt.isalpha()) else 1
         return levels
 
     @staticmethod

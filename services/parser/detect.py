@@ -70,9 +70,7 @@ def detect_format(head: bytes | str) -> Format:
     if stripped[:1] == b"{":
         return "jsonl"
     if stripped[:1] == b"[":
-        raise UnknownFormatError(
-            "unsupported format: a JSON array; give one JSON document per line (JSON lines)"
-        )
+        raise UnknownFormatError("unsupported format: a JSON array; give one JSON document per line (JSON lines)")
     if stripped[:1] != b"<" and not raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise UnknownFormatError("unsupported format: neither XML nor JSON lines")
     root = check_prolog(raw)  # refuses internal DTDs (XXE, billion laughs) before anything else

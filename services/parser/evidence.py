@@ -134,15 +134,9 @@ def evidence_level(study_type: StudyType | None) -> float | None:
     return None if study_type is None else EVIDENCE_WEIGHTS[study_type]
 
 
-def classify_pubmed(
-    publication_types: Iterable[str], mesh_descriptors: Iterable[str] = ()
-) -> tuple[StudyType, float]:
+def classify_pubmed(publication_types: Iterable[str], mesh_descriptors: Iterable[str] = ()) -> tuple[StudyType, float]:
     """Study type and evidence weight of a PubMed record from its publication types and MeSH."""
-    found = [
-        PUBLICATION_TYPES[p.strip().lower()]
-        for p in publication_types
-        if p.strip().lower() in PUBLICATION_TYPES
-    ]
+    found = [PUBLICATION_TYPES[p.strip().lower()] for p in publication_types if p.strip().lower() in PUBLICATION_TYPES]
     best = strongest(found)
     if best is None or best == "observational":
         design = strongest(MESH_DESIGNS[m.lower()] for m in mesh_descriptors if m.lower() in MESH_DESIGNS)
@@ -152,9 +146,7 @@ def classify_pubmed(
     return final, EVIDENCE_WEIGHTS[final]
 
 
-def classify_jats(
-    article_type: str | None, title: str, subjects: Iterable[str] = ()
-) -> tuple[StudyType, float]:
+def classify_jats(article_type: str | None, title: str, subjects: Iterable[str] = ()) -> tuple[StudyType, float]:
     """Study type of a PMC article: its ``article-type``, else what its title or headings say."""
     found: list[StudyType] = []
     if article_type and article_type.lower() in JATS_ARTICLE_TYPES:

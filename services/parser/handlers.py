@@ -49,11 +49,7 @@ class ParserState:
             await self._pool.close()
 
     async def ready(self) -> bool:
-        return (
-            self._pool is not None
-            and self._chunker is not None
-            and bool(await self.pool.fetchval("SELECT 1"))
-        )
+        return self._pool is not None and self._chunker is not None and bool(await self.pool.fetchval("SELECT 1"))
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -136,7 +132,8 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
             tok = state.token_ids
             ids: list[list[int] | None] = (
                 list(await asyncio.to_thread(tok, [c.embedding_text for c in chunks]))
-                if tok is not None else [None] * len(chunks)
+                if tok is not None
+                else [None] * len(chunks)
             )
             await asyncio.gather(
                 *(

@@ -399,9 +399,7 @@ def _abstracts(meta: etree._Element) -> tuple[list[AbstractSection], list[tuple[
                     label = text_without(sec.find("title")).rstrip(":. ") or None
                     if text:
                         main.append(AbstractSection(label=label, text=text))
-                loose = " ".join(
-                    b for child in ab if local(child) not in ("sec", "title") for b in block_texts(child)
-                )
+                loose = " ".join(b for child in ab if local(child) not in ("sec", "title") for b in block_texts(child))
                 if loose:
                     main.insert(0, AbstractSection(label=None, text=loose))
             else:
@@ -463,16 +461,14 @@ def parse_article(article: etree._Element) -> ParsedDocument:
     )
     pub_date, year = publication_date(meta)
     subjects = [
-        text_without(s)
-        for s in meta.findall("article-categories//subj-group[@subj-group-type='heading']/subject")
+        text_without(s) for s in meta.findall("article-categories//subj-group[@subj-group-type='heading']/subject")
     ]
     article_type = article.get("article-type")
     publication_types = [s for s in subjects if s] or ([article_type] if article_type else [])
     keywords = [k for k in (text_without(k) for k in meta.findall("kwd-group/kwd")) if k]
     study_type, level = classify_jats(article_type, title, [*subjects, *keywords])
     retracted = title.upper().startswith("RETRACTED") or any(
-        (r.get("related-article-type") or "").lower() in _RETRACTION_LINKS
-        for r in meta.findall("related-article")
+        (r.get("related-article-type") or "").lower() in _RETRACTION_LINKS for r in meta.findall("related-article")
     )
     if article_type in ("retraction", "correction"):
         retracted = False  # a notice is not itself retracted
@@ -494,9 +490,7 @@ def parse_article(article: etree._Element) -> ParsedDocument:
         for el in floats:
             text = "\n\n".join(block_texts(el))
             if text:
-                label = squash(el.findtext("label") or "") or (
-                    "Table" if local(el).startswith("table") else "Figure"
-                )
+                label = squash(el.findtext("label") or "") or ("Table" if local(el).startswith("table") else "Figure")
                 builder.add(label, text)
     back = article.find("back")
     if back is not None:

@@ -12,7 +12,6 @@ flat ``sections`` list and chunked hierarchically (:meth:`Chunker.chunk_guidelin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from lxml import etree
@@ -33,31 +32,11 @@ from services.parser.jats import (
     text_without,
 )
 from services.parser.pubmed import abstract_text
+from shared.bookshelf import BookshelfParseError, book_id, document_parts, part_source_id
 from shared.models import AbstractSection, Journal, ParsedDocument, StudyType
 from shared.xmlsafe import parse_xml
 
-SKIPPED_PREFIXES = ("fm-", "rl-", "ak-")
-SKIPPED_PART_TYPES = frozenset(
-    {"front-matter", "frontmatter", "reference-list", "references", "ref-list", "acknowledgments",
-     "acknowledgements", "acknowledgment", "acknowledgement"}
-)  # fmt: skip
 GUIDELINE_WORDS = ("guideline", "recommendation", "standard treatment", "consensus")
-
-
-class BookshelfParseError(ValueError):
-    """The XML is not Bookshelf NXML Evidentia can use."""
-
-
-def skipped_name(name: str) -> bool:
-    """True for a Bookshelf part or file name that is front matter, a reference list or acknowledgements."""
-    base = name.rsplit("/", 1)[-1].lower()
-    return base.startswith(SKIPPED_PREFIXES)
-
-
-def _skipped_part(part: etree._Element) -> bool:
-    part_id = part.get("id") or ""
-    kind = (part.get("book-part-type") or "").lower()
-    return skipped_name(part_id) or kind in SKIPPED_PART_TYPES
 
 
 @dataclass
@@ -75,15 +54,10 @@ class BookInfo:
 def _book_info(book_meta: etree._Element | None) -> BookInfo:
     if book_meta is None:
         return BookInfo()
-    book_id = None
-    for bid in book_meta.findall("book-id"):
-        kind = (bid.get("book-id-type") or bid.get("pub-id-type") or "").lower()
-        if kind == "accession" or book_id is None:
-            book_id = squash(bid.text or "") or book_id
     pub_date, year = jats_date(book_meta.find("pub-date"))
     return BookInfo(
         title=text_without(book_meta.find("book-title-group/book-title")),
-        book_id=book_id,
+        book_id=book_id(book_meta),
         publisher=squash(book_meta.findtext("publisher/publisher-name") or "") or None,
         pub_date=pub_date,
         year=year,
@@ -95,20 +69,9 @@ def _book_info(book_meta: etree._Element | None) -> BookInfo:
 
 def _classify(book_title: str, chapter_title: str, publisher: str | None, subjects: list[str]) -> StudyType:
     text = " ".join([book_title, chapter_title, *subjects]).lower()
-    if any(w in text for w in GUIDELINE_WORDS) or (publisher or "").lower().startswith(
-        "world health organization"
-    ):
+    if any(w in text for w in GUIDELINE_WORDS) or (publisher or "").lower().startswith("world health organization"):
         return "guideline"
     return "review"
-
-
-def _part_id(part: etree._Element) -> str | None:
-    meta = part.find("book-part-meta")
-    if meta is not None:
-        for pid in meta.findall("book-part-id"):
-            if (pid.get("book-part-id-type") or pid.get("pub-id-type") or "").lower() == "accession":
-                return squash(pid.text or "") or None
-    return None
 
 
 def parse_part(part: etree._Element, book: BookInfo, root: etree._Element) -> ParsedDocument:
@@ -117,15 +80,8 @@ def parse_part(part: etree._Element, book: BookInfo, root: etree._Element) -> Pa
     chapter = text_without(meta.find("title-group/title")) if meta is not None else ""
     chapter = chapter or (part.get("id") or "Chapter")
     path = [p for p in (book.title, chapter) if p]
-    accession = _part_id(part)
-    part_id = part.get("id")
-    if accession:
-        source_id = accession
-    elif book.book_id and part_id:
-        source_id = f"{book.book_id}_{part_id}"
-    elif part_id or book.book_id:
-        source_id = str(part_id or book.book_id)
-    else:
+    source_id = part_source_id(part, book.book_id)
+    if source_id is None:
         raise BookshelfParseError(f"book part {chapter!r} has no id")
     builder = FullTextBuilder()
     body = part.find("body")
@@ -168,32 +124,9 @@ def parse_part(part: etree._Element, book: BookInfo, root: etree._Element) -> Pa
     )
 
 
-def _parts(container: etree._Element) -> Iterator[etree._Element]:
-    """Book parts in reading order, nested ones after their parent, skipped ones left out."""
-    for part in container.findall("book-part"):
-        if _skipped_part(part):
-            continue
-        yield part
-        body = part.find("body")
-        if body is not None:
-            yield from _parts(body)
-
-
 def parse_bookshelf(content: bytes | str | etree._Element) -> list[ParsedDocument]:
     """Every (non-skipped) book part of a Bookshelf NXML document."""
     root = content if isinstance(content, etree._Element) else parse_xml(content)
-    name = local(root)
-    if name == "book-part-wrapper":
-        book = _book_info(root.find("book-meta"))
-        parts = list(_parts(root))
-    elif name == "book":
-        book = _book_info(root.find("book-meta"))
-        body = root.find("book-body")
-        parts = list(_parts(body)) if body is not None else []
-    elif name == "book-part":
-        book = _book_info(None)
-        body = root.find("body")
-        parts = [] if _skipped_part(root) else [root, *(_parts(body) if body is not None else [])]
-    else:
-        raise BookshelfParseError(f"not Bookshelf NXML: the root element is <{name}>")
+    book_meta, parts = document_parts(root)
+    book = _book_info(book_meta)
     return [parse_part(p, book, root) for p in parts]

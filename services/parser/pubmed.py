@@ -20,10 +20,7 @@ from shared.models import AbstractSection, Author, Journal, MeshHeading, ParsedD
 from shared.xmlsafe import parse_xml
 
 MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1
-    )
+    m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1)
 }
 # A season is not a month; it is mapped to the month it starts (meteorological seasons) so dates sort.
 SEASONS = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}
@@ -124,9 +121,7 @@ def _abstract(abstract: etree._Element | None) -> list[AbstractSection]:
         text = text_of(part)
         if text:
             sections.append(
-                AbstractSection(
-                    label=part.get("Label") or None, category=part.get("NlmCategory") or None, text=text
-                )
+                AbstractSection(label=part.get("Label") or None, category=part.get("NlmCategory") or None, text=text)
             )
     return sections
 
@@ -146,9 +141,7 @@ def _mesh(citation: etree._Element) -> list[MeshHeading]:
             continue
         qualifiers = h.findall("QualifierName")
         major = d.get("MajorTopicYN") == "Y" or any(q.get("MajorTopicYN") == "Y" for q in qualifiers)
-        out.append(
-            MeshHeading(descriptor=text_of(d), qualifiers=[text_of(q) for q in qualifiers], major=major)
-        )
+        out.append(MeshHeading(descriptor=text_of(d), qualifiers=[text_of(q) for q in qualifiers], major=major))
     return out
 
 
@@ -177,9 +170,7 @@ def _references(pubmed_data: etree._Element | None, citation: etree._Element | N
         value = (el.text or "").strip()
         if value:
             seen.setdefault(value, None)
-    for el in pubmed_data.findall(
-        "ReferenceList/ReferenceList/Reference/ArticleIdList/ArticleId[@IdType='pubmed']"
-    ):
+    for el in pubmed_data.findall("ReferenceList/ReferenceList/Reference/ArticleIdList/ArticleId[@IdType='pubmed']"):
         value = (el.text or "").strip()
         if value:
             seen.setdefault(value, None)
@@ -254,8 +245,7 @@ def parse_article(el: etree._Element) -> ParsedDocument:
     mesh = _mesh(citation)
     study_type, level = classify_pubmed(publication_types, [m.descriptor for m in mesh])
     retracted = any(p.lower() in RETRACTED_TYPES for p in publication_types) or any(
-        c.get("RefType") == "RetractionIn"
-        for c in citation.findall("CommentsCorrectionsList/CommentsCorrections")
+        c.get("RefType") == "RetractionIn" for c in citation.findall("CommentsCorrectionsList/CommentsCorrections")
     )
     sections = _abstract(article.find("Abstract"))
     full_text, secs = _full_text(title, sections)

@@ -48,9 +48,7 @@ async def store_document(pool: asyncpg.Pool, doc: ParsedDocument) -> StoreResult
     digest = doc.content_hash()
     doc_id = doc.document_id
     async with pool.acquire() as conn, conn.transaction():
-        current = await conn.fetchval(
-            "SELECT content_hash FROM documents WHERE document_id = $1 FOR UPDATE", doc_id
-        )
+        current = await conn.fetchval("SELECT content_hash FROM documents WHERE document_id = $1 FOR UPDATE", doc_id)
         if current == digest:
             return StoreResult(doc_id, "unchanged", [])
         outcome: Outcome = "inserted" if current is None else "updated"

@@ -128,7 +128,5 @@ def get_tokenizer(name_or_path: str = DEFAULT_MODEL) -> HfTokenizer:
     max_len = _read_max_seq_length(Path(path)) if local else _hub_max_seq_length(path)
     if max_len is None:
         model_max = getattr(backend, "model_max_length", None)
-        max_len = (
-            model_max if isinstance(model_max, int) and 0 < model_max < 100_000 else FALLBACK_MAX_SEQ_LENGTH
-        )
+        max_len = model_max if isinstance(model_max, int) and 0 < model_max < 100_000 else FALLBACK_MAX_SEQ_LENGTH
     return HfTokenizer(name_or_path, backend, max_len)

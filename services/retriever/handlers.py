@@ -95,8 +95,13 @@ class RetrieverState:
         return await get_index(self.pool, row["name"]) if row else None
 
     def searcher(self) -> HybridSearcher:
-        return HybridSearcher.from_settings(self.pool, self.index, self.settings.retrieval,
-                                            ef_search=self.settings.database.hnsw_ef_search, stats=self._stats)
+        return HybridSearcher.from_settings(
+            self.pool,
+            self.index,
+            self.settings.retrieval,
+            ef_search=self.settings.database.hnsw_ef_search,
+            stats=self._stats,
+        )
 
 
 def register(broker: KafkaBroker, state: RetrieverState) -> None:
@@ -129,8 +134,11 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
             index = await state.index_for(model, dim)
             if index is None:
                 await publish_dead_letters(
-                    broker, "retriever", [r for r, _ in pairs],
-                    IndexModelMismatch(f"no vector index for {model} ({dim}-d)"), 1,
+                    broker,
+                    "retriever",
+                    [r for r, _ in pairs],
+                    IndexModelMismatch(f"no vector index for {model} ({dim}-d)"),
+                    1,
                 )
                 continue
             vectors = np.stack([e.vector() for e in group])
@@ -162,20 +170,32 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
             if request.mode != "lexical":
                 vector = (await asyncio.to_thread(state.embedder.encode_queries, [q.dense]))[0]
             result = await state.searcher().search(
-                request.query, vector, mode=request.mode, top_k=request.top_k, top_n=request.top_n,
-                filters=request.filters, ef_search=request.ef_search, extra_chunk_ids=request.extra_chunk_ids,
-                lexical_query=q.lexical, rerank_query=q.rerank, reranker=reranker, mmr=request.mmr,
+                request.query,
+                vector,
+                mode=request.mode,
+                top_k=request.top_k,
+                top_n=request.top_n,
+                filters=request.filters,
+                ef_search=request.ef_search,
+                extra_chunk_ids=request.extra_chunk_ids,
+                lexical_query=q.lexical,
+                rerank_query=q.rerank,
+                reranker=reranker,
+                mmr=request.mmr,
                 mmr_lambda=request.mmr_lambda,
             )
-            answer = RetrievalReply(trace_id=request.trace_id, hits=result.hits, model=state.index.model,
-                                    took_ms=result.took_ms)
+            answer = RetrievalReply(
+                trace_id=request.trace_id, hits=result.hits, model=state.index.model, took_ms=result.took_ms
+            )
         except _BadRequest as exc:
-            answer = RetrievalReply(trace_id=request.trace_id,
-                                    error=ErrorInfo(type="BadRequest", message=str(exc), status=400))
+            answer = RetrievalReply(
+                trace_id=request.trace_id, error=ErrorInfo(type="BadRequest", message=str(exc), status=400)
+            )
         except Exception as exc:  # the caller gets the error instead of a timeout
             log.exception("search failed")
-            answer = RetrievalReply(trace_id=request.trace_id,
-                                    error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=500))
+            answer = RetrievalReply(
+                trace_id=request.trace_id, error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=500)
+            )
         await reply(broker, msg, answer)
 
 

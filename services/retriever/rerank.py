@@ -74,8 +74,9 @@ class CrossEncoderReranker:
             else:
                 from sentence_transformers import CrossEncoder
 
-                model = CrossEncoder(str(folder) if folder.is_dir() else self.source, max_length=self.max_length,
-                                     device="cpu")
+                model = CrossEncoder(
+                    str(folder) if folder.is_dir() else self.source, max_length=self.max_length, device="cpu"
+                )
 
                 def predict(pairs: list[tuple[str, str]]) -> np.ndarray:
                     return np.asarray(model.predict(pairs, batch_size=self.batch_size), dtype=np.float32)
@@ -169,7 +170,8 @@ class LlmReranker:
         fallback = [float(len(passages) - i) / len(passages) - 1.0 for i in range(len(passages))]
         try:
             msg = await self.client.messages.create(
-                model=self.model, max_tokens=self.max_tokens,
+                model=self.model,
+                max_tokens=self.max_tokens,
                 messages=[{"role": "user", "content": self.prompt(query, passages)}],
             )
             text = "".join(getattr(b, "text", "") for b in msg.content)
@@ -187,8 +189,9 @@ class EmbeddingReranker:
     ``cache`` maps a passage text to its vector (the evaluation harness pre-computes them).
     """
 
-    def __init__(self, embedder: Embedder, *, first_weight: float = 1.0, k: int = 60,
-                 cache: dict[str, np.ndarray] | None = None):
+    def __init__(
+        self, embedder: Embedder, *, first_weight: float = 1.0, k: int = 60, cache: dict[str, np.ndarray] | None = None
+    ):
         self.embedder = embedder
         self.name = f"embedding:{embedder.name}"
         self.first_weight = first_weight
@@ -210,8 +213,7 @@ class EmbeddingReranker:
         second_rank = np.empty(len(passages), dtype=np.int64)
         second_rank[order] = np.arange(1, len(passages) + 1)
         return [
-            self.first_weight / (self.k + i + 1) + 1.0 / (self.k + int(second_rank[i]))
-            for i in range(len(passages))
+            self.first_weight / (self.k + i + 1) + 1.0 / (self.k + int(second_rank[i])) for i in range(len(passages))
         ]
 
 
@@ -220,8 +222,10 @@ def anthropic_client(settings: Settings) -> Any:
 
     key = settings.llm.anthropic_api_key
     return anthropic.AsyncAnthropic(
-        api_key=key.get_secret_value() if key else None, base_url=settings.llm.anthropic_base_url,
-        timeout=settings.llm.timeout_s, max_retries=1,
+        api_key=key.get_secret_value() if key else None,
+        base_url=settings.llm.anthropic_base_url,
+        timeout=settings.llm.timeout_s,
+        max_retries=1,
     )
 
 

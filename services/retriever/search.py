@@ -59,7 +59,11 @@ class Bm25Params:
 
 
 async def dense_search(
-    pool: asyncpg.Pool, index: VectorIndex, query_vector: np.ndarray, k: int, filters: SearchFilters,
+    pool: asyncpg.Pool,
+    index: VectorIndex,
+    query_vector: np.ndarray,
+    k: int,
+    filters: SearchFilters,
     ef_search: int,
 ) -> list[Scored]:
     """Nearest chunks by cosine similarity (1 - cosine distance, seed 004); iterative HNSW scans keep
@@ -147,7 +151,12 @@ LIMIT $2"""
 
 
 async def bm25_search(
-    pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, params: Bm25Params, stats: CorpusStats,
+    pool: asyncpg.Pool,
+    query: str,
+    k: int,
+    filters: SearchFilters,
+    params: Bm25Params,
+    stats: CorpusStats,
 ) -> list[Scored]:
     """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over the store's postings.
 
@@ -160,8 +169,16 @@ async def bm25_search(
     avgdl = len_text + params.title_weight * len_title + params.section_weight * len_section
     where, fparams = where_clause(filters, 9)
     rows = await pool.fetch(
-        _BM25_SQL.format(where=where), query, k, params.k1, params.b, params.title_weight,
-        params.section_weight, float(n), max(avgdl, 1e-6), *fparams,
+        _BM25_SQL.format(where=where),
+        query,
+        k,
+        params.k1,
+        params.b,
+        params.title_weight,
+        params.section_weight,
+        float(n),
+        max(avgdl, 1e-6),
+        *fparams,
     )
     return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
 
@@ -223,9 +240,17 @@ class HybridSearcher:
     """Runs dense and/or lexical search, fuses, reranks, diversifies; the single search entry point."""
 
     def __init__(
-        self, pool: asyncpg.Pool, index: VectorIndex, fusion: ReciprocalRankFusion | None = None,
-        ef_search: int = 100, *, lexical: Literal["bm25", "fts"] = "bm25", bm25: Bm25Params | None = None,
-        fusion_depth: int = 100, stats: CorpusStats | None = None, mmr_lambda: float = 0.7,
+        self,
+        pool: asyncpg.Pool,
+        index: VectorIndex,
+        fusion: ReciprocalRankFusion | None = None,
+        ef_search: int = 100,
+        *,
+        lexical: Literal["bm25", "fts"] = "bm25",
+        bm25: Bm25Params | None = None,
+        fusion_depth: int = 100,
+        stats: CorpusStats | None = None,
+        mmr_lambda: float = 0.7,
         convex: ConvexFusion | None = None,
     ):
         self.pool = pool
@@ -242,15 +267,27 @@ class HybridSearcher:
 
     @classmethod
     def from_settings(
-        cls, pool: asyncpg.Pool, index: VectorIndex, settings: RetrievalSettings, *, ef_search: int = 100,
+        cls,
+        pool: asyncpg.Pool,
+        index: VectorIndex,
+        settings: RetrievalSettings,
+        *,
+        ef_search: int = 100,
         stats: CorpusStats | None = None,
     ) -> HybridSearcher:
         return cls(
-            pool, index, ReciprocalRankFusion(settings.rrf_k, [settings.dense_weight, settings.lexical_weight]),
-            ef_search, lexical=settings.lexical, bm25=Bm25Params.from_settings(settings),
-            fusion_depth=settings.fusion_depth, stats=stats, mmr_lambda=settings.mmr_lambda,
+            pool,
+            index,
+            ReciprocalRankFusion(settings.rrf_k, [settings.dense_weight, settings.lexical_weight]),
+            ef_search,
+            lexical=settings.lexical,
+            bm25=Bm25Params.from_settings(settings),
+            fusion_depth=settings.fusion_depth,
+            stats=stats,
+            mmr_lambda=settings.mmr_lambda,
             convex=ConvexFusion([settings.dense_weight, settings.lexical_weight])
-            if settings.fusion == "convex" else None,
+            if settings.fusion == "convex"
+            else None,
         )
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
@@ -259,10 +296,21 @@ class HybridSearcher:
         return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats)
 
     async def search(
-        self, query: str, query_vector: np.ndarray | None, *, mode: str, top_k: int, top_n: int,
-        filters: SearchFilters, ef_search: int | None = None, extra_chunk_ids: Sequence[str] = (),
-        lexical_query: str | None = None, rerank_query: str | None = None, reranker: Reranker | None = None,
-        mmr: bool = False, mmr_lambda: float | None = None,
+        self,
+        query: str,
+        query_vector: np.ndarray | None,
+        *,
+        mode: str,
+        top_k: int,
+        top_n: int,
+        filters: SearchFilters,
+        ef_search: int | None = None,
+        extra_chunk_ids: Sequence[str] = (),
+        lexical_query: str | None = None,
+        rerank_query: str | None = None,
+        reranker: Reranker | None = None,
+        mmr: bool = False,
+        mmr_lambda: float | None = None,
     ) -> SearchResult:
         """``query`` is matched lexically unless ``lexical_query`` is given; the reranker reads
         ``rerank_query`` (default ``query``)."""
@@ -274,8 +322,7 @@ class HybridSearcher:
         if mode in ("dense", "hybrid", "hybrid+rerank"):
             if query_vector is None:
                 raise ValueError(f"mode {mode!r} needs a query vector")
-            dense = await dense_search(self.pool, self.index, query_vector, depth, filters,
-                                       ef_search or self.ef_search)
+            dense = await dense_search(self.pool, self.index, query_vector, depth, filters, ef_search or self.ef_search)
         if mode in ("lexical", "hybrid", "hybrid+rerank"):
             lexical = await self.lexical_search(lexical_query or query, depth, filters)
         dense_by = {s.chunk_id: s.score for s in dense}
@@ -285,8 +332,9 @@ class HybridSearcher:
         elif mode == "lexical":
             ranked = [(s.chunk_id, s.score) for s in lexical]
         elif self.convex is not None:
-            ranked = self.convex.fuse([[(s.chunk_id, s.score) for s in dense],
-                                       [(s.chunk_id, s.score) for s in lexical]])
+            ranked = self.convex.fuse(
+                [[(s.chunk_id, s.score) for s in dense], [(s.chunk_id, s.score) for s in lexical]]
+            )
         else:
             ranked = self.fusion.fuse([[s.chunk_id for s in dense], [s.chunk_id for s in lexical]])
         known = {c for c, _ in ranked}
@@ -308,7 +356,9 @@ class HybridSearcher:
             vectors = await vectors_of(self.pool, self.index, [c for c, _ in head])
             if len(vectors) == len(head):
                 picked = mmr_select(
-                    [s for _, s in head], np.stack([vectors[c] for c, _ in head]), min(top_n, len(head)),
+                    [s for _, s in head],
+                    np.stack([vectors[c] for c, _ in head]),
+                    min(top_n, len(head)),
                     self.mmr_lambda if mmr_lambda is None else mmr_lambda,
                 )
                 head = [head[i] for i in picked]
@@ -321,11 +371,26 @@ class HybridSearcher:
                 continue
             hits.append(
                 SearchHit(
-                    chunk_id=cid, document_id=r["document_id"], source=r["source"], source_id=r["source_id"],
-                    pmid=r["pmid"], pmcid=r["pmcid"], doi=r["doi"], title=r["title"], journal=r["journal"],
-                    year=r["year"], study_type=r["study_type"], evidence_level=r["evidence_level"],
-                    section=r["section"], text=r["content"], score=score, dense_score=dense_by.get(cid),
-                    lexical_score=lexical_by.get(cid), rerank_score=rerank_by.get(cid), rank=rank, url=_url(r),
+                    chunk_id=cid,
+                    document_id=r["document_id"],
+                    source=r["source"],
+                    source_id=r["source_id"],
+                    pmid=r["pmid"],
+                    pmcid=r["pmcid"],
+                    doi=r["doi"],
+                    title=r["title"],
+                    journal=r["journal"],
+                    year=r["year"],
+                    study_type=r["study_type"],
+                    evidence_level=r["evidence_level"],
+                    section=r["section"],
+                    text=r["content"],
+                    score=score,
+                    dense_score=dense_by.get(cid),
+                    lexical_score=lexical_by.get(cid),
+                    rerank_score=rerank_by.get(cid),
+                    rank=rank,
+                    url=_url(r),
                 )
             )
         return SearchResult(hits, (time.perf_counter() - start) * 1000, used)

@@ -50,7 +50,12 @@ async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
 
 
 async def create_index(
-    pool: asyncpg.Pool, model: str, dim: int, db: DatabaseSettings, *, name: str | None = None,
+    pool: asyncpg.Pool,
+    model: str,
+    dim: int,
+    db: DatabaseSettings,
+    *,
+    name: str | None = None,
     activate: bool = False,
 ) -> VectorIndex:
     """Create (or return) the index table for ``model``; HNSW over cosine distance."""
@@ -80,14 +85,16 @@ async def create_index(
             )
             await conn.execute(
                 "INSERT INTO vector_indexes (name, model, dim, table_name, state) VALUES ($1,$2,$3,$4,'building')",
-                name, model, dim, table,
+                name,
+                model,
+                dim,
+                table,
             )
         if activate:
-            await conn.execute("UPDATE vector_indexes SET state = 'retired' WHERE state = 'active' AND name <> $1",
-                               name)
             await conn.execute(
-                "UPDATE vector_indexes SET state = 'active', activated_at = now() WHERE name = $1", name
+                "UPDATE vector_indexes SET state = 'retired' WHERE state = 'active' AND name <> $1", name
             )
+            await conn.execute("UPDATE vector_indexes SET state = 'active', activated_at = now() WHERE name = $1", name)
         row = await conn.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
     assert row is not None
     return _row(row)
@@ -108,7 +115,10 @@ async def ensure_active_index(pool: asyncpg.Pool, model: str, dim: int, db: Data
 
 
 async def upsert_vectors(
-    pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str], document_ids: Sequence[str],
+    pool: asyncpg.Pool,
+    index: VectorIndex,
+    chunk_ids: Sequence[str],
+    document_ids: Sequence[str],
     vectors: np.ndarray,
 ) -> int:
     """Store vectors; rows whose chunk no longer exists (a replaced version) are skipped. Returns rows written."""

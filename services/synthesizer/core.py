@@ -14,11 +14,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from services.synthesizer.citations import CitationVerifier
 from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.safety import DISCLAIMER, EMERGENCY_ANSWER, is_emergency
 from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
+from shared.citations import CitationVerifier
 from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.models import SearchHit
 from shared.settings import Settings
@@ -77,9 +77,7 @@ class Synthesizer:
             summary=insufficient_summary(self.mode) if req.summarize else None,
         )
 
-    def _summary_task(
-        self, req: SynthesisRequest, hits: list[SearchHit]
-    ) -> asyncio.Task[dict[str, object] | None]:
+    def _summary_task(self, req: SynthesisRequest, hits: list[SearchHit]) -> asyncio.Task[dict[str, object] | None]:
         assert self.llm is not None
 
         async def run() -> dict[str, object] | None:
@@ -125,9 +123,7 @@ class Synthesizer:
             else:  # offline, or Claude gave no valid summary: build it from the sources the answer cites
                 cited = set(verified.check.verified)
                 chosen = [
-                    (s.text, s.hit)
-                    for s in self.extractive.select(req.question, hits)
-                    if s.hit.citation_id in cited
+                    (s.text, s.hit) for s in self.extractive.select(req.question, hits) if s.hit.citation_id in cited
                 ]
                 summary = extractive_summary(
                     chosen or [(c.title, _hit_for(hits, c.citation_id)) for c in verified.citations]

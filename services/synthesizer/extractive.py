@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.synthesizer.citations import split_sentences
+from shared.citations import split_sentences
 from shared.models import SearchHit
 
 _LABEL = re.compile(r"^(?:[A-Z][A-Z &/,-]{2,40}):\s+")
@@ -134,11 +134,7 @@ class ExtractiveAnswerer:
                 continue
             rank_weight = 1.0 / (1.0 + 0.15 * (hit.rank - 1))
             # Conclusions and results answer questions better than background.
-            bonus = (
-                1.2
-                if re.search(r"\b(conclu|result|found|associated|reduc|increas|effective)", s.lower())
-                else 1.0
-            )
+            bonus = 1.2 if re.search(r"\b(conclu|result|found|associated|reduc|increas|effective)", s.lower()) else 1.0
             scored.append(ScoredSentence(s, hit, overlap * rank_weight * bonus, pos))
         scored.sort(key=lambda x: -x.score)
         # Keep sentences close to the best one: weak matches dilute the answer.

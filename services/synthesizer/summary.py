@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from services.synthesizer.citations import normalise
+from shared.citations import normalise
 from shared.events import EvidenceStrength, EvidenceSummary, KeyFinding
 from shared.models import SearchHit
 
@@ -106,11 +106,7 @@ def check_summary(
 ) -> CheckedSummary | None:
     """Validate a tool input against the model and the sources; None when it does not validate."""
     try:
-        raw = (
-            data
-            if isinstance(data, EvidenceSummary)
-            else EvidenceSummary.model_validate({**data, "method": method})
-        )
+        raw = data if isinstance(data, EvidenceSummary) else EvidenceSummary.model_validate({**data, "method": method})
     except ValidationError:
         return None
     known = {h.citation_id: h for h in hits}

@@ -211,8 +211,10 @@ async def job_status(pool: Db, job_id: str, *, max_failures: int = 100) -> JobSt
         params=dict(params or {}),
         total=sum(counts.values()),
         counts=counts,
-        failures=[JobFailure(document_id=str(f["document_id"]), stage=str(f["stage"]), error=f["error"] or "")
-                  for f in failures],
+        failures=[
+            JobFailure(document_id=str(f["document_id"]), stage=str(f["stage"]), error=f["error"] or "")
+            for f in failures
+        ],
         created_at=job["created_at"],
         updated_at=job["updated_at"],
     )

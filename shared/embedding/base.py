@@ -123,9 +123,7 @@ def truncate_ids(ids: TokenIds, limit: int) -> TokenIds:
     return [*ids[: limit - 1], ids[-1]]
 
 
-def pad_ids(
-    batch: Sequence[TokenIds], pad_id: int = 0
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def pad_ids(batch: Sequence[TokenIds], pad_id: int = 0) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Right-pad ids (lists or integer arrays) to the longest in the batch: ``(input_ids, attention_mask)``, int64."""
     lengths = np.fromiter((len(seq) for seq in batch), dtype=np.int64, count=len(batch))
     width = int(lengths.max()) if len(batch) else 0

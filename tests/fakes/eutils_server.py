@@ -120,9 +120,7 @@ def _norm_term(term: str) -> str:
 class FakeEutils:
     """The fake server. Start with ``start()`` or ``with``; ``url`` is the E-utilities base URL."""
 
-    def __init__(
-        self, records_dir: Path | str | None = DEFAULT_RECORDS_DIR, *, host: str = "127.0.0.1"
-    ) -> None:
+    def __init__(self, records_dir: Path | str | None = DEFAULT_RECORDS_DIR, *, host: str = "127.0.0.1") -> None:
         self._state = _State()
         self.delay_s: float = 0.0
         self._host = host
@@ -194,9 +192,7 @@ class FakeEutils:
         manifest = directory / "searches.json"
         if manifest.exists():
             for entry in json.loads(manifest.read_text("utf-8")):
-                self.add_recorded_search(
-                    entry["term"], (directory / entry["file"]).read_bytes(), db=entry["db"]
-                )
+                self.add_recorded_search(entry["term"], (directory / entry["file"]).read_bytes(), db=entry["db"])
 
     def add_pubmed_records(self, xml_bytes: bytes) -> list[str]:
         """Add the records of a ``PubmedArticleSet`` (later ones replace earlier); return their PMIDs."""
@@ -205,8 +201,8 @@ class FakeEutils:
             for record in iter_pubmed_records(xml_bytes):
                 if record.kind == "delete":
                     for pmid in record.pmids:
-                        self._state.deleted[pmid] = (
-                            b'<DeleteCitation><PMID Version="1">%s</PMID></DeleteCitation>' % (pmid.encode())
+                        self._state.deleted[pmid] = b'<DeleteCitation><PMID Version="1">%s</PMID></DeleteCitation>' % (
+                            pmid.encode()
                         )
                         added.append(pmid)
                 else:
@@ -234,9 +230,7 @@ class FakeEutils:
                 added.append(f"PMC{pmc}")
         return added
 
-    def add_search(
-        self, term: str, pmids: list[str], *, db: str = "pubmed", translation: str | None = None
-    ) -> None:
+    def add_search(self, term: str, pmids: list[str], *, db: str = "pubmed", translation: str | None = None) -> None:
         with self._state.lock:
             self._state.searches[(db, _norm_term(term))] = _Search(list(pmids), translation)
 
@@ -302,17 +296,11 @@ class FakeEutils:
                     return self._state.failures.pop(index)
         return None
 
-    def _record(
-        self, method: str, path: str, utility: str | None, params: dict[str, list[str]], status: int
-    ) -> None:
+    def _record(self, method: str, path: str, utility: str | None, params: dict[str, list[str]], status: int) -> None:
         with self._state.lock:
-            self._state.requests.append(
-                RecordedRequest(method, path, utility, params, time.monotonic(), status)
-            )
+            self._state.requests.append(RecordedRequest(method, path, utility, params, time.monotonic(), status))
 
-    def handle(
-        self, method: str, path: str, params: dict[str, list[str]]
-    ) -> tuple[int, dict[str, str], bytes]:
+    def handle(self, method: str, path: str, params: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
         utility: str | None = None
         if path.startswith(EUTILS_PATH) and path.endswith(".fcgi"):
             utility = path[len(EUTILS_PATH) : -len(".fcgi")]
@@ -385,15 +373,11 @@ class FakeEutils:
         db = (params.get("db") or ["pubmed"])[0]
         ids = [i.strip() for value in params.get("id", []) for i in value.split(",") if i.strip()]
         if not ids:
-            return _xml(
-                400, b"<eFetchResult>\n\t<ERROR>Empty id list - nothing todo</ERROR>\n</eFetchResult>\n"
-            )
+            return _xml(400, b"<eFetchResult>\n\t<ERROR>Empty id list - nothing todo</ERROR>\n</eFetchResult>\n")
         with self._state.lock:
             if db == "pmc":
                 articles = [
-                    self._state.pmc[i]
-                    for i in (x.upper().removeprefix("PMC") for x in ids)
-                    if i in self._state.pmc
+                    self._state.pmc[i] for i in (x.upper().removeprefix("PMC") for x in ids) if i in self._state.pmc
                 ]
                 return _xml(200, _PMC_HEAD + b"".join(articles) + b"</pmc-articleset>\n")
             records: list[bytes] = []

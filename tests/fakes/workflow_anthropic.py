@@ -41,9 +41,11 @@ def _default(name: str, rec: RecordedRequest) -> dict[str, Any]:
         drug = re.search(r"literature on (.+?) as a treatment for (.+?)\. Use", text, re.DOTALL)
         d, dis = (drug.group(1), drug.group(2)) if drug else ("drug", "disease")
         queries = [{"axis": "drug", "query": f"{d} AND ({dis}) AND trial[{i}]"} for i in range(5)]
-        queries += [{"axis": "synonym", "query": f"llm-synonym AND ({dis})"},
-                    {"axis": "target_gene", "query": f"GENE1 AND ({dis})"},
-                    {"axis": "mechanism_organ", "query": "llm-mechanism AND brain"}]
+        queries += [
+            {"axis": "synonym", "query": f"llm-synonym AND ({dis})"},
+            {"axis": "target_gene", "query": f"GENE1 AND ({dis})"},
+            {"axis": "mechanism_organ", "query": "llm-mechanism AND brain"},
+        ]
         return {"queries": queries}
     if name == "classify_query":
         return {"category": "guideline" if "guideline" in text.lower() else "other", "reason": "fake"}
@@ -80,19 +82,36 @@ class WorkflowAnthropic(FakeAnthropic):
     def _agent_turn(self, rec: RecordedRequest) -> tuple[list[dict[str, Any]], str]:
         messages = rec.body.get("messages") or []
         question = messages[0]["content"] if messages and isinstance(messages[0]["content"], str) else ""
-        called = [b["name"] for m in messages if m["role"] == "assistant" for b in m["content"]
-                  if isinstance(b, dict) and b.get("type") == "tool_use"]
-        results = " ".join(str(b.get("content")) for m in messages if m["role"] == "user"
-                           and isinstance(m["content"], list) for b in m["content"] if isinstance(b, dict))
+        called = [
+            b["name"]
+            for m in messages
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+        results = " ".join(
+            str(b.get("content"))
+            for m in messages
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if isinstance(b, dict)
+        )
         n = len(self.requests)
         if "search_literature" not in called:
             query = question.split("\n")[0]
-            return [{"type": "text", "text": "Let me search the literature."},
-                    {"type": "tool_use", "id": f"toolu_s{n}", "name": "search_literature",
-                     "input": {"query": query}}], "tool_use"
+            return [
+                {"type": "text", "text": "Let me search the literature."},
+                {"type": "tool_use", "id": f"toolu_s{n}", "name": "search_literature", "input": {"query": query}},
+            ], "tool_use"
         if "interact" in question.lower() and "check_drug_interaction" not in called:
-            return [{"type": "tool_use", "id": f"toolu_i{n}", "name": "check_drug_interaction",
-                     "input": {"drugs": self.agent_drugs}}], "tool_use"
+            return [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_i{n}",
+                    "name": "check_drug_interaction",
+                    "input": {"drugs": self.agent_drugs},
+                }
+            ], "tool_use"
         ids = list(dict.fromkeys(_CITED.findall(results)))
         if not ids:
             return [{"type": "text", "text": "The sources found do not answer this question."}], "end_turn"

@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.devstack.kafka import LocalKafka
-from shared.devstack.postgres import LocalPostgres
-from shared.devstack.processes import ServiceStack
+from devstack.kafka import LocalKafka
+from devstack.postgres import LocalPostgres
+from devstack.processes import ServiceStack
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.eutils_server import FakeEutils
 

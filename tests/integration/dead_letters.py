@@ -10,11 +10,13 @@ from shared.events import DeadLetter
 from shared.topics import dlq
 
 
-async def read_dead_letters(bootstrap: str, topics: list[str], marker: str, want: int,
-                            wait_s: float) -> list[DeadLetter]:
+async def read_dead_letters(
+    bootstrap: str, topics: list[str], marker: str, want: int, wait_s: float
+) -> list[DeadLetter]:
     """The dead letters of ``topics`` whose payload contains ``marker``, until ``want`` or ``wait_s``."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, group_id=None
+    )
     await consumer.start()
     found: list[DeadLetter] = []
     try:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shared.devstack.processes import ServiceProcess
+from devstack.processes import ServiceProcess
 from tests.integration.conftest import Stack, free_port
 
 

@@ -55,9 +55,7 @@ def stream_events(http: httpx.Client, payload: dict[str, Any]) -> list[tuple[str
     return events
 
 
-def test_stream_sends_the_events_in_order_with_the_tokens_by_seq(
-    stack: Stack, corpus: dict[str, str]
-) -> None:
+def test_stream_sends_the_events_in_order_with_the_tokens_by_seq(stack: Stack, corpus: dict[str, str]) -> None:
     title = next(iter(corpus.values()))
     with stack.http() as http:
         events = stream_events(http, {"question": f"What is known about {title}?"})
@@ -87,9 +85,7 @@ def test_a_conversation_is_stored_numbered_and_followed_up(stack: Stack, corpus:
         first = http.post("/v1/ask", json={"question": f"What is known about {title}?"}).json()
         cid = first["conversation_id"]
         assert first["turn"] == 1 and first["citations"], first
-        r = http.post(
-            "/v1/ask", json={"question": "What about its effects in older adults?", "conversation_id": cid}
-        )
+        r = http.post("/v1/ask", json={"question": "What about its effects in older adults?", "conversation_id": cid})
         assert r.status_code == 200, r.text
         second = r.json()
         view = http.get(f"/v1/conversations/{cid}")
@@ -116,8 +112,7 @@ def test_a_conversation_is_stored_numbered_and_followed_up(stack: Stack, corpus:
     assert conv["messages"][1]["content"] == first["numbered_answer"]
     rows = db_fetch(
         stack.infra.postgres.url,
-        "SELECT turn, role, cited_chunk_ids FROM conversation_messages WHERE conversation_id = $1 "
-        "ORDER BY turn, role",
+        "SELECT turn, role, cited_chunk_ids FROM conversation_messages WHERE conversation_id = $1 ORDER BY turn, role",
         cid,
     )
     assert [(r["turn"], r["role"]) for r in rows] == [
@@ -154,8 +149,5 @@ def test_input_rules_and_unknown_conversations(stack: Stack) -> None:
         assert r.status_code == 422 and "10000" in r.text
         r = http.post("/v1/ask", json={"question": "q", "filters": {"year_from": 2020, "year_to": 2000}})
         assert r.status_code == 422 and "year_from" in r.text
-        assert (
-            http.post("/v1/ask", json={"question": "does it work", "conversation_id": "none"}).status_code
-            == 404
-        )
+        assert http.post("/v1/ask", json={"question": "does it work", "conversation_id": "none"}).status_code == 404
         assert http.get("/v1/conversations/none").status_code == 404

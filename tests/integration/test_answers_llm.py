@@ -45,9 +45,10 @@ def test_llm_stream_reaches_the_client_in_order(
     stack: Stack, ingested_pmids: list[str], llm_mode: FakeAnthropic
 ) -> None:
     events: list[tuple[str, dict[str, object]]] = []
-    with stack.http() as http, http.stream(
-        "POST", "/v1/ask/stream", json={"question": "What is known about AIDS treatment in prisons?"}
-    ) as r:
+    with (
+        stack.http() as http,
+        http.stream("POST", "/v1/ask/stream", json={"question": "What is known about AIDS treatment in prisons?"}) as r,
+    ):
         assert r.status_code == 200
         kind = ""
         for line in r.iter_lines():

@@ -60,13 +60,21 @@ def test_no_request_gets_a_server_error(fuzz_gateway: str) -> None:
         operations += 1
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+        @settings(
+            max_examples=FUZZ_EXAMPLES,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+            phases=[Phase.explicit, Phase.generate],
+        )
         def run(case: schemathesis.Case[Any]) -> None:
             response = case.call(base_url=fuzz_gateway, timeout=30)
             if response.status_code >= 500:
-                failures.append(f"{case.method} {case.formatted_path} -> {response.status_code}: "
-                                f"{response.text[:300]}\n    {case.as_curl_command()}")
+                failures.append(
+                    f"{case.method} {case.formatted_path} -> {response.status_code}: "
+                    f"{response.text[:300]}\n    {case.as_curl_command()}"
+                )
 
         run()
     assert operations >= 3

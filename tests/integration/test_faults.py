@@ -112,12 +112,18 @@ def settings_of(stack: Stack) -> Settings:
 
 async def _publish_job(stack: Stack, docs: list[ParsedDocument]) -> str:
     """What ``evidentia ingest --jsonl`` does: a job row, then one DocumentFetched per document."""
-    from shared.cli.ingest import publish_documents
+    from cli.ingest import publish_documents
 
     job_id = f"fault-{uuid.uuid4().hex[:12]}"
     events = [
-        DocumentFetched(document_id=d.document_id, source=d.source, source_id=d.source_id,
-                        format="document-json", document=d, job_id=job_id)
+        DocumentFetched(
+            document_id=d.document_id,
+            source=d.source,
+            source_id=d.source_id,
+            format="document-json",
+            document=d,
+            job_id=job_id,
+        )
         for d in docs
     ]
     await publish_documents(settings_of(stack), list(events), job_id, "test_faults", follow=False)
@@ -223,10 +229,16 @@ def assert_exactly_once(stack: Stack, job_id: str, expected: dict[str, int]) -> 
     for doc_id, n in expected.items():
         r = got[doc_id]
         assert (r["chunks"], r["ordinals"], r["first"], r["last"], r["versions"]) == (n, n, 0, n - 1, 1), (
-            doc_id, dict(r), n)
+            doc_id,
+            dict(r),
+            n,
+        )
         assert r["vectors"] == n, (doc_id, dict(r))
-    total = db_fetch(url, f"SELECT count(*) AS n, count(DISTINCT chunk_id) AS d FROM {table} "
-                          "WHERE document_id = ANY($1::text[])", ids)[0]
+    total = db_fetch(
+        url,
+        f"SELECT count(*) AS n, count(DISTINCT chunk_id) AS d FROM {table} WHERE document_id = ANY($1::text[])",
+        ids,
+    )[0]
     assert total["n"] == total["d"] == sum(expected.values())
 
 
@@ -251,7 +263,7 @@ def aiokafka_lines(log_path: Path) -> list[str]:
 
 def pubmed_xml(docs: list[ParsedDocument]) -> bytes:
     """A ``PubmedArticleSet`` made from sample documents (their real PMIDs, titles and abstracts)."""
-    parts = ["<?xml version=\"1.0\"?>\n<PubmedArticleSet>"]
+    parts = ['<?xml version="1.0"?>\n<PubmedArticleSet>']
     for d in docs:
         assert d.pmid
         parts.append(
@@ -319,8 +331,9 @@ def test_kill_9_fetcher_mid_efetch_stores_everything_exactly_once(stack: Stack) 
             r = http.post("/v1/ingest", json={"pmids": pmids})
             assert r.status_code == 202, r.text
             job_id = r.json()["job_id"]
-        wait_until("the fetcher's efetch call",
-                   lambda: any(q.utility == "efetch" for q in stack.fake.requests[seen:]), 60)
+        wait_until(
+            "the fetcher's efetch call", lambda: any(q.utility == "efetch" for q in stack.fake.requests[seen:]), 60
+        )
         stack.services.processes["fetcher"].kill()
         before = progress(stack, sorted(expected))
         assert before is not None and before.documents < len(expected), before
@@ -348,15 +361,27 @@ async def _publish_raw(bootstrap: str, records: list[RawRecord]) -> None:
         await producer.stop()
 
 
-POISON_TOPICS = [INGEST_REQUESTS, PMIDS_DISCOVERED, DOCUMENTS_FETCHED, CHUNKS_CREATED, CHUNKS_EMBEDDED,
-                 RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS]
+POISON_TOPICS = [
+    INGEST_REQUESTS,
+    PMIDS_DISCOVERED,
+    DOCUMENTS_FETCHED,
+    CHUNKS_CREATED,
+    CHUNKS_EMBEDDED,
+    RETRIEVAL_REQUESTS,
+    SYNTHESIS_REQUESTS,
+]
 
 
 def poison_values(topic: str, marker: str) -> Iterator[tuple[str, bytes, list[tuple[str, bytes]]]]:
     """(kind, body, headers): not JSON; JSON of the wrong shape; JSON declared but broken."""
     yield "not-json", f"{{{marker} not json".encode(), []
-    yield "wrong-shape", json.dumps({"schema_version": 1, "marker": marker, "pmid": "x", "document_id": 7,
-                                     "chunk_id": [], "query": ""}).encode(), []
+    yield (
+        "wrong-shape",
+        json.dumps(
+            {"schema_version": 1, "marker": marker, "pmid": "x", "document_id": 7, "chunk_id": [], "query": ""}
+        ).encode(),
+        [],
+    )
     yield "broken-json", f'{{"marker": "{marker}", '.encode(), [("content-type", b"application/json")]
 
 
@@ -463,7 +488,7 @@ def test_kafka_broker_restart_mid_ingest_resumes_by_itself(stack: Stack) -> None
     # retries every retry_backoff_ms (100 ms) log ~140 lines/s in the fetcher (one producer, two
     # consumers): the bound sits between the two.
     for name, p in stack.services.processes.items():
-        new = aiokafka_lines(p.log_path)[len(logged[name]):]
+        new = aiokafka_lines(p.log_path)[len(logged[name]) :]
         rate = len(new) / outage_s
         top = Counter(new).most_common(4)
         assert rate < 400, f"{name}: {rate:.0f} aiokafka log lines/s during a {outage_s:.0f}s outage: {top}"

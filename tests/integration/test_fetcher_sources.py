@@ -78,8 +78,7 @@ def pmc_article(stack: Stack) -> Iterator[None]:
     finally:
         with fake._state.lock:
             fake._state.pubmed.pop(PMID, None)
-        delete_documents(stack.infra.postgres.url, "document_id = ANY($1::text[])",
-                         [f"pubmed:{PMID}", f"pmc:{PMCID}"])
+        delete_documents(stack.infra.postgres.url, "document_id = ANY($1::text[])", [f"pubmed:{PMID}", f"pmc:{PMCID}"])
 
 
 def guideline_nxml() -> bytes:

@@ -74,7 +74,7 @@ def file_events(path: Path, job_id: str) -> list[DocumentFetched]:
 
 def ingest_file(stack: Stack, path: Path, tag: str) -> tuple[str, dict[str, Any]]:
     """What ``evidentia ingest --file`` does (a job, its events on ``documents.fetched``); the job when done."""
-    from shared.cli.ingest import publish_documents
+    from cli.ingest import publish_documents
 
     job_id = f"parser-{tag}-{uuid.uuid4().hex[:10]}"
     events = file_events(path, job_id)
@@ -210,8 +210,9 @@ async def _chunk_events_since(bootstrap: str, start: dict[int, int], job_ids: se
 
 
 def document_stage(stack: Stack, doc_id: str) -> tuple[str, str | None]:
-    row = db_fetch(stack.infra.postgres.url, "SELECT stage, error FROM document_status WHERE document_id = $1",
-                   doc_id)[0]
+    row = db_fetch(stack.infra.postgres.url, "SELECT stage, error FROM document_status WHERE document_id = $1", doc_id)[
+        0
+    ]
     return str(row["stage"]), row["error"]
 
 
@@ -318,7 +319,9 @@ async def _publish_vectors(bootstrap: str, events: list[ChunkEmbedded]) -> None:
     try:
         for event in events:
             await producer.send_and_wait(
-                CHUNKS_EMBEDDED, event.model_dump_json(exclude_none=True).encode(), key=event.document_id.encode(),
+                CHUNKS_EMBEDDED,
+                event.model_dump_json(exclude_none=True).encode(),
+                key=event.document_id.encode(),
                 headers=[("content-type", b"application/json")],
             )
     finally:
@@ -350,13 +353,26 @@ def test_the_running_retriever_stores_vectors_of_both_event_versions(stack: Stac
     marker = uuid.uuid4().hex[:8]
     # v1 with a different (still unit-length) vector: stored.
     turned = np.roll(original, 1)
-    old = ChunkEmbedded(schema_version=1, trace_id=f"v1-{marker}", chunk_id=chunk_id, document_id=TARGET_ID,
-                        model=model, dim=dim, embedding=[float(x) for x in turned])
+    old = ChunkEmbedded(
+        schema_version=1,
+        trace_id=f"v1-{marker}",
+        chunk_id=chunk_id,
+        document_id=TARGET_ID,
+        model=model,
+        dim=dim,
+        embedding=[float(x) for x in turned],
+    )
     asyncio.run(_publish_vectors(stack.infra.kafka.bootstrap, [old]))
     _wait_for_vector(stack, table, chunk_id, turned)
     # v2 puts the original back, bit for bit (pgvector stores float32).
-    new = ChunkEmbedded(trace_id=f"v2-{marker}", chunk_id=chunk_id, document_id=TARGET_ID, model=model, dim=dim,
-                        embedding_f32=ChunkEmbedded.pack(original))
+    new = ChunkEmbedded(
+        trace_id=f"v2-{marker}",
+        chunk_id=chunk_id,
+        document_id=TARGET_ID,
+        model=model,
+        dim=dim,
+        embedding_f32=ChunkEmbedded.pack(original),
+    )
     asyncio.run(_publish_vectors(stack.infra.kafka.bootstrap, [new]))
     _wait_for_vector(stack, table, chunk_id, original)
     assert snapshot(stack, [TARGET_ID]).vectors == stored.vectors

@@ -46,8 +46,11 @@ def test_every_pmid_is_fetched_parsed_and_embedded(stack: Stack, ingested: dict[
 
 def test_search_finds_a_document_by_its_title(stack: Stack, ingested: dict[str, object]) -> None:
     url = stack.infra.postgres.url
-    doc = db_fetch(url, "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 "
-                        "ORDER BY pmid LIMIT 1", list(ingested["pmids"]))[0]  # type: ignore[call-overload]
+    doc = db_fetch(
+        url,
+        "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 ORDER BY pmid LIMIT 1",
+        list(ingested["pmids"]),
+    )[0]  # type: ignore[call-overload]
     for mode in ("dense", "lexical", "hybrid"):
         with stack.http() as http:
             r = http.post("/v1/search", json={"query": doc["title"], "mode": mode, "top_n": 3})
@@ -59,8 +62,12 @@ def test_search_finds_a_document_by_its_title(stack: Stack, ingested: dict[str, 
 
 def test_ask_cites_only_real_sample_pmids(stack: Stack, ingested: dict[str, object]) -> None:
     url = stack.infra.postgres.url
-    doc = db_fetch(url, "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 "
-                        "ORDER BY pmid DESC LIMIT 1", list(ingested["pmids"]))[0]  # type: ignore[call-overload]
+    doc = db_fetch(
+        url,
+        "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 "
+        "ORDER BY pmid DESC LIMIT 1",
+        list(ingested["pmids"]),
+    )[0]  # type: ignore[call-overload]
     with stack.http() as http:
         r = http.post("/v1/ask", json={"question": f"What is known about {doc['title']}?"})
     assert r.status_code == 200, r.text

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.devstack.kafka import LocalKafka
-from shared.devstack.postgres import LocalPostgres
-from shared.devstack.processes import ServiceProcess, ServiceStack
+from devstack.kafka import LocalKafka
+from devstack.postgres import LocalPostgres
+from devstack.processes import ServiceProcess, ServiceStack
 from tests.integration.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,14 +57,16 @@ def reindex_env(bge_folder: Path) -> Iterator[Env]:
     asyncio.run(migrate(postgres.url))
     asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(2)))
     env = dict(os.environ)
-    env.update({
-        "EVIDENTIA_KAFKA_BOOTSTRAP": kafka.bootstrap,
-        "EVIDENTIA_DATABASE_URL": postgres.url,
-        "EVIDENTIA_EMBEDDING_MODEL": OLD,
-        "EVIDENTIA_EMBEDDING_DEVICE": "cpu",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(REPO),
-    })
+    env.update(
+        {
+            "EVIDENTIA_KAFKA_BOOTSTRAP": kafka.bootstrap,
+            "EVIDENTIA_DATABASE_URL": postgres.url,
+            "EVIDENTIA_EMBEDDING_MODEL": OLD,
+            "EVIDENTIA_EMBEDDING_DEVICE": "cpu",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(REPO),
+        }
+    )
     try:
         yield Env(kafka, postgres, root, env)
     finally:
@@ -75,11 +77,11 @@ def reindex_env(bge_folder: Path) -> Iterator[Env]:
 
 async def _store_and_publish(env: Env) -> int:
     """Parse the fixtures, store them, publish their chunks as the parser does; return the chunk count."""
+    from cli._common import producer, publish_all
     from services.parser.chunking import build_chunker
     from services.parser.core import parse_content
     from services.parser.handlers import token_id_maker
     from services.parser.store import store_document
-    from shared.cli._common import producer, publish_all
     from shared.db import create_pool
     from shared.events import ChunkCreated, Event
     from shared.settings import DatabaseSettings, KafkaSettings, Settings
@@ -100,9 +102,18 @@ async def _store_and_publish(env: Env) -> int:
                 result = await store_document(pool, doc)
                 ids = tok([c.embedding_text for c in result.chunks])
                 events += [
-                    (ChunkCreated(chunk_id=c.chunk_id, document_id=doc.document_id, ordinal=c.ordinal,
-                                  text=c.embedding_text, token_count=c.token_count, token_ids=i,
-                                  token_model=tok.model), doc.document_id)
+                    (
+                        ChunkCreated(
+                            chunk_id=c.chunk_id,
+                            document_id=doc.document_id,
+                            ordinal=c.ordinal,
+                            text=c.embedding_text,
+                            token_count=c.token_count,
+                            token_ids=i,
+                            token_model=tok.model,
+                        ),
+                        doc.document_id,
+                    )
                     for c, i in zip(result.chunks, ids, strict=True)
                 ]
         count = int(await pool.fetchval("SELECT count(*) FROM chunks"))
@@ -139,8 +150,12 @@ def _wait(what: str, check: object, timeout: float) -> None:
 
 def test_reindex_switches_models_through_the_running_pipeline(reindex_env: Env) -> None:
     env = reindex_env
-    stack = ServiceStack(log_dir=env.root / "logs", env=env.env, services=("embedder", "retriever"),
-                         ports={"embedder": free_port(), "retriever": free_port()})
+    stack = ServiceStack(
+        log_dir=env.root / "logs",
+        env=env.env,
+        services=("embedder", "retriever"),
+        ports={"embedder": free_port(), "retriever": free_port()},
+    )
     stack.start(timeout=300)
     try:
         total = asyncio.run(_store_and_publish(env))
@@ -153,9 +168,26 @@ def test_reindex_switches_models_through_the_running_pipeline(reindex_env: Env) 
         _wait("all-MiniLM-L6-v2 vectors of every chunk", old_index_full, 300)
 
         cli = subprocess.run(
-            [sys.executable, "-m", "shared.cli.main", "reindex", "--model", NEW, "--spawn-embedder",
-             "--timeout", "900", "--poll-s", "1", "--stall-s", "240"],
-            env=env.env, cwd=REPO, capture_output=True, text=True, timeout=1000,
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "reindex",
+                "--model",
+                NEW,
+                "--spawn-embedder",
+                "--timeout",
+                "900",
+                "--poll-s",
+                "1",
+                "--stall-s",
+                "240",
+            ],
+            env=env.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1000,
         )
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert "switched" in cli.stdout
@@ -170,8 +202,11 @@ def test_reindex_switches_models_through_the_running_pipeline(reindex_env: Env) 
         from shared.embedding import get_embedder
         from shared.settings import EmbeddingSettings
 
-        rows = _query(env, f"SELECT c.embedding_text, v.embedding FROM chunks c JOIN {new_table} v USING (chunk_id) "
-                           "ORDER BY c.chunk_id LIMIT 3")
+        rows = _query(
+            env,
+            f"SELECT c.embedding_text, v.embedding FROM chunks c JOIN {new_table} v USING (chunk_id) "
+            "ORDER BY c.chunk_id LIMIT 3",
+        )
         bge = get_embedder(EmbeddingSettings(model=NEW, device="cpu"))
         expected = bge.encode_passages([str(r[0]) for r in rows])
         stored = np.asarray([np.asarray(r[1].to_numpy(), dtype=np.float32) for r in rows])  # type: ignore[attr-defined]
@@ -180,19 +215,27 @@ def test_reindex_switches_models_through_the_running_pipeline(reindex_env: Env) 
         # Restarted with the new model, the retriever runs; with the old one it refuses to start.
         stack.processes["retriever"].stop()
         port = free_port()
-        new_env = dict(stack.processes["retriever"].env, EVIDENTIA_EMBEDDING_MODEL=NEW,
-                       EVIDENTIA_METRICS_PORT=str(port))
+        new_env = dict(
+            stack.processes["retriever"].env, EVIDENTIA_EMBEDDING_MODEL=NEW, EVIDENTIA_METRICS_PORT=str(port)
+        )
         new_retriever = ServiceProcess("retriever", port, env.root / "logs" / "retriever-new.log", new_env)
         new_retriever.start()
         try:
             _wait("the retriever with the new model", new_retriever.ready, 180)
             old_port = free_port()
-            old = ServiceProcess("retriever", old_port, env.root / "logs" / "retriever-old.log",
-                                 dict(new_env, EVIDENTIA_EMBEDDING_MODEL=OLD, EVIDENTIA_METRICS_PORT=str(old_port)))
+            old = ServiceProcess(
+                "retriever",
+                old_port,
+                env.root / "logs" / "retriever-old.log",
+                dict(new_env, EVIDENTIA_EMBEDDING_MODEL=OLD, EVIDENTIA_METRICS_PORT=str(old_port)),
+            )
             old.start()
             try:
-                _wait("the retriever with the old model to give up",
-                      lambda: not old.alive() or "evidentia reindex --model" in old.tail(200), 180)
+                _wait(
+                    "the retriever with the old model to give up",
+                    lambda: not old.alive() or "evidentia reindex --model" in old.tail(200),
+                    180,
+                )
                 assert not old.ready()
                 assert "evidentia reindex --model" in old.tail(200)
             finally:

@@ -16,11 +16,11 @@ import asyncpg
 import numpy as np
 import pytest
 
+from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
 from services.retriever.store import VectorIndex, create_index, upsert_vectors
 from shared.db import create_pool
-from shared.devstack.postgres import LocalPostgres
 from shared.models import Chunk, MeshHeading, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
 
@@ -61,11 +61,26 @@ def _doc(i: int) -> ParsedDocument:
         mesh = [MeshHeading(descriptor="Myocardial Infarction")]  # a descendant of Heart Diseases
     chunks = [Chunk(section="Abstract", ordinal=0, text=text, token_count=20, char_start=0, char_end=len(text))]
     if i % 10 == 0:  # some documents have two chunks
-        chunks.append(Chunk(section="Abstract", ordinal=1, text=f"Second part about {topic}.", token_count=5,
-                            char_start=0, char_end=10))
+        chunks.append(
+            Chunk(
+                section="Abstract",
+                ordinal=1,
+                text=f"Second part about {topic}.",
+                token_count=5,
+                char_start=0,
+                char_end=10,
+            )
+        )
     return ParsedDocument(
-        source="pubmed", source_id=str(10_000 + i), pmid=str(10_000 + i), title=title, abstract=text,
-        year=RARE_YEAR if i % 50 == 3 else 2015 + i % 8, mesh=mesh, retracted=(i == 5), chunks=chunks,
+        source="pubmed",
+        source_id=str(10_000 + i),
+        pmid=str(10_000 + i),
+        title=title,
+        abstract=text,
+        year=RARE_YEAR if i % 50 == 3 else 2015 + i % 8,
+        mesh=mesh,
+        retracted=(i == 5),
+        chunks=chunks,
     )
 
 
@@ -95,15 +110,18 @@ async def store(postgres: LocalPostgres) -> AsyncIterator[tuple[asyncpg.Pool, Ve
 async def test_iterative_scan_returns_k_under_a_selective_filter(store: tuple) -> None:  # type: ignore[type-arg]
     pool, index, vectors = store
     selective = SearchFilters(year_from=RARE_YEAR, year_to=RARE_YEAR, include_retracted=True)
-    total = await pool.fetchval("SELECT count(*) FROM chunks c JOIN documents d USING (document_id) "
-                                "WHERE d.year = $1", RARE_YEAR)
+    total = await pool.fetchval(
+        "SELECT count(*) FROM chunks c JOIN documents d USING (document_id) WHERE d.year = $1", RARE_YEAR
+    )
     assert 8 <= total < 20
     query = np.asarray(next(iter(vectors.values())))
     # ef_search 8 alone would leave almost nothing after the filter; iterative scans keep going.
     hits = await dense_search(pool, index, query, 8, selective, ef_search=8)
     assert len(hits) == 8
-    years = await pool.fetch("SELECT DISTINCT d.year FROM chunks c JOIN documents d USING (document_id) "
-                             "WHERE c.chunk_id = ANY($1::text[])", [h.chunk_id for h in hits])
+    years = await pool.fetch(
+        "SELECT DISTINCT d.year FROM chunks c JOIN documents d USING (document_id) WHERE c.chunk_id = ANY($1::text[])",
+        [h.chunk_id for h in hits],
+    )
     assert {r["year"] for r in years} == {RARE_YEAR}
     scores = [h.score for h in hits]
     assert scores == sorted(scores, reverse=True)
@@ -119,8 +137,9 @@ async def test_bm25_matches_the_formula(store: tuple) -> None:  # type: ignore[t
     top = await pool.fetchrow("SELECT chunk_id, tsv FROM chunks WHERE document_id = 'pubmed:10007' AND ordinal = 0")
     assert hits[0].chunk_id == top["chunk_id"]
     # The same score by hand from the stored lexemes.
-    lex = await pool.fetch("SELECT c.chunk_id, t.lexeme, array_length(t.positions, 1) AS n, t.weights "
-                           "FROM chunks c, unnest(c.tsv) t")
+    lex = await pool.fetch(
+        "SELECT c.chunk_id, t.lexeme, array_length(t.positions, 1) AS n, t.weights FROM chunks c, unnest(c.tsv) t"
+    )
     n_chunks = len({r["chunk_id"] for r in lex})
     length: dict[str, int] = {}
     for r in lex:
@@ -129,8 +148,9 @@ async def test_bm25_matches_the_formula(store: tuple) -> None:  # type: ignore[t
     expected = 0.0
     for term in ("zolpidem", "overdos"):
         df = len({r["chunk_id"] for r in lex if r["lexeme"] == term})
-        tf = sum(1 for r in lex if r["lexeme"] == term and r["chunk_id"] == top["chunk_id"] for w in r["weights"]
-                 if w != "B")
+        tf = sum(
+            1 for r in lex if r["lexeme"] == term and r["chunk_id"] == top["chunk_id"] for w in r["weights"] if w != "B"
+        )
         idf = math.log(1 + (n_chunks - df + 0.5) / (df + 0.5))
         expected += idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length[top["chunk_id"]] / avgdl))
     assert hits[0].score == pytest.approx(expected, rel=1e-4)
@@ -140,11 +160,11 @@ async def test_bm25_postings_follow_chunk_changes(store: tuple) -> None:  # type
     pool, _, _ = store
     doc = _doc(3).model_copy(update={"title": "Updated quetiapine study"})
     await store_document(pool, doc)
-    hits = await bm25_search(pool, "quetiapine", 5, SearchFilters(include_retracted=True), Bm25Params(),
-                             CorpusStats())
+    hits = await bm25_search(pool, "quetiapine", 5, SearchFilters(include_retracted=True), Bm25Params(), CorpusStats())
     assert [h.chunk_id.split("#")[0] for h in hits] == ["pubmed:10003"]
-    orphans = await pool.fetchval("SELECT count(*) FROM bm25_postings p LEFT JOIN chunks c USING (chunk_id) "
-                                  "WHERE c.chunk_id IS NULL")
+    orphans = await pool.fetchval(
+        "SELECT count(*) FROM bm25_postings p LEFT JOIN chunks c USING (chunk_id) WHERE c.chunk_id IS NULL"
+    )
     assert orphans == 0
 
 
@@ -153,23 +173,32 @@ async def test_hybrid_filters_mesh_descendants_and_per_document_limit(store: tup
     searcher = HybridSearcher(pool, index, ef_search=40)
     query = np.asarray(vectors[next(iter(vectors))])
     mesh = SearchFilters(mesh=["Heart Diseases"])
-    result = await searcher.search("cardiology patients outcome", query, mode="hybrid", top_k=200, top_n=200,
-                                   filters=mesh)
+    result = await searcher.search(
+        "cardiology patients outcome", query, mode="hybrid", top_k=200, top_n=200, filters=mesh
+    )
     docs = {h.document_id for h in result.hits}
     assert "pubmed:10011" in docs  # Myocardial Infarction, below Heart Diseases in the tree
     assert "pubmed:10005" not in docs  # retracted
-    exact = await searcher.search("cardiology patients outcome", query, mode="hybrid", top_k=200, top_n=200,
-                                  filters=mesh.model_copy(update={"mesh_descendants": False}))
+    exact = await searcher.search(
+        "cardiology patients outcome",
+        query,
+        mode="hybrid",
+        top_k=200,
+        top_n=200,
+        filters=mesh.model_copy(update={"mesh_descendants": False}),
+    )
     assert "pubmed:10011" not in {h.document_id for h in exact.hits}
     assert all(h.dense_score is not None or h.lexical_score is not None for h in result.hits)
     both = [h for h in result.hits if h.dense_score is not None and h.lexical_score is not None]
     assert both, "hybrid fuses both rankings"
-    one_each = await searcher.search("second part", query, mode="hybrid", top_k=50, top_n=50,
-                                     filters=SearchFilters(max_chunks_per_document=1))
+    one_each = await searcher.search(
+        "second part", query, mode="hybrid", top_k=50, top_n=50, filters=SearchFilters(max_chunks_per_document=1)
+    )
     ids = [h.document_id for h in one_each.hits]
     assert len(ids) == len(set(ids))
-    diverse = await searcher.search("oncology", query, mode="hybrid", top_k=20, top_n=5,
-                                    filters=SearchFilters(), mmr=True, mmr_lambda=0.3)
+    diverse = await searcher.search(
+        "oncology", query, mode="hybrid", top_k=20, top_n=5, filters=SearchFilters(), mmr=True, mmr_lambda=0.3
+    )
     assert len(diverse.hits) == 5 and [h.rank for h in diverse.hits] == [1, 2, 3, 4, 5]
     lexical = await searcher.search("oncology", None, mode="lexical", top_k=10, top_n=3, filters=SearchFilters())
     assert len(lexical.hits) == 3 and all("oncology" in h.title for h in lexical.hits)

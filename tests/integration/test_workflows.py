@@ -41,14 +41,18 @@ def guideline(stack: Stack) -> None:
 def test_evidence_end_to_end_offline(stack: Stack) -> None:
     serve_metformin(stack)
     with stack.http() as http:
-        r = http.post("/v1/evidence", json={"drug": DRUG, "disease": "Polycystic ovary syndrome, type 1",
-                                            "max_per_query": 20, "wait_s": 180}, timeout=300)
+        r = http.post(
+            "/v1/evidence",
+            json={"drug": DRUG, "disease": "Polycystic ovary syndrome, type 1", "max_per_query": 20, "wait_s": 180},
+            timeout=300,
+        )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["disease"]["search_term"] == "polycystic ovary syndrome OR PCOS"
     assert body["disease"]["count"] == 2  # esearch count through the fetcher (ncbi.requests)
-    assert any(q.param("rettype") == "count" and q.param("term") == MAIN_QUERY
-               for q in stack.fake.requests_to("esearch"))
+    assert any(
+        q.param("rettype") == "count" and q.param("term") == MAIN_QUERY for q in stack.fake.requests_to("esearch")
+    )
     queries = [q["query"] for q in body["queries"]]
     assert MAIN_QUERY in queries and ORGAN_QUERY in queries and 5 <= len(queries) <= 10
     assert body["ingestion"]["finished"] and body["ingestion"]["documents"] >= 3
@@ -62,11 +66,21 @@ def test_evidence_end_to_end_offline(stack: Stack) -> None:
 def test_evidence_cli_shows_each_step(stack: Stack) -> None:
     serve_metformin(stack)
     env = {**os.environ, "EVIDENTIA_GATEWAY_URL": stack.gateway}
-    run = subprocess.run([sys.executable, "-m", "shared.cli.main", "evidence", "--drug", DRUG, "--disease", DISEASE,
-                          "--wait", "120"], capture_output=True, text=True, env=env, timeout=400)
+    run = subprocess.run(
+        [sys.executable, "-m", "cli.main", "evidence", "--drug", DRUG, "--disease", DISEASE, "--wait", "120"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    for title in ("1/5 disease name", "2/5 search terms", "3/5 fetch and cache", "4/5 therapeutic search",
-                  "5/5 evidence summary"):
+    for title in (
+        "1/5 disease name",
+        "2/5 search terms",
+        "3/5 fetch and cache",
+        "4/5 therapeutic search",
+        "5/5 evidence summary",
+    ):
         assert title in run.stderr
     assert "Key findings" in run.stdout and "PMID:" in run.stdout
 
@@ -94,10 +108,12 @@ def test_pregnancy_changes_the_top_guideline_section(stack: Stack, guideline: No
 def test_query_intelligence_offline(stack: Stack, guideline: None) -> None:
     with stack.http() as http:
         g = http.post("/v1/query", json={"question": "What do guidelines recommend for malaria in pregnancy?"}).json()
-        fr = http.post("/v1/query", json={"question": "Quel est le traitement du paludisme chez la femme enceinte ?"}
-                       ).json()
-        agent = http.post("/v1/query", json={"question": "Is there an interaction between warfarin and aspirin?",
-                                             "mode": "agent"}).json()
+        fr = http.post(
+            "/v1/query", json={"question": "Quel est le traitement du paludisme chez la femme enceinte ?"}
+        ).json()
+        agent = http.post(
+            "/v1/query", json={"question": "Is there an interaction between warfarin and aspirin?", "mode": "agent"}
+        ).json()
         sos = http.post("/v1/query", json={"question": "My wife is unconscious and not breathing"}).json()
     assert g["intelligence"]["classification"]["category"] == "guideline"
     assert "guideline sources first" in g["intelligence"]["route"][0]

@@ -57,14 +57,18 @@ def test_evidence_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, Fak
     # The fake Claude writes "metformin AND (polycystic ovary syndrome) AND trial[i]" searches (i = 0..4).
     stack.fake.add_search("metformin AND (polycystic ovary syndrome) AND trial[0]", METFORMIN_PMIDS)
     with stack.http() as http:
-        r = http.post("/v1/evidence", json={"drug": DRUG, "disease": "polycystic ovary syndrome (disorder)",
-                                            "wait_s": 120}, timeout=300)
+        r = http.post(
+            "/v1/evidence",
+            json={"drug": DRUG, "disease": "polycystic ovary syndrome (disorder)", "wait_s": 120},
+            timeout=300,
+        )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["disease"]["method"] == "llm" and body["expansion_method"] == "llm"
     called = tools_called(fake)
     assert {"record_disease_term", "record_organ_term", "record_search_terms", "record_evidence_summary"} <= set(
-        called), (called, body["mode"], body["steps"])
+        called
+    ), (called, body["mode"], body["steps"])
     assert body["mode"] == "llm" and body["summary"]["method"] == "llm"
     findings = body["summary"]["key_findings"]
     assert findings and all(f["supporting_pmids"] for f in findings)
@@ -74,10 +78,16 @@ def test_evidence_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, Fak
 
 def test_guidelines_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, FakeRxNav]) -> None:
     with stack.http() as http:
-        body: dict[str, Any] = http.post("/v1/guidelines/recommend", json={
-            "condition": "Malaria",
-            "findings": [{"kind": "symptom", "value": "fever 3 days"},
-                         {"kind": "medical_history", "value": "pregnant first trimester"}]}).json()
+        body: dict[str, Any] = http.post(
+            "/v1/guidelines/recommend",
+            json={
+                "condition": "Malaria",
+                "findings": [
+                    {"kind": "symptom", "value": "fever 3 days"},
+                    {"kind": "medical_history", "value": "pregnant first trimester"},
+                ],
+            },
+        ).json()
     assert body["mode"] == "llm" and "Malaria in pregnancy" in body["top_section"]
     assert body["plan"] and any(p["sections"] for p in body["plan"])
     assert all(c["citation_id"].startswith("NBK:") for c in body["citations"])
@@ -86,10 +96,12 @@ def test_guidelines_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, F
 def test_query_translation_and_agent_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, FakeRxNav]) -> None:
     _, rx = claude
     with stack.http() as http:
-        fr = http.post("/v1/query", json={"question": "Quel est le traitement du paludisme chez la femme enceinte ?"}
-                       ).json()
-        agent = http.post("/v1/query", json={"question": "Does warfarin interact with aspirin?", "mode": "agent"},
-                          timeout=120).json()
+        fr = http.post(
+            "/v1/query", json={"question": "Quel est le traitement du paludisme chez la femme enceinte ?"}
+        ).json()
+        agent = http.post(
+            "/v1/query", json={"question": "Does warfarin interact with aspirin?", "mode": "agent"}, timeout=120
+        ).json()
     intel = fr["intelligence"]
     assert intel["translated"] and intel["english_question"] == "What is the treatment of malaria in pregnancy?"
     assert intel["searched_query"].startswith("What is the treatment of malaria in pregnancy?")

@@ -40,17 +40,18 @@ def pubmed_set(pmids: list[str]) -> bytes:
         d = json.loads(line)
         if d["source_id"] in pmids:
             docs[d["source_id"]] = d
-    parts = ["<?xml version=\"1.0\" ?>\n<PubmedArticleSet>"]
+    parts = ['<?xml version="1.0" ?>\n<PubmedArticleSet>']
     for pmid in pmids:
         d = docs[pmid]
         mesh = "".join(
             f'<MeshHeading><DescriptorName UI="D0">{escape(m["descriptor"] if isinstance(m, dict) else m)}'
-            "</DescriptorName></MeshHeading>" for m in d.get("mesh") or []
+            "</DescriptorName></MeshHeading>"
+            for m in d.get("mesh") or []
         )
         parts.append(
             f'<PubmedArticle><MedlineCitation Status="MEDLINE" Owner="NLM"><PMID Version="1">{pmid}</PMID>'
             '<Article PubModel="Print"><Journal><JournalIssue CitedMedium="Print"><PubDate>'
-            f'<Year>{d.get("year") or 2010}</Year></PubDate></JournalIssue><Title>Sample Journal</Title></Journal>'
+            f"<Year>{d.get('year') or 2010}</Year></PubDate></JournalIssue><Title>Sample Journal</Title></Journal>"
             f"<ArticleTitle>{escape(d['title'])}</ArticleTitle><Abstract><AbstractText>{escape(d['abstract'])}"
             "</AbstractText></Abstract><Language>eng</Language><PublicationTypeList>"
             '<PublicationType UI="D016428">Journal Article</PublicationType></PublicationTypeList></Article>'
@@ -90,8 +91,13 @@ def ingest_guideline(stack: Stack, timeout: float = 240.0) -> None:
     with stack.http() as http:
         if _guideline_hits(http) >= GUIDELINE_CHUNKS:
             return
-    event = DocumentFetched(document_id="bookshelf:NBK999000", source="bookshelf", source_id="NBK999000",
-                            format="bookshelf-nxml", content=guideline_nxml())
+    event = DocumentFetched(
+        document_id="bookshelf:NBK999000",
+        source="bookshelf",
+        source_id="NBK999000",
+        format="bookshelf-nxml",
+        content=guideline_nxml(),
+    )
     asyncio.run(_publish(stack.infra.kafka.bootstrap, event))
     deadline = time.monotonic() + timeout
     with stack.http() as http:
@@ -101,6 +107,14 @@ def ingest_guideline(stack: Stack, timeout: float = 240.0) -> None:
 
 
 def _guideline_hits(http: httpx.Client) -> int:
-    r = http.post("/v1/search", json={"query": "malaria treatment", "mode": "dense", "top_k": 50, "top_n": 50,
-                                      "filters": {"sources": ["bookshelf"]}})
+    r = http.post(
+        "/v1/search",
+        json={
+            "query": "malaria treatment",
+            "mode": "dense",
+            "top_k": 50,
+            "top_n": 50,
+            "filters": {"sources": ["bookshelf"]},
+        },
+    )
     return len(r.json().get("hits", [])) if r.status_code == 200 else 0

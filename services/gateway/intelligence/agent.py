@@ -46,7 +46,8 @@ TOOLS: list[dict[str, Any]] = [
             "properties": {
                 "condition": {"type": "string", "description": "The condition or diagnosis, e.g. malaria."},
                 "findings": {
-                    "type": "array", "items": {"type": "string"},
+                    "type": "array",
+                    "items": {"type": "string"},
                     "description": 'Clinical findings such as "medical_history: pregnant first trimester".',
                 },
             },
@@ -225,8 +226,14 @@ class Agent:
                 args = block.input if isinstance(block.input, dict) else {}
                 text, ids, error = await run_tool(self.tools, book, block.name, dict(args))
                 steps.append(AgentStep(len(steps) + 1, block.name, dict(args), text[:4000], ids, error))
-                results.append({"type": "tool_result", "tool_use_id": block.id, "content": text,
-                                **({"is_error": True} if error else {})})
+                results.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": block.id,
+                        "content": text,
+                        **({"is_error": True} if error else {}),
+                    }
+                )
             messages.append({"role": "user", "content": results})
 
 

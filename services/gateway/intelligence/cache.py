@@ -20,8 +20,9 @@ import asyncpg
 
 def cache_key(*parts: Any) -> str:
     """A readable key for short inputs, a SHA-256 for long ones."""
-    text = json.dumps(parts, sort_keys=True, default=str) if len(parts) != 1 or not isinstance(parts[0], str) \
-        else parts[0]
+    text = (
+        json.dumps(parts, sort_keys=True, default=str) if len(parts) != 1 or not isinstance(parts[0], str) else parts[0]
+    )
     text = text.strip().lower()
     return text if len(text) <= 200 else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -55,7 +56,8 @@ class PgCache:
     async def get(self, namespace: str, key: str) -> Any | None:
         raw = await self._pool().fetchval(
             "SELECT value::text FROM workflow_cache WHERE namespace = $1 AND key = $2 AND expires_at > now()",
-            namespace, key,
+            namespace,
+            key,
         )
         return None if raw is None else json.loads(raw)
 
@@ -67,7 +69,10 @@ class PgCache:
                VALUES ($1, $2, $3::jsonb, now() + make_interval(secs => $4))
                ON CONFLICT (namespace, key) DO UPDATE
                SET value = EXCLUDED.value, created_at = now(), expires_at = EXCLUDED.expires_at""",
-            namespace, key, json.dumps(value), float(ttl_s),
+            namespace,
+            key,
+            json.dumps(value),
+            float(ttl_s),
         )
 
 

@@ -14,21 +14,26 @@ from typing import Any, Literal
 from services.gateway.intelligence.llm import WorkflowLlm
 from shared.safety import is_emergency
 
-Category = Literal[
-    "drug_information", "disease_information", "drug_interaction", "guideline", "emergency", "other"
-]
+Category = Literal["drug_information", "disease_information", "drug_interaction", "guideline", "emergency", "other"]
 CATEGORIES: tuple[Category, ...] = (
-    "drug_information", "disease_information", "drug_interaction", "guideline", "emergency", "other",
+    "drug_information",
+    "disease_information",
+    "drug_interaction",
+    "guideline",
+    "emergency",
+    "other",
 )
 
 _INTERACTION = re.compile(
     r"\b(interact\w*|contraindicated with|together with|combin(?:e|ed|ing) with|taken with|take \w+ with|"
-    r"mix(?:ing)? \w+ (?:and|with)|co-?administ\w*|drug[- ]drug)\b", re.IGNORECASE,
+    r"mix(?:ing)? \w+ (?:and|with)|co-?administ\w*|drug[- ]drug)\b",
+    re.IGNORECASE,
 )
 _GUIDELINE = re.compile(
     r"\b(guidelines?|recommend\w*|protocols?|first[- ]line|second[- ]line|standard of care|treatment of choice|"
     r"how (?:should|do|to) (?:i |we |you )?(?:treat|manage)|management of|should (?:be|\w+) treated|WHO|NICE|"
-    r"regimen)\b", re.IGNORECASE,
+    r"regimen)\b",
+    re.IGNORECASE,
 )
 _DRUG_WORDS = re.compile(
     r"\b(drugs?|medications?|medicines?|side[- ]effects?|adverse (?:effects?|events?)|dos(?:e|es|age|ing)|"
@@ -38,16 +43,54 @@ _DRUG_WORDS = re.compile(
 _DRUG_NAME = re.compile(
     r"\b[a-z]{3,}(?:mab|nib|pril|sartan|olol|statins?|mycin|cillin|azole|tide|vir|formin|pam|lam|tine|pine|"
     r"profen|oxacin|cycline|dronate|gliptin|gliflozin|parin|xaban|gatran|triptan|setron|prazole|semide|"
-    r"thiazide|caine|barbital|done|ridone|pion)\b", re.IGNORECASE,
+    r"thiazide|caine|barbital|done|ridone|pion)\b",
+    re.IGNORECASE,
 )
-_KNOWN_DRUGS = frozenset({
-    "aspirin", "metformin", "insulin", "warfarin", "paracetamol", "acetaminophen", "ibuprofen", "heparin",
-    "lithium", "digoxin", "morphine", "codeine", "bupropion", "sertraline", "fluoxetine", "amoxicillin",
-    "artesunate", "artemether", "lumefantrine", "quinine", "primaquine", "chloroquine", "clopidogrel",
-    "simvastatin", "atorvastatin", "prednisone", "dexamethasone", "methotrexate", "tamoxifen", "levothyroxine",
-    "grapefruit", "alcohol", "statin", "statins", "antibiotics", "antidepressants", "st john's wort",
-    "omeprazole", "amiodarone", "clarithromycin", "ketoconazole",
-})
+_KNOWN_DRUGS = frozenset(
+    {
+        "aspirin",
+        "metformin",
+        "insulin",
+        "warfarin",
+        "paracetamol",
+        "acetaminophen",
+        "ibuprofen",
+        "heparin",
+        "lithium",
+        "digoxin",
+        "morphine",
+        "codeine",
+        "bupropion",
+        "sertraline",
+        "fluoxetine",
+        "amoxicillin",
+        "artesunate",
+        "artemether",
+        "lumefantrine",
+        "quinine",
+        "primaquine",
+        "chloroquine",
+        "clopidogrel",
+        "simvastatin",
+        "atorvastatin",
+        "prednisone",
+        "dexamethasone",
+        "methotrexate",
+        "tamoxifen",
+        "levothyroxine",
+        "grapefruit",
+        "alcohol",
+        "statin",
+        "statins",
+        "antibiotics",
+        "antidepressants",
+        "st john's wort",
+        "omeprazole",
+        "amiodarone",
+        "clarithromycin",
+        "ketoconazole",
+    }
+)
 _DISEASE_WORDS = re.compile(
     r"\b(symptoms?|signs?|causes?|diagnos\w*|prognosis|risk factors?|prevalence|incidence|complications?|"
     r"what is|pathophysiology|epidemiology|screening|disease|syndrome|disorder|infection|cancer|tumou?r|"
@@ -90,8 +133,9 @@ def drug_names(text: str) -> list[str]:
 
 _PAIR = [
     re.compile(r"\bbetween ([\w' -]+?) and ([\w' -]+?)(?:[?.!,]|$)", re.IGNORECASE),
-    re.compile(r"\b(?:take|taking|combine|combining|mix|mixing|use|using) ([\w'-]+) (?:with|and) ([\w'-]+)",
-               re.IGNORECASE),
+    re.compile(
+        r"\b(?:take|taking|combine|combining|mix|mixing|use|using) ([\w'-]+) (?:with|and) ([\w'-]+)", re.IGNORECASE
+    ),
     re.compile(r"\b(?:does|do|can|will) ([\w'-]+) interact with ([\w'-]+)", re.IGNORECASE),
     re.compile(r"\b([\w'-]+) (?:and|with|\+) ([\w'-]+) (?:interaction|together)", re.IGNORECASE),
 ]
@@ -135,8 +179,11 @@ class QueryClassifier:
         if is_emergency(question):  # safety first, whatever a model would say
             return Classification("emergency", "rules", ["emergency wording"])
         data = await self.llm.tool(
-            CLASSIFY_PROMPT.format(question=question), "classify_query", "Record the question's category.",
-            CLASSIFY_SCHEMA, max_tokens=100,
+            CLASSIFY_PROMPT.format(question=question),
+            "classify_query",
+            "Record the question's category.",
+            CLASSIFY_SCHEMA,
+            max_tokens=100,
         )
         category = (data or {}).get("category")
         if category in CATEGORIES and category != "emergency":

@@ -27,22 +27,58 @@ from services.gateway.intelligence.llm import WorkflowLlm
 Counter = Callable[[str], Awaitable[int | None]]
 """PubMed hit count of a query (None when it cannot be had)."""
 
-BROADENING_BLOCKLIST = frozenset({
-    "cancer", "cancers", "disease", "diseases", "syndrome", "syndromes", "disorder", "disorders", "infection",
-    "infections", "tumor", "tumors", "tumour", "tumours", "neoplasm", "neoplasms", "carcinoma", "condition",
-    "conditions", "illness", "inflammation", "pain", "deficiency", "dysfunction", "failure", "injury",
-    "lesion", "lesions", "abnormality", "abnormalities", "malignancy", "malformation", "medical condition",
-})
+BROADENING_BLOCKLIST = frozenset(
+    {
+        "cancer",
+        "cancers",
+        "disease",
+        "diseases",
+        "syndrome",
+        "syndromes",
+        "disorder",
+        "disorders",
+        "infection",
+        "infections",
+        "tumor",
+        "tumors",
+        "tumour",
+        "tumours",
+        "neoplasm",
+        "neoplasms",
+        "carcinoma",
+        "condition",
+        "conditions",
+        "illness",
+        "inflammation",
+        "pain",
+        "deficiency",
+        "dysfunction",
+        "failure",
+        "injury",
+        "lesion",
+        "lesions",
+        "abnormality",
+        "abnormalities",
+        "malignancy",
+        "malformation",
+        "medical condition",
+    }
+)
 
 # Qualifiers removed by the rules (case-insensitive, whole words).
 _STAGING = [
-    r"\bstage\s+(?:[0-4]|i{1,3}v?|iv|v)[abc]?\b", r"\bgrade\s+[1-4]\b", r"\bclass\s+(?:[1-4]|i{1,3}v?|iv)\b",
+    r"\bstage\s+(?:[0-4]|i{1,3}v?|iv|v)[abc]?\b",
+    r"\bgrade\s+[1-4]\b",
+    r"\bclass\s+(?:[1-4]|i{1,3}v?|iv)\b",
     r"\b(?:mild|moderate|severe|moderate-to-severe|mild-to-moderate|early|early-stage|late|late-stage|advanced|"
     r"locally advanced|metastatic|end-stage|recurrent|refractory|relapsed|relapsing|resistant|"
     r"treatment-resistant|newly diagnosed|unspecified|nos)\b",
 ]
 _SUBTYPE = [
-    r"\btype\s+(?:[0-9]+[a-z]?|i{1,3}v?|iv|[a-c])\b", r"\bsubtype\s+\S+\b", r"\bvariant\b", r"\(.*?\)",
+    r"\btype\s+(?:[0-9]+[a-z]?|i{1,3}v?|iv|[a-c])\b",
+    r"\bsubtype\s+\S+\b",
+    r"\bvariant\b",
+    r"\(.*?\)",
     r",\s*(?:unspecified|not otherwise specified)\b",
 ]
 _AETIOLOGY = [
@@ -59,38 +95,74 @@ _DISEASE_SUFFIX = re.compile(r"(?:psy|itis|osis|emia|aemia|ia|oma|pathy|ism)$")
 
 # Well-known synonyms (one each), as PubMed users write them. Keys are normalised names.
 SYNONYMS: dict[str, str] = {
-    "eczema": "dermatitis", "atopic dermatitis": "eczema", "dermatitis": "eczema",
-    "heart attack": "myocardial infarction", "myocardial infarction": "heart attack",
-    "high blood pressure": "hypertension", "hypertension": "high blood pressure",
-    "stroke": "cerebrovascular accident", "obesity": "overweight",
-    "diabetes mellitus": "diabetes", "diabetes": "diabetes mellitus",
-    "polycystic ovary syndrome": "PCOS", "pcos": "polycystic ovary syndrome",
-    "gastroesophageal reflux disease": "GERD", "gerd": "gastroesophageal reflux disease",
-    "chronic obstructive pulmonary disease": "COPD", "copd": "chronic obstructive pulmonary disease",
-    "chronic kidney disease": "chronic renal insufficiency", "kidney disease": "renal disease",
-    "alzheimer disease": "alzheimer's disease", "alzheimer's disease": "alzheimer disease",
-    "parkinson disease": "parkinson's disease", "parkinson's disease": "parkinson disease",
-    "depression": "depressive disorder", "major depressive disorder": "depression",
-    "attention deficit hyperactivity disorder": "ADHD", "adhd": "attention deficit hyperactivity disorder",
-    "tuberculosis": "TB", "lung cancer": "lung neoplasms", "breast cancer": "breast neoplasms",
-    "non-small cell lung cancer": "NSCLC", "hepatocellular carcinoma": "liver cancer",
-    "colorectal cancer": "colorectal neoplasms", "prostate cancer": "prostatic neoplasms",
-    "narcolepsy": "hypersomnolence", "atrial fibrillation": "AF", "heart failure": "cardiac failure",
-    "migraine": "migraine disorders", "rheumatoid arthritis": "RA", "multiple sclerosis": "MS",
-    "malaria": "plasmodium infection", "psoriasis": "psoriatic disease", "asthma": "bronchial asthma",
+    "eczema": "dermatitis",
+    "atopic dermatitis": "eczema",
+    "dermatitis": "eczema",
+    "heart attack": "myocardial infarction",
+    "myocardial infarction": "heart attack",
+    "high blood pressure": "hypertension",
+    "hypertension": "high blood pressure",
+    "stroke": "cerebrovascular accident",
+    "obesity": "overweight",
+    "diabetes mellitus": "diabetes",
+    "diabetes": "diabetes mellitus",
+    "polycystic ovary syndrome": "PCOS",
+    "pcos": "polycystic ovary syndrome",
+    "gastroesophageal reflux disease": "GERD",
+    "gerd": "gastroesophageal reflux disease",
+    "chronic obstructive pulmonary disease": "COPD",
+    "copd": "chronic obstructive pulmonary disease",
+    "chronic kidney disease": "chronic renal insufficiency",
+    "kidney disease": "renal disease",
+    "alzheimer disease": "alzheimer's disease",
+    "alzheimer's disease": "alzheimer disease",
+    "parkinson disease": "parkinson's disease",
+    "parkinson's disease": "parkinson disease",
+    "depression": "depressive disorder",
+    "major depressive disorder": "depression",
+    "attention deficit hyperactivity disorder": "ADHD",
+    "adhd": "attention deficit hyperactivity disorder",
+    "tuberculosis": "TB",
+    "lung cancer": "lung neoplasms",
+    "breast cancer": "breast neoplasms",
+    "non-small cell lung cancer": "NSCLC",
+    "hepatocellular carcinoma": "liver cancer",
+    "colorectal cancer": "colorectal neoplasms",
+    "prostate cancer": "prostatic neoplasms",
+    "narcolepsy": "hypersomnolence",
+    "atrial fibrillation": "AF",
+    "heart failure": "cardiac failure",
+    "migraine": "migraine disorders",
+    "rheumatoid arthritis": "RA",
+    "multiple sclerosis": "MS",
+    "malaria": "plasmodium infection",
+    "psoriasis": "psoriatic disease",
+    "asthma": "bronchial asthma",
 }
 
 # Broader categories that keep the organ (rules' broadening step).
 PARENTS: dict[str, str] = {
-    "non-small cell lung cancer": "lung cancer", "small cell lung cancer": "lung cancer",
-    "lung adenocarcinoma": "lung cancer", "hepatocellular carcinoma": "liver cancer",
-    "triple-negative breast cancer": "breast cancer", "ductal carcinoma": "breast cancer",
-    "diabetic nephropathy": "kidney disease", "diabetic retinopathy": "retinopathy",
-    "atopic dermatitis": "dermatitis", "plaque psoriasis": "psoriasis", "narcolepsy": "sleep disorders",
-    "glioblastoma": "brain tumor", "glioma": "brain tumor", "crohn disease": "inflammatory bowel disease",
-    "crohn's disease": "inflammatory bowel disease", "ulcerative colitis": "inflammatory bowel disease",
-    "polycystic ovary syndrome": "ovarian disease", "obesity": "overweight",
-    "alzheimer's disease": "dementia", "alzheimer disease": "dementia", "major depressive disorder": "depression",
+    "non-small cell lung cancer": "lung cancer",
+    "small cell lung cancer": "lung cancer",
+    "lung adenocarcinoma": "lung cancer",
+    "hepatocellular carcinoma": "liver cancer",
+    "triple-negative breast cancer": "breast cancer",
+    "ductal carcinoma": "breast cancer",
+    "diabetic nephropathy": "kidney disease",
+    "diabetic retinopathy": "retinopathy",
+    "atopic dermatitis": "dermatitis",
+    "plaque psoriasis": "psoriasis",
+    "narcolepsy": "sleep disorders",
+    "glioblastoma": "brain tumor",
+    "glioma": "brain tumor",
+    "crohn disease": "inflammatory bowel disease",
+    "crohn's disease": "inflammatory bowel disease",
+    "ulcerative colitis": "inflammatory bowel disease",
+    "polycystic ovary syndrome": "ovarian disease",
+    "obesity": "overweight",
+    "alzheimer's disease": "dementia",
+    "alzheimer disease": "dementia",
+    "major depressive disorder": "depression",
 }
 
 
@@ -198,7 +270,12 @@ class NormalisedDisease:
 
 class DiseaseNormalizer:
     def __init__(
-        self, llm: WorkflowLlm, cache: Cache, counter: Counter | None, *, min_results: int = 3,
+        self,
+        llm: WorkflowLlm,
+        cache: Cache,
+        counter: Counter | None,
+        *,
+        min_results: int = 3,
         ttl_s: float = 5 * 24 * 3600,
     ):
         self.llm = llm
@@ -210,8 +287,11 @@ class DiseaseNormalizer:
     async def _normalise(self, disease: str) -> tuple[dict[str, Any], str]:
         async def make() -> dict[str, Any] | None:
             data = await self.llm.tool(
-                NORMALISE_PROMPT.format(disease=disease), "record_disease_term",
-                "Record the PubMed-friendly disease term and one synonym.", NORMALISE_SCHEMA, max_tokens=200,
+                NORMALISE_PROMPT.format(disease=disease),
+                "record_disease_term",
+                "Record the PubMed-friendly disease term and one synonym.",
+                NORMALISE_SCHEMA,
+                max_tokens=200,
             )
             term = str((data or {}).get("term") or "").strip().lower()
             if data is not None and 0 < len(term) <= 200 and not is_blocked(term):
@@ -238,8 +318,11 @@ class DiseaseNormalizer:
     async def _broader(self, drug: str, term: str) -> str | None:
         async def make() -> dict[str, Any] | None:
             data = await self.llm.tool(
-                BROADER_PROMPT.format(drug=drug, term=term, minimum=self.min_results), "record_broader_term",
-                "Record one broader disease category.", BROADER_SCHEMA, max_tokens=100,
+                BROADER_PROMPT.format(drug=drug, term=term, minimum=self.min_results),
+                "record_broader_term",
+                "Record one broader disease category.",
+                BROADER_SCHEMA,
+                max_tokens=100,
             )
             broader = str((data or {}).get("term") or "").strip().lower()
             if 0 < len(broader) <= 200:

@@ -19,30 +19,82 @@ from services.gateway.intelligence.language import Language
 from services.gateway.intelligence.llm import WorkflowLlm
 
 # Check tags and other headings that say nothing about a question's topic.
-GENERIC_MESH = frozenset(s.lower() for s in (
-    "Humans", "Animals", "Female", "Male", "Adult", "Aged", "Aged, 80 and over", "Middle Aged", "Young Adult",
-    "Adolescent", "Child", "Child, Preschool", "Infant", "Infant, Newborn", "Pregnancy", "Retrospective Studies",
-    "Prospective Studies", "Follow-Up Studies", "Treatment Outcome", "Risk Factors", "Time Factors",
-    "Cross-Sectional Studies", "Surveys and Questionnaires", "Questionnaires", "Reproducibility of Results",
-    "Sensitivity and Specificity", "Cohort Studies", "Case-Control Studies", "Rats", "Mice", "Incidence",
-    "Prevalence", "Prognosis", "Severity of Illness Index", "Age Factors", "Sex Factors",
-))
+GENERIC_MESH = frozenset(
+    s.lower()
+    for s in (
+        "Humans",
+        "Animals",
+        "Female",
+        "Male",
+        "Adult",
+        "Aged",
+        "Aged, 80 and over",
+        "Middle Aged",
+        "Young Adult",
+        "Adolescent",
+        "Child",
+        "Child, Preschool",
+        "Infant",
+        "Infant, Newborn",
+        "Pregnancy",
+        "Retrospective Studies",
+        "Prospective Studies",
+        "Follow-Up Studies",
+        "Treatment Outcome",
+        "Risk Factors",
+        "Time Factors",
+        "Cross-Sectional Studies",
+        "Surveys and Questionnaires",
+        "Questionnaires",
+        "Reproducibility of Results",
+        "Sensitivity and Specificity",
+        "Cohort Studies",
+        "Case-Control Studies",
+        "Rats",
+        "Mice",
+        "Incidence",
+        "Prevalence",
+        "Prognosis",
+        "Severity of Illness Index",
+        "Age Factors",
+        "Sex Factors",
+    )
+)
 LAY_TO_MESH: dict[str, tuple[str, ...]] = {
-    "heart attack": ("Myocardial Infarction",), "high blood pressure": ("Hypertension",),
-    "blood pressure": ("Blood Pressure",), "statin": ("Hydroxymethylglutaryl-CoA Reductase Inhibitors",),
-    "statins": ("Hydroxymethylglutaryl-CoA Reductase Inhibitors",), "blood thinner": ("Anticoagulants",),
-    "blood thinners": ("Anticoagulants",), "pcos": ("Polycystic Ovary Syndrome",),
-    "diabetes": ("Diabetes Mellitus", "Diabetes Mellitus, Type 2"), "type 2 diabetes": ("Diabetes Mellitus, Type 2",),
-    "cancer": ("Neoplasms",), "kidney": ("Kidney Diseases",), "stroke": ("Stroke",), "dementia": ("Dementia",),
-    "mammogram": ("Mammography",), "mammograms": ("Mammography",), "pregnant": ("Pregnancy",),
-    "pregnancy": ("Pregnancy Complications",), "obesity": ("Obesity",), "overweight": ("Overweight",),
-    "depression": ("Depression", "Depressive Disorder"), "antibiotics": ("Anti-Bacterial Agents",),
-    "painkillers": ("Analgesics",), "flu": ("Influenza, Human",), "covid": ("COVID-19",),
-    "afib": ("Atrial Fibrillation",), "heart failure": ("Heart Failure",), "smoking": ("Smoking",),
+    "heart attack": ("Myocardial Infarction",),
+    "high blood pressure": ("Hypertension",),
+    "blood pressure": ("Blood Pressure",),
+    "statin": ("Hydroxymethylglutaryl-CoA Reductase Inhibitors",),
+    "statins": ("Hydroxymethylglutaryl-CoA Reductase Inhibitors",),
+    "blood thinner": ("Anticoagulants",),
+    "blood thinners": ("Anticoagulants",),
+    "pcos": ("Polycystic Ovary Syndrome",),
+    "diabetes": ("Diabetes Mellitus", "Diabetes Mellitus, Type 2"),
+    "type 2 diabetes": ("Diabetes Mellitus, Type 2",),
+    "cancer": ("Neoplasms",),
+    "kidney": ("Kidney Diseases",),
+    "stroke": ("Stroke",),
+    "dementia": ("Dementia",),
+    "mammogram": ("Mammography",),
+    "mammograms": ("Mammography",),
+    "pregnant": ("Pregnancy",),
+    "pregnancy": ("Pregnancy Complications",),
+    "obesity": ("Obesity",),
+    "overweight": ("Overweight",),
+    "depression": ("Depression", "Depressive Disorder"),
+    "antibiotics": ("Anti-Bacterial Agents",),
+    "painkillers": ("Analgesics",),
+    "flu": ("Influenza, Human",),
+    "covid": ("COVID-19",),
+    "afib": ("Atrial Fibrillation",),
+    "heart failure": ("Heart Failure",),
+    "smoking": ("Smoking",),
 }
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_STOP_WORDS = ("a an the of and or in on for with to from by is are was were be does do can should what "
-                  "which how why when who whom whose than that this these those it its as at into about")
+_STOP_WORDS = (
+    "a an the of and or in on for with to from by is are was were be does do can should what "
+    "which how why when who whom whose than that this these those it its as at into about"
+)
 _STOP = frozenset(_STOP_WORDS.split())
 
 REWRITE_SCHEMA: dict[str, Any] = {
@@ -118,8 +170,11 @@ class QueryEnhancer:
     async def _llm(self, question: str, language: Language) -> dict[str, Any] | None:
         async def make() -> dict[str, Any] | None:
             data = await self.llm.tool(
-                REWRITE_PROMPT.format(question=question, language=language.name), "rewrite_query",
-                "Record the English question and the literature search query.", REWRITE_SCHEMA, max_tokens=400,
+                REWRITE_PROMPT.format(question=question, language=language.name),
+                "rewrite_query",
+                "Record the English question and the literature search query.",
+                REWRITE_SCHEMA,
+                max_tokens=400,
             )
             if data is None:
                 return None
@@ -139,14 +194,23 @@ class QueryEnhancer:
         data = await self._llm(question, language)
         if data is not None:
             return Enhancement(
-                question, data["english_question"], data["search_query"], "llm", list(data["terms"]),
+                question,
+                data["english_question"],
+                data["search_query"],
+                "llm",
+                list(data["terms"]),
                 translated=not language.english,
             )
         if not language.english:
             return Enhancement(
-                question, question, question, "untranslated",
-                note=(f"The question looks {language.name}; translating it needs the LLM (no ANTHROPIC_API_KEY is "
-                      "set), so it was searched as written and the answer is in English."),
+                question,
+                question,
+                question,
+                "untranslated",
+                note=(
+                    f"The question looks {language.name}; translating it needs the LLM (no ANTHROPIC_API_KEY is "
+                    "set), so it was searched as written and the answer is in English."
+                ),
             )
         descriptors = mesh_expand(question, vocabulary)
         if not descriptors:

@@ -45,20 +45,76 @@ class DrugProfile(BaseModel):
 
 # Organ words: the first match (longest keys first) names the organ of a disease.
 ORGANS: dict[str, str] = {
-    "lung": "lung", "pulmonary": "lung", "respiratory": "lung", "bronch": "lung", "asthma": "lung", "copd": "lung",
-    "liver": "liver", "hepat": "liver", "biliary": "liver", "kidney": "kidney", "renal": "kidney",
-    "nephr": "kidney", "heart": "heart", "cardi": "heart", "coronary": "heart", "myocard": "heart",
-    "atrial": "heart", "brain": "brain", "cerebr": "brain", "neuro": "brain", "alzheimer": "brain",
-    "parkinson": "brain", "dementia": "brain", "narcolep": "brain", "epilep": "brain", "migraine": "brain",
-    "depress": "brain", "schizo": "brain", "skin": "skin", "derm": "skin", "eczema": "skin", "psoria": "skin",
-    "melanoma": "skin", "breast": "breast", "colon": "colon", "colorectal": "colon", "bowel": "intestine",
-    "crohn": "intestine", "intestin": "intestine", "gastr": "stomach", "stomach": "stomach",
-    "pancrea": "pancreas", "diabet": "pancreas", "prostat": "prostate", "ovar": "ovary", "uter": "uterus",
-    "bone": "bone", "osteo": "bone", "arthritis": "joint", "joint": "joint", "retin": "eye", "ocular": "eye",
-    "eye": "eye", "glaucoma": "eye", "thyroid": "thyroid", "leuk": "blood", "lymphoma": "lymph node",
-    "anemi": "blood", "anaemi": "blood", "blood": "blood", "obes": "adipose tissue", "adipos": "adipose tissue",
-    "overweight": "adipose tissue", "muscle": "muscle", "myopath": "muscle", "bladder": "bladder",
-    "esophag": "esophagus", "oesophag": "esophagus", "hypertens": "blood vessels", "vascular": "blood vessels",
+    "lung": "lung",
+    "pulmonary": "lung",
+    "respiratory": "lung",
+    "bronch": "lung",
+    "asthma": "lung",
+    "copd": "lung",
+    "liver": "liver",
+    "hepat": "liver",
+    "biliary": "liver",
+    "kidney": "kidney",
+    "renal": "kidney",
+    "nephr": "kidney",
+    "heart": "heart",
+    "cardi": "heart",
+    "coronary": "heart",
+    "myocard": "heart",
+    "atrial": "heart",
+    "brain": "brain",
+    "cerebr": "brain",
+    "neuro": "brain",
+    "alzheimer": "brain",
+    "parkinson": "brain",
+    "dementia": "brain",
+    "narcolep": "brain",
+    "epilep": "brain",
+    "migraine": "brain",
+    "depress": "brain",
+    "schizo": "brain",
+    "skin": "skin",
+    "derm": "skin",
+    "eczema": "skin",
+    "psoria": "skin",
+    "melanoma": "skin",
+    "breast": "breast",
+    "colon": "colon",
+    "colorectal": "colon",
+    "bowel": "intestine",
+    "crohn": "intestine",
+    "intestin": "intestine",
+    "gastr": "stomach",
+    "stomach": "stomach",
+    "pancrea": "pancreas",
+    "diabet": "pancreas",
+    "prostat": "prostate",
+    "ovar": "ovary",
+    "uter": "uterus",
+    "bone": "bone",
+    "osteo": "bone",
+    "arthritis": "joint",
+    "joint": "joint",
+    "retin": "eye",
+    "ocular": "eye",
+    "eye": "eye",
+    "glaucoma": "eye",
+    "thyroid": "thyroid",
+    "leuk": "blood",
+    "lymphoma": "lymph node",
+    "anemi": "blood",
+    "anaemi": "blood",
+    "blood": "blood",
+    "obes": "adipose tissue",
+    "adipos": "adipose tissue",
+    "overweight": "adipose tissue",
+    "muscle": "muscle",
+    "myopath": "muscle",
+    "bladder": "bladder",
+    "esophag": "esophagus",
+    "oesophag": "esophagus",
+    "hypertens": "blood vessels",
+    "vascular": "blood vessels",
     "malaria": "blood",
 }
 ORGAN_SCHEMA: dict[str, Any] = {
@@ -94,7 +150,7 @@ def rule_organ(disease: str) -> str | None:
 
 
 def _drug_class(description: str) -> str:
-    """"Other antidepressants" -> "antidepressants"; "HMG CoA reductase inhibitors" unchanged."""
+    """ "Other antidepressants" -> "antidepressants"; "HMG CoA reductase inhibitors" unchanged."""
     return re.sub(r"^(?:other|various|combinations of)\s+", "", description.strip(), flags=re.IGNORECASE).lower()
 
 
@@ -139,8 +195,9 @@ def rule_queries(drug: str, disease_term: str, organ: str | None, profile: DrugP
     place = search_clause(organ) if organ else dis
     qs: list[SearchQuery] = [SearchQuery("drug", f"{d} AND {dis}")]
     qs += [SearchQuery("class_organ", f"{search_clause(_drug_class(c))} AND {place}") for c in profile.atc_descriptions]
-    qs += [SearchQuery("mechanism_organ", f"{search_clause(m.lower())} AND {place}")
-           for m in profile.mechanisms_of_action]
+    qs += [
+        SearchQuery("mechanism_organ", f"{search_clause(m.lower())} AND {place}") for m in profile.mechanisms_of_action
+    ]
     qs += [SearchQuery("target_gene", f"{g.strip()} AND {dis}") for g in profile.target_gene_symbols if g.strip()]
     qs += [SearchQuery("synonym", f"{search_clause(s)} AND {dis}") for s in profile.synonyms if s.strip()]
     pads = [
@@ -191,7 +248,10 @@ class SearchTermExpander:
     async def organ(self, disease: str) -> tuple[str | None, str]:
         async def make() -> dict[str, Any]:
             data = await self.llm.tool(
-                ORGAN_PROMPT.format(disease=disease), "record_organ_term", "Record the organ term.", ORGAN_SCHEMA,
+                ORGAN_PROMPT.format(disease=disease),
+                "record_organ_term",
+                "Record the organ term.",
+                ORGAN_SCHEMA,
                 max_tokens=50,
             )
             organ = str((data or {}).get("organ") or "").strip().lower()
@@ -208,10 +268,17 @@ class SearchTermExpander:
         async def make() -> dict[str, Any]:
             data = await self.llm.tool(
                 TERMS_PROMPT.format(
-                    drug=drug, disease=disease_term, organ=organ or disease_term, caps=AXIS_CAPS, lo=MIN_QUERIES,
-                    hi=MAX_QUERIES, profile=profile.model_dump_json(exclude_none=True),
+                    drug=drug,
+                    disease=disease_term,
+                    organ=organ or disease_term,
+                    caps=AXIS_CAPS,
+                    lo=MIN_QUERIES,
+                    hi=MAX_QUERIES,
+                    profile=profile.model_dump_json(exclude_none=True),
                 ),
-                "record_search_terms", "Record the PubMed queries, each with its axis.", TERMS_SCHEMA,
+                "record_search_terms",
+                "Record the PubMed queries, each with its axis.",
+                TERMS_SCHEMA,
             )
             raw = (data or {}).get("queries")
             got: list[SearchQuery] = []

@@ -31,7 +31,7 @@ def sentence(text: str) -> str:
 
 
 def condition_query(condition: str, findings: Sequence[str], population: str | None = None) -> str:
-    """"Malaria. symptom: fever 3 days. medical_history: pregnant first trimester." (seed 004)."""
+    """ "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester." (seed 004)."""
     parts = [sentence(condition)] + [sentence(f) for f in findings if f.strip()]
     if population and population.strip():
         parts.append(sentence(f"population: {population.strip()}"))
@@ -41,8 +41,11 @@ def condition_query(condition: str, findings: Sequence[str], population: str | N
 def plan_question(condition: str, findings: Sequence[str], population: str | None = None) -> str:
     described = "; ".join(f for f in findings if f.strip())
     who = f" ({population.strip()})" if population and population.strip() else ""
-    return (f"What do the guidelines recommend for a patient{who} with {condition.strip()}"
-            + (f" and these findings: {described}" if described else "") + "? Give an assessment and plan.")
+    return (
+        f"What do the guidelines recommend for a patient{who} with {condition.strip()}"
+        + (f" and these findings: {described}" if described else "")
+        + "? Give an assessment and plan."
+    )
 
 
 @dataclass
@@ -69,7 +72,7 @@ def attribute(text: str, hits: Sequence[SearchHit]) -> list[PlanItem]:
         for x in _SENTENCE.split(line.strip().removeprefix("- ")):
             x = x.strip()
             if pieces and x and not _BRACKET.sub("", x).strip():  # "... treatment. [NBK:1]": the citation
-                pieces[-1] = f"{pieces[-1]} {x}"                  # belongs to the sentence before it
+                pieces[-1] = f"{pieces[-1]} {x}"  # belongs to the sentence before it
             else:
                 pieces.append(x)
     for s in pieces:

@@ -21,30 +21,63 @@ except ImportError:  # pragma: no cover - langdetect is a dependency; the stopwo
     HAVE_LANGDETECT = False
 
 NAMES = {
-    "en": "English", "fr": "French", "es": "Spanish", "de": "German", "it": "Italian", "pt": "Portuguese",
-    "nl": "Dutch", "pl": "Polish", "sv": "Swedish", "da": "Danish", "no": "Norwegian", "fi": "Finnish",
-    "tr": "Turkish", "ru": "Russian", "ja": "Japanese", "zh-cn": "Chinese", "zh-tw": "Chinese", "ko": "Korean",
-    "ar": "Arabic", "ro": "Romanian", "cs": "Czech", "el": "Greek", "hu": "Hungarian", "id": "Indonesian",
-    "vi": "Vietnamese", "uk": "Ukrainian", "he": "Hebrew", "hi": "Hindi", "ca": "Catalan",
+    "en": "English",
+    "fr": "French",
+    "es": "Spanish",
+    "de": "German",
+    "it": "Italian",
+    "pt": "Portuguese",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "sv": "Swedish",
+    "da": "Danish",
+    "no": "Norwegian",
+    "fi": "Finnish",
+    "tr": "Turkish",
+    "ru": "Russian",
+    "ja": "Japanese",
+    "zh-cn": "Chinese",
+    "zh-tw": "Chinese",
+    "ko": "Korean",
+    "ar": "Arabic",
+    "ro": "Romanian",
+    "cs": "Czech",
+    "el": "Greek",
+    "hu": "Hungarian",
+    "id": "Indonesian",
+    "vi": "Vietnamese",
+    "uk": "Ukrainian",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "ca": "Catalan",
 }
+
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
 STOPWORDS: dict[str, frozenset[str]] = {
-    "en": _words("the a an of and or is are was were in on for with what which how does do can should "
-                    "to from by be it this that there than after before my i"),
-    "fr": _words("le la les un une des du de et ou est sont dans pour avec quel quelle quels quelles "
-                    "comment est-ce que qui au aux ce cette ces chez contre pendant après"),
-    "es": _words("el la los las un una unos unas de del y o es son en para con qué cuál cómo por que "
-                    "se al su sus contra durante después"),
-    "de": _words("der die das ein eine einen und oder ist sind in im für mit was welche wie bei von zu "
-                    "dem den des nach gegen während"),
-    "it": _words("il lo la i gli le un una di del della e o è sono in per con che quale come nel "
-                    "dei delle contro durante dopo"),
-    "pt": _words("o a os as um uma de do da dos das e ou é são em para com que qual como no na "
-                    "contra durante depois"),
+    "en": _words(
+        "the a an of and or is are was were in on for with what which how does do can should "
+        "to from by be it this that there than after before my i"
+    ),
+    "fr": _words(
+        "le la les un une des du de et ou est sont dans pour avec quel quelle quels quelles "
+        "comment est-ce que qui au aux ce cette ces chez contre pendant après"
+    ),
+    "es": _words(
+        "el la los las un una unos unas de del y o es son en para con qué cuál cómo por que "
+        "se al su sus contra durante después"
+    ),
+    "de": _words(
+        "der die das ein eine einen und oder ist sind in im für mit was welche wie bei von zu "
+        "dem den des nach gegen während"
+    ),
+    "it": _words(
+        "il lo la i gli le un una di del della e o è sono in per con che quale come nel dei delle contro durante dopo"
+    ),
+    "pt": _words("o a os as um uma de do da dos das e ou é são em para com que qual como no na contra durante depois"),
     "nl": _words("de het een en of is zijn in voor met wat welke hoe van bij te tegen tijdens na"),
 }
 _WORD = re.compile(r"[^\W\d_]+(?:['-][^\W\d_]+)?", re.UNICODE)

@@ -32,7 +32,11 @@ def _events(
     """As the parser ships them (``packed``: ``token_ids_u32``), or with a JSON list of ids (older parsers)."""
     return [
         ChunkCreated(
-            chunk_id=f"c{i}", document_id=f"d{i}", ordinal=0, text=t, token_count=1,
+            chunk_id=f"c{i}",
+            document_id=f"d{i}",
+            ordinal=0,
+            text=t,
+            token_count=1,
             token_ids=ids[i] if ids and not packed else None,
             token_ids_u32=ChunkCreated.pack_ids(ids[i]) if ids and packed else None,
             token_model=model if ids else None,

@@ -96,6 +96,4 @@ def test_bge_small(bge: BaseEmbedder) -> None:
     np.testing.assert_allclose(q, bge.encode_passages([BGE_QUERY_PREFIX + query]), atol=1e-5)
     assert not np.allclose(q, bge.encode_passages([query]), atol=1e-3)
     assert int(np.argmax(vectors @ q[0])) in (0, 1)
-    np.testing.assert_allclose(
-        bge.encode_pretokenized(bge.token_ids(TEXTS), batch_size=2), vectors, atol=1e-4
-    )
+    np.testing.assert_allclose(bge.encode_pretokenized(bge.token_ids(TEXTS), batch_size=2), vectors, atol=1e-4)

@@ -61,9 +61,7 @@ def test_fetched_folder_resolves_to_onnx(tmp_path: Path) -> None:
     (folder / "onnx").mkdir(parents=True)
     (folder / "onnx" / "model.onnx").write_bytes(b"")
     (folder / "modules.json").write_text("[]")
-    backend, config = resolve(
-        EmbeddingSettings(model="bge-small-en-v1.5", device="cpu", models_dir=str(tmp_path))
-    )
+    backend, config = resolve(EmbeddingSettings(model="bge-small-en-v1.5", device="cpu", models_dir=str(tmp_path)))
     assert backend is OnnxEmbedder
     assert (config.name, config.pooling, config.max_seq_length) == ("BAAI/bge-small-en-v1.5", "cls", 512)
     assert config.query_prefix == BGE_QUERY_PREFIX

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.cli import models as models_cli
+from cli import models as models_cli
 from shared.embedding.fetch import FetchError, fetch_model, is_fetched, known_model, write_model_folder
 from shared.embedding.onnx import read_max_seq_length, read_pooling
 

@@ -42,7 +42,5 @@ def sleeps() -> SleepRecorder:
 async def client(fake_eutils: FakeEutils, sleeps: SleepRecorder) -> AsyncIterator[EutilsClient]:
     """A client on the fake: no real back-off sleeps, a limiter fast enough not to matter."""
     settings = make_settings(fake_eutils)
-    async with EutilsClient(
-        settings, limiter=TokenBucket(10_000, burst=100), sleep=sleeps, rng=random.Random(7)
-    ) as c:
+    async with EutilsClient(settings, limiter=TokenBucket(10_000, burst=100), sleep=sleeps, rng=random.Random(7)) as c:
         yield c

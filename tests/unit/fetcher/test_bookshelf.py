@@ -148,9 +148,7 @@ async def test_download_filter_extract_and_publish(fake_eutils: FakeEutils) -> N
         "bookshelf:NBK500002_ch1",
         "bookshelf:NBK500002_ch2",
     ]
-    assert all(
-        e.format == "bookshelf-nxml" and e.source == "bookshelf" and e.job_id == "job-b" for e in events
-    )
+    assert all(e.format == "bookshelf-nxml" and e.source == "bookshelf" and e.job_id == "job-b" for e in events)
     gnr = [r for r in fake_eutils.requests if r.path.endswith("gene_NBK1116.tar.gz")]
     assert gnr == []  # other publishers' packages are not downloaded
 

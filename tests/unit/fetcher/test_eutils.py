@@ -33,9 +33,7 @@ def _recorded_ids(name: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ esearch
 
 
-async def test_esearch_pages_over_the_webenv_up_to_the_cap(
-    client: EutilsClient, fake_eutils: FakeEutils
-) -> None:
+async def test_esearch_pages_over_the_webenv_up_to_the_cap(client: EutilsClient, fake_eutils: FakeEutils) -> None:
     result = await client.esearch("cancer", max_results=75)
     assert result.count == 100
     assert result.pmids == _recorded_ids("esearch2.xml")[:75]
@@ -58,9 +56,7 @@ async def test_esearch_stops_at_the_count(client: EutilsClient, fake_eutils: Fak
     assert result.query_translation == '"biopython"[All Fields]'
 
 
-async def test_esearch_default_cap_comes_from_settings(
-    fake_eutils: FakeEutils, sleeps: SleepRecorder
-) -> None:
+async def test_esearch_default_cap_comes_from_settings(fake_eutils: FakeEutils, sleeps: SleepRecorder) -> None:
     settings = make_settings(fake_eutils, search_max_results=40)
     async with EutilsClient(settings, limiter=TokenBucket(10_000), sleep=sleeps) as c:
         result = await c.esearch("cancer")
@@ -152,9 +148,7 @@ async def test_429_backs_off_at_least_retry_after(
     assert (after or 0) - (before or 0) == 2
 
 
-async def test_500_is_retried_with_growing_jittered_backoff(
-    fake_eutils: FakeEutils, sleeps: SleepRecorder
-) -> None:
+async def test_500_is_retried_with_growing_jittered_backoff(fake_eutils: FakeEutils, sleeps: SleepRecorder) -> None:
     settings = make_settings(fake_eutils, ncbi_backoff_base_s=1.0, ncbi_backoff_max_s=100.0)
     async with EutilsClient(settings, limiter=TokenBucket(10_000), sleep=sleeps, rng=random.Random(1)) as c:
         fake_eutils.fail_next(500, count=3)
@@ -244,9 +238,7 @@ async def test_pmids_map_to_pmcids_by_elink(client: EutilsClient, fake_eutils: F
     }
 
 
-async def test_pmc_articles_carry_the_open_access_verdict(
-    client: EutilsClient, fake_eutils: FakeEutils
-) -> None:
+async def test_pmc_articles_carry_the_open_access_verdict(client: EutilsClient, fake_eutils: FakeEutils) -> None:
     closed = (FIXTURES / "pone.0000217.nxml").read_bytes().replace(b"<?properties open_access?>", b"")
     closed = closed.replace(b">1790863<", b">9990001<").replace(b">17299597<", b">99990001<")
     fake_eutils.add_pmc_records(closed)

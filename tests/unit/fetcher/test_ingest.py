@@ -18,9 +18,7 @@ async def test_fetch_pubmed_one_event_per_record(client: EutilsClient, fake_euti
     async def on_missing(pmids: list[str]) -> None:
         missing.append(pmids)
 
-    events = [
-        e async for e in fetch_pubmed(wanted, client, job_id="job-1", trace_id="t-1", on_missing=on_missing)
-    ]
+    events = [e async for e in fetch_pubmed(wanted, client, job_id="job-1", trace_id="t-1", on_missing=on_missing)]
     fetched = [e for e in events if isinstance(e, DocumentFetched)]
     deleted = [e for e in events if isinstance(e, DocumentDeleted)]
     assert [e.document_id for e in fetched] == [
@@ -40,9 +38,7 @@ async def test_fetch_pubmed_one_event_per_record(client: EutilsClient, fake_euti
     assert posted == ["12091962,9997,11748933", "20301295,31000001,55555555"]
 
 
-async def test_fetch_pmc_keeps_only_open_access_full_text(
-    client: EutilsClient, fake_eutils: FakeEutils
-) -> None:
+async def test_fetch_pmc_keeps_only_open_access_full_text(client: EutilsClient, fake_eutils: FakeEutils) -> None:
     closed = (FIXTURES / "pone.0000217.nxml").read_bytes().replace(b"<?properties open_access?>", b"")
     closed = closed.replace(b">1790863<", b">9990001<").replace(b">17299597<", b">99990001<")
     fake_eutils.add_pmc_records(closed)
@@ -53,9 +49,7 @@ async def test_fetch_pmc_keeps_only_open_access_full_text(
 
     events = [
         e
-        async for e in fetch_pmc(
-            ["17299597", "99990001", "18405359", "9997"], client, job_id="j", on_closed=on_closed
-        )
+        async for e in fetch_pmc(["17299597", "99990001", "18405359", "9997"], client, job_id="j", on_closed=on_closed)
     ]
     assert [e.document_id for e in events] == ["pmc:PMC1790863", "pmc:PMC2329613"]
     assert all(e.format == "jats-xml" and e.source == "pmc" and e.job_id == "j" for e in events)

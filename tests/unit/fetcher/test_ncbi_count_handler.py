@@ -30,10 +30,15 @@ async def test_count_request_is_answered_on_reply_to() -> None:
             got.append((msg.correlation_id, NcbiCountReply.model_validate_json(msg.body)))
 
         async with TestKafkaBroker(broker) as br:
-            await br.publish(NcbiCountRequest(term="bupropion AND obesity"), topic=NCBI_REQUESTS,
-                             correlation_id="c-1", reply_to=REPLIES)
-            await br.publish(NcbiCountRequest(term="no such thing"), topic=NCBI_REQUESTS,
-                             correlation_id="c-2", reply_to=REPLIES)
+            await br.publish(
+                NcbiCountRequest(term="bupropion AND obesity"),
+                topic=NCBI_REQUESTS,
+                correlation_id="c-1",
+                reply_to=REPLIES,
+            )
+            await br.publish(
+                NcbiCountRequest(term="no such thing"), topic=NCBI_REQUESTS, correlation_id="c-2", reply_to=REPLIES
+            )
         await state.client.aclose()
     replies = dict(got)
     assert replies["c-1"].count == 4 and replies["c-1"].error is None

@@ -39,6 +39,11 @@ def test_a_whole_book_file_is_tracked_by_its_parts() -> None:
 
 
 def test_an_unparsable_file_keeps_its_own_id() -> None:
-    event = DocumentFetched(document_id="bookshelf:NBK1", source="bookshelf", source_id="NBK1",
-                            format="bookshelf-nxml", content="<not-a-book/>")
+    event = DocumentFetched(
+        document_id="bookshelf:NBK1",
+        source="bookshelf",
+        source_id="NBK1",
+        format="bookshelf-nxml",
+        content="<not-a-book/>",
+    )
     assert bookshelf_document_ids(event) == ["bookshelf:NBK1"]

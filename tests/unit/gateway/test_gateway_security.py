@@ -101,9 +101,7 @@ async def test_cors_is_a_setting() -> None:
         )
         assert pre.status_code == 200
         assert pre.headers["access-control-allow-origin"] == "https://app.example.org"
-        denied = await http.post(
-            "/v1/ask", json={"question": "q"}, headers={"Origin": "https://app.example.org"}
-        )
+        denied = await http.post("/v1/ask", json={"question": "q"}, headers={"Origin": "https://app.example.org"})
         assert denied.status_code == 401  # refusals carry CORS headers, so the browser can read them
         assert denied.headers["access-control-allow-origin"] == "https://app.example.org"
         other = await http.options(

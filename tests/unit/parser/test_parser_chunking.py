@@ -66,9 +66,7 @@ def test_chunks_fit_slice_and_stay_in_sections(path: Path, chunker: Chunker, tok
                 assert c.section is not None
                 # a guideline chunk stays inside its section and that section's subsections
                 own = next(s for s in doc.sections if s.title == c.section)
-                inside = [
-                    s for s in doc.sections if s.title == c.section or s.title.startswith(c.section + " > ")
-                ]
+                inside = [s for s in doc.sections if s.title == c.section or s.title.startswith(c.section + " > ")]
                 assert own.char_start <= c.char_start and c.char_end <= max(s.char_end for s in inside)
             else:
                 assert _section_of(doc, c.char_start, c.char_end) == [c.section]
@@ -128,16 +126,11 @@ def test_full_text_builder() -> None:
 
 
 def test_chunk_document_for_imports_without_chunks(chunker: Chunker) -> None:
-    doc = ParsedDocument(
-        source="pubmed", source_id="1", title="A title", abstract="An abstract about malaria."
-    )
+    doc = ParsedDocument(source="pubmed", source_id="1", title="A title", abstract="An abstract about malaria.")
     out = chunk_document(doc, chunker)
     assert out.full_text == "Abstract\nAn abstract about malaria."
     assert [(c.section, c.text) for c in out.chunks] == [("Abstract", "An abstract about malaria.")]
-    assert (
-        chunk_document(ParsedDocument(source_id="2", title="Only a title"), chunker).chunks[0].text
-        == "Only a title"
-    )
+    assert chunk_document(ParsedDocument(source_id="2", title="Only a title"), chunker).chunks[0].text == "Only a title"
 
 
 def test_gzipped_pubmed_set_parses(tmp_path: Path, chunker: Chunker) -> None:

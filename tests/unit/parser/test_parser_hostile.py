@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from services.parser.chunking import Chunker
 from services.parser.core import ParseError, parse_content, parse_file
 from services.parser.detect import UnknownFormatError, detect_format
-from shared.cli.main import main
 from shared.xmlsafe import MalformedXmlError, UnsafeXmlError, iter_pubmed_records, parse_xml
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,9 +37,7 @@ def test_parse_file_refuses(name: str, error: type[ValueError], reason: str, chu
         list(parse_file(HOSTILE / name, chunker=chunker))
 
 
-@pytest.mark.parametrize(
-    "name", ["xxe.xml", "billion-laughs.xml", "image-as.xml", "esearch-as.xml", "esearch.xml"]
-)
+@pytest.mark.parametrize("name", ["xxe.xml", "billion-laughs.xml", "image-as.xml", "esearch-as.xml", "esearch.xml"])
 @pytest.mark.parametrize("fmt", ["pubmed-xml", "jats-xml", "bookshelf-nxml"])
 def test_parse_content_refuses(name: str, fmt: str, chunker: Chunker) -> None:
     data = (HOSTILE / name).read_bytes()
@@ -134,7 +132,7 @@ def test_cli_exits_non_zero_with_reason(name: str, reason: str, capsys: pytest.C
 
 def test_cli_as_a_process() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "shared.cli.main", "parse", str(HOSTILE / "billion-laughs.xml")],
+        [sys.executable, "-m", "cli.main", "parse", str(HOSTILE / "billion-laughs.xml")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -143,7 +141,7 @@ def test_cli_as_a_process() -> None:
     )
     assert proc.returncode == 1 and "entity" in proc.stderr and proc.stdout == ""
     missing = subprocess.run(
-        [sys.executable, "-m", "shared.cli.main", "parse", str(HOSTILE / "nope.xml")],
+        [sys.executable, "-m", "cli.main", "parse", str(HOSTILE / "nope.xml")],
         cwd=ROOT,
         capture_output=True,
         text=True,

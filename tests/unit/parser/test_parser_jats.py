@@ -1,6 +1,5 @@
 """PMC JATS on every real PMC file in tests/fixtures/pmc: exact expected values."""
 
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -91,9 +90,7 @@ def test_sections_offsets_and_exclusions(parsed: dict[str, ParsedDocument]) -> N
     assert methods.char_start == methods.char_end  # only subsections
     stats = doc.sections[titles.index("Methods > Statistical analysis")]
     assert full[stats.char_start : stats.char_end].startswith("In most cases, data collection")
-    assert (
-        full[stats.char_start - len("Statistical analysis\n") : stats.char_start] == "Statistical analysis\n"
-    )
+    assert full[stats.char_start - len("Statistical analysis\n") : stats.char_start] == "Statistical analysis\n"
     for a, b in zip(doc.sections, doc.sections[1:], strict=False):
         assert a.char_end <= b.char_start  # own-text spans never overlap
     assert "REFERENCES" not in full and "Acknowledgements" not in full

@@ -64,9 +64,7 @@ def test_every_pubmed_fixture_is_covered() -> None:
 def test_exact_values(name: str, parsed: dict[str, list[ParsedDocument]]) -> None:
     docs = parsed[name]
     assert len(docs) == len(EXPECTED[name])
-    for doc, (pmid, title, n_authors, n_mesh, labels, pub_date, study_type) in zip(
-        docs, EXPECTED[name], strict=True
-    ):
+    for doc, (pmid, title, n_authors, n_mesh, labels, pub_date, study_type) in zip(docs, EXPECTED[name], strict=True):
         assert doc.source == "pubmed" and doc.source_id == pmid and doc.pmid == pmid
         assert doc.title.startswith(title)
         assert len(doc.authors) == n_authors

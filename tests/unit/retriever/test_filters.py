@@ -11,8 +11,16 @@ def test_default_filter_excludes_retracted_only() -> None:
 
 
 def test_every_filter_becomes_a_numbered_parameter() -> None:
-    f = SearchFilters(year_from=2010, year_to=2020, journals=["Lancet"], study_types=["randomized-controlled-trial"],
-                      min_evidence_level=0.8, mesh=["Diabetes Mellitus"], sources=["pubmed"], include_retracted=True)
+    f = SearchFilters(
+        year_from=2010,
+        year_to=2020,
+        journals=["Lancet"],
+        study_types=["randomized-controlled-trial"],
+        min_evidence_level=0.8,
+        mesh=["Diabetes Mellitus"],
+        sources=["pubmed"],
+        include_retracted=True,
+    )
     sql, params = where_clause(f, 3)
     assert "retracted" not in sql
     assert "d.year >= $3" in sql and "d.year <= $4" in sql

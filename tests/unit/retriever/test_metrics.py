@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.retriever.evaluation import (
+from evaluation.retrieval import (
     EmbeddingCache,
     compute_metrics,
     compute_metrics_builtin,
@@ -86,9 +86,10 @@ def test_embedding_cache_round_trip(tmp_path: Path) -> None:
 
 
 def test_parse_variant() -> None:
-    from shared.cli.eval import parse_variant
+    from cli.eval import parse_variant
 
     assert parse_variant("w2:mode=hybrid,dense_weight=2,rrf_k=20") == (
-        "w2", {"mode": "hybrid", "dense_weight": 2, "rrf_k": 20}
+        "w2",
+        {"mode": "hybrid", "dense_weight": 2, "rrf_k": 20},
     )
     assert parse_variant("t:bm25_b=0.75") == ("t", {"bm25_b": 0.75})

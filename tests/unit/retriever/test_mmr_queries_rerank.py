@@ -41,11 +41,17 @@ def test_query_forms() -> None:
     assert t.dense == THERAPEUTIC_TEMPLATE.format(drug="bupropion", disease="obesity")
     assert t.dense.startswith("Evidence for bupropion as a treatment for obesity, including clinical trials")
     assert t.lexical == "bupropion obesity"
-    c = render("x", QueryForm(kind="condition-findings", condition="Malaria",
-                              findings=["symptom: fever 3 days", "location: rural Ghana",
-                                        "medical_history: pregnant first trimester"]))
-    assert c.dense == ("Malaria. symptom: fever 3 days. location: rural Ghana. "
-                       "medical_history: pregnant first trimester.")
+    c = render(
+        "x",
+        QueryForm(
+            kind="condition-findings",
+            condition="Malaria",
+            findings=["symptom: fever 3 days", "location: rural Ghana", "medical_history: pregnant first trimester"],
+        ),
+    )
+    assert c.dense == (
+        "Malaria. symptom: fever 3 days. location: rural Ghana. medical_history: pregnant first trimester."
+    )
     assert c.lexical == "Malaria fever 3 days rural Ghana pregnant first trimester"
     with pytest.raises(ValidationError):
         QueryForm(kind="therapeutic", drug="x")
@@ -67,11 +73,18 @@ class _FakeMessages(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         type(self).seen.append({"path": self.path, "body": body, "auth": self.headers.get("authorization")})
         text = type(self).replies.pop(0)
-        payload = json.dumps({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 12, "output_tokens": 4},
-        }).encode()
+        payload = json.dumps(
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 12, "output_tokens": 4},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(payload)))
@@ -119,7 +132,9 @@ def test_build_reranker_choices() -> None:
         build_reranker(plain, "llm")
     with pytest.raises(ValueError):
         build_reranker(plain, "cross-encoder")
-    ce = Settings(llm=LlmSettings(ANTHROPIC_API_KEY=None),  # type: ignore[call-arg]
-                  retrieval=RetrievalSettings(cross_encoder="/nonexistent/ce"))
+    ce = Settings(
+        llm=LlmSettings(ANTHROPIC_API_KEY=None),  # type: ignore[call-arg]
+        retrieval=RetrievalSettings(cross_encoder="/nonexistent/ce"),
+    )
     r = build_reranker(ce)
     assert r is not None and r.name.startswith("cross-encoder:")

@@ -10,8 +10,13 @@ from shared.events import RetrievalRequest
 def test_search_request_takes_a_question_or_a_form() -> None:
     assert SearchRequest(query="aspirin stroke").query_text == "aspirin stroke"
     form = SearchRequest.model_validate(
-        {"query_form": {"kind": "therapeutic", "drug": "bupropion", "disease": "obesity"}, "mode": "hybrid+rerank",
-         "reranker": "llm", "mmr": True, "filters": {"mesh": ["Obesity"], "max_chunks_per_document": 1}}
+        {
+            "query_form": {"kind": "therapeutic", "drug": "bupropion", "disease": "obesity"},
+            "mode": "hybrid+rerank",
+            "reranker": "llm",
+            "mmr": True,
+            "filters": {"mesh": ["Obesity"], "max_chunks_per_document": 1},
+        }
     )
     assert form.query_text == "bupropion obesity"
     event = RetrievalRequest(query=form.query_text, query_form=form.query_form, reranker=form.reranker, mmr=True)

@@ -105,8 +105,9 @@ def test_requests_older_than_the_callers_timeout_are_stale() -> None:
     from shared.broker import is_stale
 
     def message(age_s: float) -> SimpleNamespace:
-        record = ConsumerRecord("retrieval.requests", 0, 1, int((_time.time() - age_s) * 1000), 0, None, b"{}",
-                                None, 0, 2, [])
+        record = ConsumerRecord(
+            "retrieval.requests", 0, 1, int((_time.time() - age_s) * 1000), 0, None, b"{}", None, 0, 2, []
+        )
         return SimpleNamespace(raw_message=record)
 
     assert not is_stale(message(1.0), 30.0)  # type: ignore[arg-type]

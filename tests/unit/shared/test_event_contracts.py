@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.contracts import incompatible_changes, schema_of, schema_path
+from docgen.contracts import incompatible_changes, schema_of, schema_path
 from shared.events import PIPELINE_EVENTS, Event
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"

@@ -62,8 +62,7 @@ async def test_an_outage_does_not_use_up_the_attempts_of_a_good_event() -> None:
 
 async def test_three_handler_failures_still_dead_letter_between_transient_ones() -> None:
     broker = broker_with(attempts=3)
-    errors: list[Exception] = [RuntimeError("1"), OSError("net"), RuntimeError("2"), OSError("net"),
-                               RuntimeError("3")]
+    errors: list[Exception] = [RuntimeError("1"), OSError("net"), RuntimeError("2"), OSError("net"), RuntimeError("3")]
     letters: list[DeadLetter] = []
 
     @broker.subscriber("t", group_id="g")
@@ -116,7 +115,11 @@ async def test_one_broken_json_record_does_not_dead_letter_its_whole_batch() -> 
         letters.append(letter)
 
     async with TestKafkaBroker(broker) as br:
-        await br.publish_batch(b'{"broken', PmidDiscovered(pmid="5").model_dump_json().encode(), topic="p",
-                               headers={"content-type": "application/json"})
+        await br.publish_batch(
+            b'{"broken',
+            PmidDiscovered(pmid="5").model_dump_json().encode(),
+            topic="p",
+            headers={"content-type": "application/json"},
+        )
     assert seen == [(["5"], 1)]
     assert letters == []  # the handler, not the middleware, dead-letters the one bad record

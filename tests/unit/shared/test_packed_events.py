@@ -68,8 +68,14 @@ IDS = [101, 7592, 2088, 65535, 70000, 102]
 
 
 def _created(**fields: Any) -> bytes:
-    base = {"chunk_id": "pubmed:1#0", "document_id": "pubmed:1", "ordinal": 0, "text": "t", "token_count": 6,
-            "token_model": "m"}
+    base = {
+        "chunk_id": "pubmed:1#0",
+        "document_id": "pubmed:1",
+        "ordinal": 0,
+        "text": "t",
+        "token_count": 6,
+        "token_model": "m",
+    }
     return json.dumps({**base, **fields}).encode()
 
 

@@ -14,8 +14,8 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 def test_readme_settings_table_matches_the_code() -> None:
     text = README.read_text()
     start, end = "<!-- settings:start -->\n", "<!-- settings:end -->"
-    table = text[text.index(start) + len(start): text.index(end)]
-    assert table == settings_markdown(), "README settings table is stale: run `python -m shared.settings_doc`"
+    table = text[text.index(start) + len(start) : text.index(end)]
+    assert table == settings_markdown(), "README settings table is stale: run `python -m docgen.settings_table`"
 
 
 def test_every_variable_is_prefixed_and_described() -> None:

@@ -22,8 +22,7 @@ PASSAGES = [
     ),
     hit(
         "202",
-        "Tailored print materials did not significantly increase mammography screening rates in this "
-        "cohort of women.",
+        "Tailored print materials did not significantly increase mammography screening rates in this cohort of women.",
         rank=2,
     ),
 ]
@@ -36,9 +35,7 @@ def synth() -> Synthesizer:
 
 async def test_extractive_answer_quotes_sources_with_their_citations(synth: Synthesizer) -> None:
     reply = await synth.answer(
-        SynthesisRequest(
-            question="Does telephone counseling increase mammography screening?", passages=PASSAGES
-        )
+        SynthesisRequest(question="Does telephone counseling increase mammography screening?", passages=PASSAGES)
     )
     assert reply.mode == "extractive"
     assert "Telephone counseling increased mammography screening" in reply.answer
@@ -58,9 +55,7 @@ async def test_no_relevant_passage_means_insufficient_evidence(synth: Synthesize
 
 async def test_emergency_answers_at_once_without_sources(synth: Synthesizer) -> None:
     reply = await synth.answer(
-        SynthesisRequest(
-            question="My father has crushing chest pain right now, what do I do?", passages=PASSAGES
-        )
+        SynthesisRequest(question="My father has crushing chest pain right now, what do I do?", passages=PASSAGES)
     )
     assert reply.mode == "emergency"
     assert "emergency" in reply.answer.lower()
@@ -131,8 +126,6 @@ def test_extractive_quotes_a_sentence_once_even_when_two_chunks_hold_it() -> Non
 
 async def test_the_extractive_label_is_not_flagged_as_an_uncited_claim(synth: Synthesizer) -> None:
     reply = await synth.answer(
-        SynthesisRequest(
-            question="Does telephone counseling increase mammography screening?", passages=PASSAGES
-        )
+        SynthesisRequest(question="Does telephone counseling increase mammography screening?", passages=PASSAGES)
     )
     assert not any(s.startswith("Extractive answer") for s in reply.citation_check.uncited_sentences)

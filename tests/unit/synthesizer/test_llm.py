@@ -44,9 +44,7 @@ def synth(fake: FakeAnthropic) -> Synthesizer:
     return Synthesizer(Settings(), ClaudeAnswerer(llm))
 
 
-async def test_prompt_carries_numbered_sources_and_the_settings(
-    synth: Synthesizer, fake: FakeAnthropic
-) -> None:
+async def test_prompt_carries_numbered_sources_and_the_settings(synth: Synthesizer, fake: FakeAnthropic) -> None:
     await synth.answer(SynthesisRequest(question=QUESTION, passages=PASSAGES))
     text_calls = [r for r in fake.requests if not r.uses_tools]
     tool_calls = [r for r in fake.requests if r.uses_tools]
@@ -107,11 +105,7 @@ async def test_citations_are_parsed_verified_and_a_hallucinated_pmid_removed(syn
     # The sentence whose only citation was invented is now an uncited claim, and flagged.
     assert any("cures everything" in s for s in check.uncited_sentences)
     assert reply.numbered_answer is not None
-    assert (
-        "[1]" in reply.numbered_answer
-        and "[2]" in reply.numbered_answer
-        and "PMID" not in reply.numbered_answer
-    )
+    assert "[1]" in reply.numbered_answer and "[2]" in reply.numbered_answer and "PMID" not in reply.numbered_answer
     assert reply.disclaimer
 
 
@@ -141,9 +135,7 @@ async def test_an_invalid_tool_reply_falls_back_to_the_extractive_summary(
 async def test_stream_yields_every_piece_in_order_then_the_verified_reply(
     synth: Synthesizer, fake: FakeAnthropic
 ) -> None:
-    events = [
-        e async for e in synth.stream(SynthesisRequest(question=QUESTION, passages=PASSAGES, stream=True))
-    ]
+    events = [e async for e in synth.stream(SynthesisRequest(question=QUESTION, passages=PASSAGES, stream=True))]
     tokens = [e for e in events if isinstance(e, SynthesisToken)]
     final = events[-1]
     assert isinstance(final, SynthesisReply) and final.mode == "llm"
@@ -201,8 +193,6 @@ async def test_when_claude_cites_nothing_the_answer_says_the_evidence_is_insuffi
 
 
 async def test_an_emergency_never_reaches_the_model(synth: Synthesizer, fake: FakeAnthropic) -> None:
-    reply = await synth.answer(
-        SynthesisRequest(question="My wife has chest pain and can't breathe", passages=PASSAGES)
-    )
+    reply = await synth.answer(SynthesisRequest(question="My wife has chest pain and can't breathe", passages=PASSAGES))
     assert reply.mode == "emergency"
     assert fake.requests == []

@@ -27,42 +27,87 @@ from tests.fakes.workflow_anthropic import WorkflowAnthropic
 MALARIA_BOOK = "Guidelines for the treatment of malaria (test edition)"
 
 
-def pubmed_hit(pmid: str, title: str, text: str, rank: int = 1, study_type: str = "randomized-controlled-trial",
-               mesh_score: float = 0.8) -> SearchHit:
-    return SearchHit(chunk_id=f"pubmed:{pmid}#a#0", document_id=f"pubmed:{pmid}", source="pubmed", source_id=pmid,
-                     pmid=pmid, title=title, journal="J Test", year=2010, study_type=study_type, text=text,
-                     score=1.0 / rank, dense_score=mesh_score, rank=rank, url=f"https://pubmed.ncbi.nlm.nih.gov/{pmid}/")
+def pubmed_hit(
+    pmid: str,
+    title: str,
+    text: str,
+    rank: int = 1,
+    study_type: str = "randomized-controlled-trial",
+    mesh_score: float = 0.8,
+) -> SearchHit:
+    return SearchHit(
+        chunk_id=f"pubmed:{pmid}#a#0",
+        document_id=f"pubmed:{pmid}",
+        source="pubmed",
+        source_id=pmid,
+        pmid=pmid,
+        title=title,
+        journal="J Test",
+        year=2010,
+        study_type=study_type,
+        text=text,
+        score=1.0 / rank,
+        dense_score=mesh_score,
+        rank=rank,
+        url=f"https://pubmed.ncbi.nlm.nih.gov/{pmid}/",
+    )
 
 
 def guideline_hit(nbk: str, chapter: str, section: str, text: str, rank: int) -> SearchHit:
-    return SearchHit(chunk_id=f"bookshelf:{nbk}#{rank}", document_id=f"bookshelf:{nbk}", source="bookshelf",
-                     source_id=nbk, title=chapter, study_type="guideline",
-                     section=f"{MALARIA_BOOK} > {chapter} > {section}",
-                     text=text, score=1.0 / rank, dense_score=0.7, rank=rank,
-                     url=f"https://www.ncbi.nlm.nih.gov/books/{nbk}/")
+    return SearchHit(
+        chunk_id=f"bookshelf:{nbk}#{rank}",
+        document_id=f"bookshelf:{nbk}",
+        source="bookshelf",
+        source_id=nbk,
+        title=chapter,
+        study_type="guideline",
+        section=f"{MALARIA_BOOK} > {chapter} > {section}",
+        text=text,
+        score=1.0 / rank,
+        dense_score=0.7,
+        rank=rank,
+        url=f"https://www.ncbi.nlm.nih.gov/books/{nbk}/",
+    )
 
 
 PUBMED = [
-    pubmed_hit("21593045", "Short-term metformin co-treatment in women with polycystic ovaries undergoing IVF",
-               "Metformin co-treatment reduced the incidence of ovarian hyperstimulation syndrome in women with "
-               "polycystic ovaries undergoing in vitro fertilisation.", 1),
-    pubmed_hit("15125825", "Starting insulin in type 2 diabetes: continue oral hypoglycemic agents?",
-               "Continuing metformin when starting insulin improved glycaemic control in type 2 diabetes.", 2,
-               "clinical-trial"),
+    pubmed_hit(
+        "21593045",
+        "Short-term metformin co-treatment in women with polycystic ovaries undergoing IVF",
+        "Metformin co-treatment reduced the incidence of ovarian hyperstimulation syndrome in women with "
+        "polycystic ovaries undergoing in vitro fertilisation.",
+        1,
+    ),
+    pubmed_hit(
+        "15125825",
+        "Starting insulin in type 2 diabetes: continue oral hypoglycemic agents?",
+        "Continuing metformin when starting insulin improved glycaemic control in type 2 diabetes.",
+        2,
+        "clinical-trial",
+    ),
 ]
 GUIDELINES = [
-    guideline_hit("NBK999002", "Treatment of uncomplicated malaria", "Artemisinin-based combination therapy",
-                  "Adults and children with uncomplicated P. falciparum malaria should be treated with an "
-                  "artemisinin-based combination therapy (ACT).", 1),
-    guideline_hit("NBK999004", "Malaria in pregnancy", "First trimester of pregnancy",
-                  "For a pregnant woman in the first trimester with uncomplicated P. falciparum malaria, "
-                  "artemether plus lumefantrine is the recommended treatment.", 2),
+    guideline_hit(
+        "NBK999002",
+        "Treatment of uncomplicated malaria",
+        "Artemisinin-based combination therapy",
+        "Adults and children with uncomplicated P. falciparum malaria should be treated with an "
+        "artemisinin-based combination therapy (ACT).",
+        1,
+    ),
+    guideline_hit(
+        "NBK999004",
+        "Malaria in pregnancy",
+        "First trimester of pregnancy",
+        "For a pregnant woman in the first trimester with uncomplicated P. falciparum malaria, "
+        "artemether plus lumefantrine is the recommended treatment.",
+        2,
+    ),
 ]
 
 
 class FakeBackend:
-    def __init__(self, synth: Synthesizer, counts: dict[str, int] | None = None,
-                 mesh: dict[str, int] | None = None):
+    def __init__(self, synth: Synthesizer, counts: dict[str, int] | None = None, mesh: dict[str, int] | None = None):
         self.synth = synth
         self.counts = counts or {}
         self.mesh = mesh or {}
@@ -112,8 +157,11 @@ def fake_llm() -> Iterator[WorkflowAnthropic]:
 
 
 def llm_settings(fake: WorkflowAnthropic) -> LlmSettings:
-    return LlmSettings(anthropic_api_key=SecretStr("k"), anthropic_base_url=fake.url,  # type: ignore[call-arg]
-                       model="claude-test")
+    return LlmSettings(
+        anthropic_api_key=SecretStr("k"),
+        anthropic_base_url=fake.url,  # type: ignore[call-arg]
+        model="claude-test",
+    )
 
 
 def workflow_llm(fake: WorkflowAnthropic | None) -> WorkflowLlm:
@@ -123,7 +171,10 @@ def workflow_llm(fake: WorkflowAnthropic | None) -> WorkflowLlm:
 
 
 def build(
-    fake: WorkflowAnthropic | None = None, *, counts: dict[str, int] | None = None, mesh: dict[str, int] | None = None,
+    fake: WorkflowAnthropic | None = None,
+    *,
+    counts: dict[str, int] | None = None,
+    mesh: dict[str, int] | None = None,
     rxnav_url: str | None = None,
 ) -> tuple[FastAPI, WorkflowService, FakeBackend]:
     settings = Settings(workflow=WorkflowSettings(rxnav_url=rxnav_url, ingest_wait_s=2))  # type: ignore[call-arg]

@@ -38,17 +38,20 @@ from tests.unit.workflows.conftest import GUIDELINES, workflow_llm
 # --- disease normalisation ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("narcolepsy-cataplexy syndrome", "narcolepsy"),
-    ("Stage III non-small cell lung cancer", "non-small cell lung cancer"),
-    ("type 2 diabetes mellitus", "diabetes mellitus"),
-    ("BRCA1-associated breast cancer", "breast cancer"),
-    ("Familial hypercholesterolemia", "hypercholesterolemia"),
-    ("severe atopic dermatitis", "atopic dermatitis"),
-    ("Hepatitis C virus-related hepatocellular carcinoma", "hepatocellular carcinoma"),
-    ("Guillain-Barre syndrome", "guillain-barre syndrome"),  # not a disease + qualifier pair: kept whole
-    ("obesity", "obesity"),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("narcolepsy-cataplexy syndrome", "narcolepsy"),
+        ("Stage III non-small cell lung cancer", "non-small cell lung cancer"),
+        ("type 2 diabetes mellitus", "diabetes mellitus"),
+        ("BRCA1-associated breast cancer", "breast cancer"),
+        ("Familial hypercholesterolemia", "hypercholesterolemia"),
+        ("severe atopic dermatitis", "atopic dermatitis"),
+        ("Hepatitis C virus-related hepatocellular carcinoma", "hepatocellular carcinoma"),
+        ("Guillain-Barre syndrome", "guillain-barre syndrome"),  # not a disease + qualifier pair: kept whole
+        ("obesity", "obesity"),
+    ],
+)
 def test_rules_strip_qualifiers_and_keep_the_organ(raw: str, expected: str) -> None:
     assert rule_normalise(raw) == expected
 
@@ -116,10 +119,16 @@ async def test_cache_expires_after_its_ttl() -> None:
 # --- search-term expansion -------------------------------------------------------------------------------
 
 PROFILE = DrugProfile(
-    synonyms=["Wellbutrin", "Zyban", "Aplenzin"], target_gene_symbols=["SLC6A3", "SLC6A2", "CHRNA3"],
-    mechanisms_of_action=["Dopamine transporter inhibitor", "Norepinephrine transporter inhibitor",
-                          "Nicotinic receptor antagonist"],
-    atc_codes=["N06AX12"], atc_descriptions=["Other antidepressants"], drug_type="small molecule",
+    synonyms=["Wellbutrin", "Zyban", "Aplenzin"],
+    target_gene_symbols=["SLC6A3", "SLC6A2", "CHRNA3"],
+    mechanisms_of_action=[
+        "Dopamine transporter inhibitor",
+        "Norepinephrine transporter inhibitor",
+        "Nicotinic receptor antagonist",
+    ],
+    atc_codes=["N06AX12"],
+    atc_descriptions=["Other antidepressants"],
+    drug_type="small molecule",
 )
 
 
@@ -154,10 +163,12 @@ async def test_llm_expansion_is_capped_and_the_organ_comes_first(fake_llm: Workf
     axes = [q.axis for q in out.queries]
     assert axes.count("drug") == AXIS_CAPS["drug"]  # the fake offers five drug-axis queries: three kept
     assert out.method in ("llm", "llm+rules") and MIN_QUERIES <= len(out.queries) <= MAX_QUERIES
-    organ_calls = [i for i, r in enumerate(fake_llm.requests)
-                   if r.body.get("tool_choice", {}).get("name") == "record_organ_term"]
-    term_calls = [i for i, r in enumerate(fake_llm.requests)
-                  if r.body.get("tool_choice", {}).get("name") == "record_search_terms"]
+    organ_calls = [
+        i for i, r in enumerate(fake_llm.requests) if r.body.get("tool_choice", {}).get("name") == "record_organ_term"
+    ]
+    term_calls = [
+        i for i, r in enumerate(fake_llm.requests) if r.body.get("tool_choice", {}).get("name") == "record_search_terms"
+    ]
     assert organ_calls and term_calls and organ_calls[-1] < term_calls[-1]
     cached_out = await expander.expand("sodium oxybate", "narcolepsy", DrugProfile())
     assert cached_out.method == "cache" and cached_out.queries == out.queries
@@ -166,14 +177,17 @@ async def test_llm_expansion_is_capped_and_the_organ_comes_first(fake_llm: Workf
 # --- classification and language -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("question", "category"), [
-    ("Is there an interaction between warfarin and aspirin?", "drug_interaction"),
-    ("What do the guidelines recommend for malaria in pregnancy?", "guideline"),
-    ("What are the side effects of bupropion?", "drug_information"),
-    ("What causes psoriasis?", "disease_information"),
-    ("My father has chest pain right now", "emergency"),
-    ("Hello there", "other"),
-])
+@pytest.mark.parametrize(
+    ("question", "category"),
+    [
+        ("Is there an interaction between warfarin and aspirin?", "drug_interaction"),
+        ("What do the guidelines recommend for malaria in pregnancy?", "guideline"),
+        ("What are the side effects of bupropion?", "drug_information"),
+        ("What causes psoriasis?", "disease_information"),
+        ("My father has chest pain right now", "emergency"),
+        ("Hello there", "other"),
+    ],
+)
 def test_rule_classification(question: str, category: str) -> None:
     assert rule_classify(question).category == category
 
@@ -183,14 +197,17 @@ def test_drug_pair() -> None:
     assert drug_pair("Can I take ibuprofen with lisinopril?") == ["ibuprofen", "lisinopril"]
 
 
-@pytest.mark.parametrize(("text", "code"), [
-    ("Quel est le traitement du paludisme chez la femme enceinte ?", "fr"),
-    ("¿Cuál es el tratamiento de la malaria en el embarazo?", "es"),
-    ("Welche Nebenwirkungen hat Metformin bei Diabetes?", "de"),
-    ("Does metformin help women with polycystic ovary syndrome?", "en"),
-    ("Statins after stroke", "en"),
-    ("metformin obesity", "en"),
-])
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("Quel est le traitement du paludisme chez la femme enceinte ?", "fr"),
+        ("¿Cuál es el tratamiento de la malaria en el embarazo?", "es"),
+        ("Welche Nebenwirkungen hat Metformin bei Diabetes?", "de"),
+        ("Does metformin help women with polycystic ovary syndrome?", "en"),
+        ("Statins after stroke", "en"),
+        ("metformin obesity", "en"),
+    ],
+)
 def test_language_detection(text: str, code: str) -> None:
     assert detect_language(text).code == code
 
@@ -211,8 +228,15 @@ def test_stopword_fallback_without_langdetect(no_langdetect: None) -> None:
 
 # --- enhancement ----------------------------------------------------------------------------------------
 
-VOCAB = {"Hydroxymethylglutaryl-CoA Reductase Inhibitors": 5, "Stroke": 7, "Humans": 100, "Dementia": 3,
-         "Polycystic Ovary Syndrome": 2, "Metformin": 4, "Female": 80}
+VOCAB = {
+    "Hydroxymethylglutaryl-CoA Reductase Inhibitors": 5,
+    "Stroke": 7,
+    "Humans": 100,
+    "Dementia": 3,
+    "Polycystic Ovary Syndrome": 2,
+    "Metformin": 4,
+    "Female": 80,
+}
 
 
 def test_mesh_expansion_uses_the_stored_headings() -> None:
@@ -273,9 +297,11 @@ async def test_rxnav_against_the_fake() -> None:
 def test_condition_query_and_attribution() -> None:
     q = condition_query("Malaria", ["symptom: fever 3 days", "medical_history: pregnant first trimester"])
     assert q == "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester."
-    answer = ("Extractive answer (no language model configured): quoted.\n\n"
-              "- For a pregnant woman in the first trimester, artemether plus lumefantrine is recommended. "
-              "[NBK:NBK999004]")
+    answer = (
+        "Extractive answer (no language model configured): quoted.\n\n"
+        "- For a pregnant woman in the first trimester, artemether plus lumefantrine is recommended. "
+        "[NBK:NBK999004]"
+    )
     [item] = attribute(answer, GUIDELINES)
     assert item.citation_ids == ["NBK:NBK999004"]
     assert item.sections == [GUIDELINES[1].section]

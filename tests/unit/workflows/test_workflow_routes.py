@@ -42,8 +42,14 @@ async def test_evidence_offline_runs_every_step_and_cites_pmids_on_every_finding
 async def test_evidence_with_claude_uses_it_for_each_step(fake_llm: WorkflowAnthropic) -> None:
     app, _, _ = build(fake_llm, counts={'metformin AND "polycystic ovary syndrome"': 4})
     async with client(app) as http:
-        r = await http.post("/v1/evidence", json={"drug": "metformin", "disease": "polycystic ovary syndrome",
-                                                  "drug_profile": {"target_gene_symbols": ["PRKAA1"]}})
+        r = await http.post(
+            "/v1/evidence",
+            json={
+                "drug": "metformin",
+                "disease": "polycystic ovary syndrome",
+                "drug_profile": {"target_gene_symbols": ["PRKAA1"]},
+            },
+        )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["disease"]["method"] == "llm" and body["expansion_method"] == "llm" and body["organ"] == "brain"
@@ -57,9 +63,12 @@ async def test_evidence_with_claude_uses_it_for_each_step(fake_llm: WorkflowAnth
 async def test_evidence_stream_reports_progress_then_the_result() -> None:
     app, _, _ = build(counts={COUNT: 12})
     events: list[tuple[str, dict[str, object]]] = []
-    async with client(app) as http, http.stream(
-        "POST", "/v1/evidence/stream", json={"drug": "metformin", "disease": "polycystic ovary syndrome"}
-    ) as r:
+    async with (
+        client(app) as http,
+        http.stream(
+            "POST", "/v1/evidence/stream", json={"drug": "metformin", "disease": "polycystic ovary syndrome"}
+        ) as r,
+    ):
         assert r.status_code == 200
         name = ""
         async for line in r.aiter_lines():
@@ -89,9 +98,15 @@ async def test_guideline_recommendation_searches_guidelines_and_cites_sections()
     base = {"condition": "Malaria", "findings": [{"kind": "symptom", "value": "fever 3 days"}]}
     async with client(app) as http:
         plain = (await http.post("/v1/guidelines/recommend", json=base)).json()
-        preg = (await http.post("/v1/guidelines/recommend", json={
-            **base, "findings": [*base["findings"], {"kind": "medical_history", "value": "pregnant first trimester"}],
-        })).json()
+        preg = (
+            await http.post(
+                "/v1/guidelines/recommend",
+                json={
+                    **base,
+                    "findings": [*base["findings"], {"kind": "medical_history", "value": "pregnant first trimester"}],
+                },
+            )
+        ).json()
     assert backend.retrievals[-1].filters.sources == ["bookshelf"]
     assert preg["query"] == "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester."
     assert backend.retrievals[-1].query_form is not None
@@ -105,9 +120,14 @@ async def test_guideline_recommendation_searches_guidelines_and_cites_sections()
 async def test_guideline_recommendation_with_claude(fake_llm: WorkflowAnthropic) -> None:
     app, _, _ = build(fake_llm)
     async with client(app) as http:
-        r = await http.post("/v1/guidelines/recommend", json={
-            "condition": "Malaria", "population": "adult",
-            "findings": [{"kind": "medical_history", "value": "pregnant first trimester"}]})
+        r = await http.post(
+            "/v1/guidelines/recommend",
+            json={
+                "condition": "Malaria",
+                "population": "adult",
+                "findings": [{"kind": "medical_history", "value": "pregnant first trimester"}],
+            },
+        )
     body = r.json()
     assert body["mode"] == "llm" and body["plan"]
     assert {c["citation_id"] for c in body["citations"]} <= {"NBK:NBK999002", "NBK:NBK999004"}
@@ -162,8 +182,9 @@ async def test_query_with_claude_translates_and_answers_in_the_language(fake_llm
 async def test_query_interaction_question_reports_an_unconfigured_service() -> None:
     app, _, _ = build()
     async with client(app) as http:
-        body = (await http.post("/v1/query", json={"question": "Is there an interaction between warfarin and "
-                                                                "aspirin?"})).json()
+        body = (
+            await http.post("/v1/query", json={"question": "Is there an interaction between warfarin and aspirin?"})
+        ).json()
     assert body["intelligence"]["classification"]["category"] == "drug_interaction"
     assert body["interaction"]["configured"] is False and "is configured" in body["interaction"]["text"]
     assert body["answer"].startswith("Drug interaction check:")
@@ -176,8 +197,9 @@ async def test_agent_mode_with_claude_shows_every_tool_call(fake_llm: WorkflowAn
         rx.add_interaction("11289", "1191", "high", "Aspirin increases the bleeding risk of warfarin.")
         app, _, _ = build(fake_llm, rxnav_url=rx.url)
         async with client(app) as http:
-            body = (await http.post("/v1/query", json={
-                "question": "Does warfarin interact with aspirin?", "mode": "agent"})).json()
+            body = (
+                await http.post("/v1/query", json={"question": "Does warfarin interact with aspirin?", "mode": "agent"})
+            ).json()
     agent = body["agent"]
     assert agent["planner"] == "llm" and agent["stop_reason"] == "answered"
     assert [s["tool"] for s in agent["steps"]] == ["search_literature", "check_drug_interaction"]
@@ -189,12 +211,20 @@ async def test_agent_mode_with_claude_shows_every_tool_call(fake_llm: WorkflowAn
 
 async def test_agent_mode_offline_plans_by_rules() -> None:
     app, _, backend = build()
-    backend.pubmed_hits.append(pubmed_hit(
-        "10605400", "Warfarin and aspirin after heart valve replacement",
-        "Adding low-dose aspirin to warfarin reduced embolism but increased minor bleeding in this trial.", 3))
+    backend.pubmed_hits.append(
+        pubmed_hit(
+            "10605400",
+            "Warfarin and aspirin after heart valve replacement",
+            "Adding low-dose aspirin to warfarin reduced embolism but increased minor bleeding in this trial.",
+            3,
+        )
+    )
     async with client(app) as http:
-        body = (await http.post("/v1/query", json={
-            "question": "Is there an interaction between warfarin and aspirin?", "mode": "agent"})).json()
+        body = (
+            await http.post(
+                "/v1/query", json={"question": "Is there an interaction between warfarin and aspirin?", "mode": "agent"}
+            )
+        ).json()
     agent = body["agent"]
     assert agent["planner"] == "rules"
     assert [s["tool"] for s in agent["steps"]] == ["check_drug_interaction", "search_literature"]

@@ -1,4 +1,5 @@
-"""Citation handling: find the ids an answer cites, keep only those among its sources, number them.
+"""Citation handling, one owner for every channel: find the ids a text cites, keep only those among its sources,
+number them.
 
 Answers cite inline as ``[PMID:12345678]``, ``[PMCID:PMC123]`` or ``[NBK:NBK1116]``; several ids may share
 one bracket (``[PMID:1, PMID:2]``). Ids not among the sources are removed and reported; sentences that

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shared.cli._common import console, follow_job, gateway_client, print_summary, producer, publish_all
+from cli._common import console, follow_job, gateway_client, print_summary, producer, publish_all
 from shared.db.jobs import JobStatus
 from shared.events import DocumentDeleted, DocumentFetched, Event
 from shared.settings import Settings, get_settings
@@ -26,16 +26,22 @@ def register(subparsers: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--query", help='A PubMed query, e.g. "metformin AND type 2 diabetes".')
     src.add_argument("--pmids", help="Comma-separated PubMed ids.")
-    src.add_argument("--bookshelf-publisher", metavar="PUBLISHER",
-                     help='Every NCBI Bookshelf Open Access book of a publisher, e.g. "World Health Organization".')
+    src.add_argument(
+        "--bookshelf-publisher",
+        metavar="PUBLISHER",
+        help='Every NCBI Bookshelf Open Access book of a publisher, e.g. "World Health Organization".',
+    )
     src.add_argument("--file", type=Path, help="PubMed XML (efetch or baseline, .gz too), a JATS or NXML file.")
     src.add_argument("--jsonl", type=Path, help="JSON-lines documents (docs/ingestion.md).")
     src.add_argument("--dir", type=Path, help="A directory of JATS/NXML/PubMed XML files.")
     src.add_argument("--status", metavar="JOB_ID", help="Follow an existing job.")
     p.add_argument("--max", type=int, default=None, help="Most PMIDs taken from a query (default 500).")
     p.add_argument("--refresh", action="store_true", help="Fetch again documents already stored.")
-    p.add_argument("--full-text", action="store_true",
-                   help="With --query/--pmids: also fetch the open-access PMC full text of the PMIDs.")
+    p.add_argument(
+        "--full-text",
+        action="store_true",
+        help="With --query/--pmids: also fetch the open-access PMC full text of the PMIDs.",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="Stop following after this many seconds.")
     p.add_argument("--no-wait", action="store_true", help="Start the job and return its id at once.")
     p.set_defaults(func=run)
@@ -104,8 +110,13 @@ def file_events(args: argparse.Namespace, job_id: str) -> Iterator[DocumentFetch
 
 
 async def publish_documents(
-    settings: Settings, events: list[DocumentFetched | DocumentDeleted], job_id: str, source: str,
-    *, follow: bool = True, timeout: float = 1800.0,
+    settings: Settings,
+    events: list[DocumentFetched | DocumentDeleted],
+    job_id: str,
+    source: str,
+    *,
+    follow: bool = True,
+    timeout: float = 1800.0,
 ) -> JobStatus | None:
     """Record a job for ``events``, publish them to ``documents.fetched``, and follow it until done."""
     from shared.db import create_pool
@@ -136,8 +147,9 @@ async def publish_documents(
 async def _from_files(args: argparse.Namespace, settings: Settings) -> int:
     job_id = uuid.uuid4().hex
     source = str(args.jsonl or args.dir or args.file)
-    status = await publish_documents(settings, list(file_events(args, job_id)), job_id, source,
-                                     follow=not args.no_wait, timeout=args.timeout)
+    status = await publish_documents(
+        settings, list(file_events(args, job_id)), job_id, source, follow=not args.no_wait, timeout=args.timeout
+    )
     if status is None:
         print(job_id)
         return 0

@@ -24,8 +24,11 @@ out = Console()
 @asynccontextmanager
 async def producer(settings: Settings) -> AsyncIterator[KafkaBroker]:
     """A bare broker used only to publish (no consumers, no middlewares)."""
-    broker = KafkaBroker(settings.kafka.bootstrap, client_id=f"{settings.kafka.client_id}-cli",
-                         max_request_size=settings.kafka.max_request_size)
+    broker = KafkaBroker(
+        settings.kafka.bootstrap,
+        client_id=f"{settings.kafka.client_id}-cli",
+        max_request_size=settings.kafka.max_request_size,
+    )
     await broker.connect()
     try:
         yield broker
@@ -33,8 +36,9 @@ async def producer(settings: Settings) -> AsyncIterator[KafkaBroker]:
         await broker.stop()
 
 
-async def publish_all(broker: KafkaBroker, topic_of: dict[type[Event], str], events: Iterable[tuple[Event, str]],
-                      window: int = 256) -> int:
+async def publish_all(
+    broker: KafkaBroker, topic_of: dict[type[Event], str], events: Iterable[tuple[Event, str]], window: int = 256
+) -> int:
     """Publish ``(event, key)`` pairs, ``window`` in flight at a time; returns the count."""
     pending: list[asyncio.Future[object]] = []
     n = 0
@@ -66,12 +70,25 @@ def post_gateway(settings: Settings, path: str, body: dict[str, Any]) -> dict[st
 
 STAGE_ORDER = PROGRESS
 
-async def follow_job(fetch: Callable[[], Awaitable[JobStatus | None]], job_id: str, timeout: float,
-                     poll_s: float = 0.5, show: bool = True) -> JobStatus:
+
+async def follow_job(
+    fetch: Callable[[], Awaitable[JobStatus | None]],
+    job_id: str,
+    timeout: float,
+    poll_s: float = 0.5,
+    show: bool = True,
+) -> JobStatus:
     """Show one progress bar per stage until the job is done (or ``timeout``); return the last status."""
     deadline = time.monotonic() + timeout
-    with Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=not show, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description:>10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show,
+        transient=False,
+    ) as progress:
         tasks = {s: progress.add_task(s, total=None) for s in STAGE_ORDER}
         while True:
             status = await fetch()
@@ -85,8 +102,10 @@ async def follow_job(fetch: Callable[[], Awaitable[JobStatus | None]], job_id: s
 
 
 def print_summary(status: JobStatus) -> None:
-    out.print(f"job {status.job_id}: {status.total} documents, state {status.state}"
-              + (f" ({status.error})" if status.error else ""))
+    out.print(
+        f"job {status.job_id}: {status.total} documents, state {status.state}"
+        + (f" ({status.error})" if status.error else "")
+    )
     out.print("  " + ", ".join(f"{k} {v}" for k, v in status.counts.items() if v))
     for f in status.failures[:20]:
         out.print(f"  [red]failed[/red] {f.document_id}: {f.error}")

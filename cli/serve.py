@@ -20,14 +20,14 @@ def register(subparsers: Any) -> None:
 
 
 def _run_dir() -> Path:
-    from shared.devstack.common import default_root
+    from devstack.common import default_root
 
     return default_root() / "run"
 
 
 def run(args: argparse.Namespace) -> int:
-    from shared.devstack.common import default_root, pid_alive
-    from shared.devstack.processes import SERVICES, ServiceStack
+    from devstack.common import default_root, pid_alive
+    from devstack.processes import SERVICES, ServiceStack
 
     names = args.services or list(SERVICES)
     run_dir = _run_dir()

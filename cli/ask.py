@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from shared.cli._common import out, post_gateway
+from cli._common import out, post_gateway
 from shared.settings import get_settings
 
 
@@ -36,13 +36,18 @@ def print_answer(data: dict[str, Any]) -> None:
         out.rule("Citations")
         for c in data["citations"]:
             where = ", ".join(str(x) for x in (c.get("journal"), c.get("year")) if x)
-            out.print(f"[{c['number']}] {c['citation_id']}  {c['title']}" + (f" ({where})" if where else ""),
-                      markup=False, highlight=False)
+            out.print(
+                f"[{c['number']}] {c['citation_id']}  {c['title']}" + (f" ({where})" if where else ""),
+                markup=False,
+                highlight=False,
+            )
             if c.get("url"):
                 out.print(f"    {c['url']}", markup=False, highlight=False)
     check = data.get("citation_check") or {}
-    out.print(f"\ncitation check: {len(check.get('verified', []))} verified, "
-              f"{len(check.get('removed', []))} removed, {len(check.get('uncited_sentences', []))} uncited sentences")
+    out.print(
+        f"\ncitation check: {len(check.get('verified', []))} verified, "
+        f"{len(check.get('removed', []))} removed, {len(check.get('uncited_sentences', []))} uncited sentences"
+    )
     out.print(f"\n{data['disclaimer']}", style="dim")
 
 

@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from shared.cli._common import console, out, print_summary
-from shared.cli.ask import print_answer
+from cli._common import console, out, print_summary
+from cli.ask import print_answer
 
 DEFAULT_QUESTION = "Is telephone counseling more effective than tailored print materials for mammography screening?"
 
@@ -31,10 +31,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shared.devstack.common import repo_root
-    from shared.devstack.kafka import LocalKafka
-    from shared.devstack.postgres import LocalPostgres
-    from shared.devstack.processes import ServiceStack
+    from devstack.common import repo_root
+    from devstack.kafka import LocalKafka
+    from devstack.postgres import LocalPostgres
+    from devstack.processes import ServiceStack
 
     root = repo_root()
     data = Path(os.environ.get("EVIDENTIA_DEVSTACK_DIR", root / ".data"))
@@ -56,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
     stack = ServiceStack(log_dir=data / "logs", env=dict(os.environ), gateway_port=settings.service.gateway_port)
     try:
         asyncio.run(_prepare(settings))
-        console.print("[bold]2/5[/bold] starting fetcher, parser, embedder, retriever, synthesizer, gateway "
-                      f"(logs in {data / 'logs'})")
+        console.print(
+            "[bold]2/5[/bold] starting fetcher, parser, embedder, retriever, synthesizer, gateway "
+            f"(logs in {data / 'logs'})"
+        )
         stack.start(timeout=300)
         console.print("[bold]3/5[/bold] ingesting the bundled sample")
         status = asyncio.run(_ingest(settings, samples))
@@ -65,8 +67,11 @@ def run(args: argparse.Namespace) -> int:
         console.print("[bold]4/5[/bold] asking through the gateway: " + args.question)
         import httpx
 
-        r = httpx.post(f"http://127.0.0.1:{settings.service.gateway_port}/v1/ask",
-                       json={"question": args.question, "top_n": 5}, timeout=120)
+        r = httpx.post(
+            f"http://127.0.0.1:{settings.service.gateway_port}/v1/ask",
+            json={"question": args.question, "top_n": 5},
+            timeout=120,
+        )
         r.raise_for_status()
         answer = r.json()
         print_answer(answer)
@@ -88,13 +93,14 @@ async def _prepare(settings: Any) -> None:
     from shared.topics import ensure_topics, standard_topics
 
     await migrate(settings.database.url)
-    await ensure_topics(settings.kafka.bootstrap, standard_topics(settings.kafka.topic_partitions),
-                        settings.kafka.replication_factor)
+    await ensure_topics(
+        settings.kafka.bootstrap, standard_topics(settings.kafka.topic_partitions), settings.kafka.replication_factor
+    )
 
 
 async def _ingest(settings: Any, samples: Path) -> Any:
+    from cli.ingest import publish_documents
     from services.fetcher import bulk
-    from shared.cli.ingest import publish_documents
     from shared.events import DocumentDeleted, DocumentFetched
 
     job_id = uuid.uuid4().hex

@@ -1,4 +1,4 @@
-"""Write the settings table into README.md between its markers: ``python -m shared.settings_doc``."""
+"""Write the settings table into README.md between its markers: ``python -m docgen.settings_table``."""
 
 from __future__ import annotations
 

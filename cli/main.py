@@ -37,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"shared.cli.{name}")
+            module = importlib.import_module(f"cli.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"shared.cli.{name}":
+            if exc.name == f"cli.{name}":
                 continue  # sub-command not built yet
             raise
         module.register(subparsers)

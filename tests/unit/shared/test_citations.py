@@ -1,12 +1,23 @@
 from __future__ import annotations
 
-from services.synthesizer.citations import CitationVerifier, cited_ids
+from shared.citations import CitationVerifier, cited_ids
 from shared.models import SearchHit
 
 
 def hit(pmid: str, rank: int = 1) -> SearchHit:
-    return SearchHit(chunk_id=f"pubmed:{pmid}#x#0", document_id=f"pubmed:{pmid}", source="pubmed", source_id=pmid,
-                     pmid=pmid, title=f"Paper {pmid}", journal="J", year=2020, text="t", score=1.0, rank=rank)
+    return SearchHit(
+        chunk_id=f"pubmed:{pmid}#x#0",
+        document_id=f"pubmed:{pmid}",
+        source="pubmed",
+        source_id=pmid,
+        pmid=pmid,
+        title=f"Paper {pmid}",
+        journal="J",
+        year=2020,
+        text="t",
+        score=1.0,
+        rank=rank,
+    )
 
 
 def test_cited_ids_in_order_without_repeats() -> None:
@@ -25,8 +36,9 @@ def test_hallucinated_pmid_is_removed_and_reported() -> None:
 
 
 def test_uncited_claims_are_flagged_but_short_lines_are_not() -> None:
-    out = CitationVerifier([hit("111")]).verify("Summary:\nMetformin reduces weight in obese adults over a year. "
-                                                "It works [PMID:111].")
+    out = CitationVerifier([hit("111")]).verify(
+        "Summary:\nMetformin reduces weight in obese adults over a year. It works [PMID:111]."
+    )
     assert out.check.uncited_sentences == ["Summary:\nMetformin reduces weight in obese adults over a year."]
 
 

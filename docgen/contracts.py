@@ -71,8 +71,9 @@ def incompatible_changes(old: dict[str, Any], new: dict[str, Any], path: str = "
             problems.append(f"{path}{name}: type {sorted(old_t)} -> {sorted(new_t)}")
         o, n = _resolve(old, old_node), _resolve(new, new_props[name])
         if "properties" in o and "properties" in n:
-            problems += incompatible_changes({**o, "$defs": old.get("$defs", {})},
-                                             {**n, "$defs": new.get("$defs", {})}, f"{path}{name}.")
+            problems += incompatible_changes(
+                {**o, "$defs": old.get("$defs", {})}, {**n, "$defs": new.get("$defs", {})}, f"{path}{name}."
+            )
     return problems
 
 

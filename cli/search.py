@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from shared.cli._common import out, post_gateway
-from shared.cli.ask import filters
+from cli._common import out, post_gateway
+from cli.ask import filters
 from shared.settings import get_settings
 
 

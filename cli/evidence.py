@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from shared.cli._common import console, gateway_client, out
+from cli._common import console, gateway_client, out
 from shared.settings import get_settings
 
 STEP_TITLES = {
@@ -30,8 +30,12 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("evidence", help="Drug-disease evidence: normalise, expand, fetch, search, summarise.")
     p.add_argument("--drug", required=True, help="e.g. bupropion")
     p.add_argument("--disease", required=True, help="e.g. obesity")
-    p.add_argument("--profile", type=Path, help="A drug profile as JSON (synonyms, target_gene_symbols, "
-                   "mechanisms_of_action, atc_codes, atc_descriptions, drug_type).")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        help="A drug profile as JSON (synonyms, target_gene_symbols, "
+        "mechanisms_of_action, atc_codes, atc_descriptions, drug_type).",
+    )
     p.add_argument("--max-per-query", type=int, help="PMIDs taken from each search.")
     p.add_argument("--no-ingest", action="store_true", help="Search only what is stored.")
     p.add_argument("--wait", type=float, help="Longest wait for the ingestion jobs, in seconds.")
@@ -69,8 +73,10 @@ def print_summary(data: dict[str, Any]) -> None:
     s = data["summary"]
     out.rule(f"Evidence: {data['drug']} for {data['disease']['search_term']} ({s['method']})")
     out.print(s["summary"], markup=False, highlight=False)
-    out.print(f"\nstrength: {s['strength']}; studies: {s['study_count']}"
-              + (f" ({', '.join(s['study_types'])})" if s["study_types"] else ""))
+    out.print(
+        f"\nstrength: {s['strength']}; studies: {s['study_count']}"
+        + (f" ({', '.join(s['study_types'])})" if s["study_types"] else "")
+    )
     if s["key_findings"]:
         out.rule("Key findings")
         for f in s["key_findings"]:
@@ -79,8 +85,11 @@ def print_summary(data: dict[str, Any]) -> None:
         out.rule("Sources")
         for c in data["citations"]:
             where = ", ".join(str(x) for x in (c.get("journal"), c.get("year")) if x)
-            out.print(f"[{c['number']}] {c['citation_id']}  {c['title']}" + (f" ({where})" if where else ""),
-                      markup=False, highlight=False)
+            out.print(
+                f"[{c['number']}] {c['citation_id']}  {c['title']}" + (f" ({where})" if where else ""),
+                markup=False,
+                highlight=False,
+            )
     out.print(f"\n{data['disclaimer']}", style="dim")
 
 

@@ -148,7 +148,9 @@ def load_beir(directory: str | os.PathLike[str], split: str = "test") -> Dataset
     root = Path(directory)
     corpus_path = _first_existing(root / "corpus.jsonl", root / "corpus.jsonl.gz")
     queries_path = _first_existing(
-        root / f"queries.{split}.jsonl", root / "queries.jsonl", root / f"queries.{split}.jsonl.gz",
+        root / f"queries.{split}.jsonl",
+        root / "queries.jsonl",
+        root / f"queries.{split}.jsonl.gz",
         root / "queries.jsonl.gz",
     )
     qrels: Qrels = {}
@@ -177,8 +179,10 @@ def load_pubmedqa(path: str | os.PathLike[str], *, with_titles: bool = False) ->
     for pmid, item in data.items():
         contexts = item.get("CONTEXTS") or []
         labels = item.get("LABELS") or []
-        parts = [f"{label.title()}: {c}" if i < len(labels) else c for i, (c, label) in
-                 enumerate(zip(contexts, labels + [""] * len(contexts), strict=False))]
+        parts = [
+            f"{label.title()}: {c}" if i < len(labels) else c
+            for i, (c, label) in enumerate(zip(contexts, labels + [""] * len(contexts), strict=False))
+        ]
         corpus[pmid] = (item["QUESTION"] if with_titles else "", " ".join(parts) if labels else " ".join(contexts))
         queries[pmid] = item["QUESTION"]
         qrels[pmid] = {pmid: 1}
@@ -262,7 +266,7 @@ async def fresh_database(url: str | None) -> AsyncIterator[str]:
             finally:
                 await admin.close()
         return
-    from shared.devstack.postgres import LocalPostgres
+    from devstack.postgres import LocalPostgres
 
     tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="evidentia-eval-"))
     await asyncio.to_thread(tmp.chmod, 0o755)
@@ -321,10 +325,21 @@ class EvalReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "dataset": self.dataset, "model": self.model, "documents": self.documents, "chunks": self.chunks,
-            "metrics_impl": self.metrics_impl, "timings_s": {k: round(v, 2) for k, v in self.timings_s.items()},
-            "modes": {r.mode: {**{k: round(v, 4) for k, v in r.metrics.items()}, "queries": r.queries,
-                               "search_s": round(r.search_s, 2), "reranker": r.reranker} for r in self.results},
+            "dataset": self.dataset,
+            "model": self.model,
+            "documents": self.documents,
+            "chunks": self.chunks,
+            "metrics_impl": self.metrics_impl,
+            "timings_s": {k: round(v, 2) for k, v in self.timings_s.items()},
+            "modes": {
+                r.mode: {
+                    **{k: round(v, 4) for k, v in r.metrics.items()},
+                    "queries": r.queries,
+                    "search_s": round(r.search_s, 2),
+                    "reranker": r.reranker,
+                }
+                for r in self.results
+            },
         }
 
 
@@ -355,19 +370,20 @@ async def _store_all(pool: asyncpg.Pool, docs: Sequence[ParsedDocument], concurr
     await asyncio.gather(*(one(d) for d in docs))
 
 
-async def evaluate(ds: Dataset, settings: Settings, config: EvalConfig,
-                   progress: Callable[[str], None] = lambda _m: None) -> EvalReport:
+async def evaluate(
+    ds: Dataset, settings: Settings, config: EvalConfig, progress: Callable[[str], None] = lambda _m: None
+) -> EvalReport:
     from services.parser.core import chunk_document
     from shared.db import create_pool
     from shared.embedding import get_embedder
+
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     embedder = get_embedder(settings.embedding)
     chunker = eval_chunker(settings)
     docs = [chunk_document(d, chunker) for d in to_documents(ds)]
     timings["chunk"] = time.perf_counter() - t0
-    progress(f"chunked {len(docs)} documents into {sum(len(d.chunks) for d in docs)} chunks "
-             f"({timings['chunk']:.1f}s)")
+    progress(f"chunked {len(docs)} documents into {sum(len(d.chunks) for d in docs)} chunks ({timings['chunk']:.1f}s)")
     query_ids = sorted(ds.queries)[: config.limit_queries] if config.limit_queries else sorted(ds.queries)
     cache = EmbeddingCache(config.cache_dir, embedder.name)
     async with fresh_database(config.database_url) as url:
@@ -388,19 +404,25 @@ async def evaluate(ds: Dataset, settings: Settings, config: EvalConfig,
             index = await create_index(pool, embedder.name, embedder.dim, db, activate=True)
             for i in range(0, len(rows), 2000):
                 part = rows[i : i + 2000]
-                await upsert_vectors(pool, index, [r["chunk_id"] for r in part], [r["document_id"] for r in part],
-                                     vectors[i : i + 2000])
+                await upsert_vectors(
+                    pool, index, [r["chunk_id"] for r in part], [r["document_id"] for r in part], vectors[i : i + 2000]
+                )
             await pool.execute("ANALYZE")
             timings["index"] = time.perf_counter() - t
             progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s HNSW)")
             t = time.perf_counter()
-            qvecs = await asyncio.to_thread(cache.encode, "query", [ds.queries[q] for q in query_ids],
-                                            embedder.encode_queries)
+            qvecs = await asyncio.to_thread(
+                cache.encode, "query", [ds.queries[q] for q in query_ids], embedder.encode_queries
+            )
             timings["embed_queries"] = time.perf_counter() - t
             cache.save()
-            searcher = HybridSearcher.from_settings(pool, index, settings.retrieval,
-                                                    ef_search=max(settings.database.hnsw_ef_search, 200),
-                                                    stats=CorpusStats(ttl_s=1e9))
+            searcher = HybridSearcher.from_settings(
+                pool,
+                index,
+                settings.retrieval,
+                ef_search=max(settings.database.hnsw_ef_search, 200),
+                stats=CorpusStats(ttl_s=1e9),
+            )
             results: list[ModeResult] = []
             impl = "builtin"
             for mode in config.modes:
@@ -409,20 +431,27 @@ async def evaluate(ds: Dataset, settings: Settings, config: EvalConfig,
                 run = await _run_mode(searcher, ds, query_ids, qvecs, mode, config, reranker)
                 elapsed = time.perf_counter() - t
                 metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
-                results.append(ModeResult(mode, metrics, len(query_ids), elapsed,
-                                          reranker.name if reranker else None))
+                results.append(ModeResult(mode, metrics, len(query_ids), elapsed, reranker.name if reranker else None))
                 progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
             for label, overrides in config.variants.items():
                 mode = str(overrides.get("mode", "hybrid"))
                 r_settings = settings.retrieval.model_copy(update={k: v for k, v in overrides.items() if k != "mode"})
-                variant = HybridSearcher.from_settings(pool, index, r_settings, ef_search=searcher.ef_search,
-                                                       stats=searcher.stats)
+                variant = HybridSearcher.from_settings(
+                    pool, index, r_settings, ef_search=searcher.ef_search, stats=searcher.stats
+                )
                 reranker = await _reranker_for(mode, settings, config)
                 t = time.perf_counter()
                 run = await _run_mode(variant, ds, query_ids, qvecs, mode, config, reranker)
                 metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
-                results.append(ModeResult(f"{mode} {label}", metrics, len(query_ids), time.perf_counter() - t,
-                                          reranker.name if reranker else None))
+                results.append(
+                    ModeResult(
+                        f"{mode} {label}",
+                        metrics,
+                        len(query_ids),
+                        time.perf_counter() - t,
+                        reranker.name if reranker else None,
+                    )
+                )
                 progress(f"{mode} {label}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
             timings["total"] = time.perf_counter() - t0
             return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results)
@@ -459,12 +488,20 @@ class _CachedEmbeddingReranker(EmbeddingReranker):
         order = np.argsort(-cos, kind="stable")
         second_rank = np.empty(len(passages), dtype=np.int64)
         second_rank[order] = np.arange(1, len(passages) + 1)
-        return [self.first_weight / (self.k + i + 1) + 1.0 / (self.k + int(second_rank[i]))
-                for i in range(len(passages))]
+        return [
+            self.first_weight / (self.k + i + 1) + 1.0 / (self.k + int(second_rank[i])) for i in range(len(passages))
+        ]
 
 
-async def _run_mode(searcher: HybridSearcher, ds: Dataset, query_ids: Sequence[str], qvecs: np.ndarray, mode: str,
-                    config: EvalConfig, reranker: Reranker | None) -> Run:
+async def _run_mode(
+    searcher: HybridSearcher,
+    ds: Dataset,
+    query_ids: Sequence[str],
+    qvecs: np.ndarray,
+    mode: str,
+    config: EvalConfig,
+    reranker: Reranker | None,
+) -> Run:
     filters = SearchFilters(max_chunks_per_document=1)
     sem = asyncio.Semaphore(config.concurrency)
     run: Run = {}
@@ -473,7 +510,12 @@ async def _run_mode(searcher: HybridSearcher, ds: Dataset, query_ids: Sequence[s
     async def one(i: int, qid: str) -> None:
         async with sem:
             result = await searcher.search(
-                ds.queries[qid], qvecs[i], mode=_SEARCH_MODE[mode], top_k=top_k, top_n=100, filters=filters,
+                ds.queries[qid],
+                qvecs[i],
+                mode=_SEARCH_MODE[mode],
+                top_k=top_k,
+                top_n=100,
+                filters=filters,
                 reranker=reranker,
             )
         run[qid] = {h.source_id: float(100 - h.rank) for h in result.hits}

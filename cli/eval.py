@@ -27,28 +27,42 @@ def register(subparsers: Any) -> None:
     r = sub.add_parser("retrieval", help="nDCG@10, Recall@100, MRR@10 of each search mode.")
     r.add_argument("--dataset", required=True, help="BEIR folder, or a PubMedQA pqal_*.json file.")
     r.add_argument("--split", default="test", help="qrels/SPLIT.tsv (default test).")
-    r.add_argument("--mode", action="append", choices=MODE_CHOICES,
-                   help="bm25, dense, hybrid, hybrid+rerank or all; repeatable (default hybrid).")
+    r.add_argument(
+        "--mode",
+        action="append",
+        choices=MODE_CHOICES,
+        help="bm25, dense, hybrid, hybrid+rerank or all; repeatable (default hybrid).",
+    )
     r.add_argument("--json", action="store_true", help="Print one JSON object.")
-    r.add_argument("--database-url", help="Create (and drop) a fresh database on this server instead of a "
-                   "throw-away PostgreSQL in a temp dir.")
+    r.add_argument(
+        "--database-url",
+        help="Create (and drop) a fresh database on this server instead of a throw-away PostgreSQL in a temp dir.",
+    )
     r.add_argument("--model", help="Embedding model (default: EVIDENTIA_EMBEDDING_MODEL).")
     r.add_argument("--rerank-depth", type=int, default=30, help="Candidates reranked in hybrid+rerank (top_k).")
-    r.add_argument("--rerank-model", help="hybrid+rerank with a second embedding model when no cross-encoder "
-                   "or API key is configured (e.g. e5-small-v2).")
+    r.add_argument(
+        "--rerank-model",
+        help="hybrid+rerank with a second embedding model when no cross-encoder "
+        "or API key is configured (e.g. e5-small-v2).",
+    )
     r.add_argument("--recall-at", type=int, action="append", default=[], help="Also report Recall@K.")
     r.add_argument("--limit-queries", type=int, help="Evaluate the first N queries only.")
     r.add_argument("--cache-dir", help="Embedding cache (default ~/.cache/evidentia/eval).")
     r.add_argument("--no-cache", action="store_true", help="Encode everything (timing runs).")
-    r.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=V,KEY=V",
-                   help="An extra run on the same index with retrieval settings changed, e.g. "
-                   "'w2:mode=hybrid,dense_weight=2,rrf_k=20' (repeatable).")
+    r.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=V,KEY=V",
+        help="An extra run on the same index with retrieval settings changed, e.g. "
+        "'w2:mode=hybrid,dense_weight=2,rrf_k=20' (repeatable).",
+    )
     r.set_defaults(func=run)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
 
 def run(args: argparse.Namespace) -> int:
-    from services.retriever.evaluation import MODES, EvalConfig, default_cache_dir, evaluate, load_dataset
+    from evaluation.retrieval import MODES, EvalConfig, default_cache_dir, evaluate, load_dataset
     from shared.settings import EmbeddingSettings, Settings
 
     settings = Settings()
@@ -57,10 +71,16 @@ def run(args: argparse.Namespace) -> int:
     modes = args.mode or ["hybrid"]
     modes = list(MODES) if "all" in modes else list(dict.fromkeys(modes))
     cache_dir = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    config = EvalConfig(modes=modes, database_url=args.database_url, cache_dir=cache_dir,
-                        rerank_depth=args.rerank_depth, rerank_model=args.rerank_model,
-                        recall_ks=sorted(set(args.recall_at)), limit_queries=args.limit_queries,
-                        variants=dict(parse_variant(v) for v in args.variant))
+    config = EvalConfig(
+        modes=modes,
+        database_url=args.database_url,
+        cache_dir=cache_dir,
+        rerank_depth=args.rerank_depth,
+        rerank_model=args.rerank_model,
+        recall_ks=sorted(set(args.recall_at)),
+        limit_queries=args.limit_queries,
+        variants=dict(parse_variant(v) for v in args.variant),
+    )
     ds = load_dataset(args.dataset, args.split)
 
     def progress(msg: str) -> None:
@@ -76,9 +96,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(json.dumps(data))
         return 0
-    print(f"{report.dataset}: {report.documents} documents, {report.chunks} chunks, model {report.model}, "
-          f"{len(ds.queries) if not args.limit_queries else args.limit_queries} queries "
-          f"(metrics: {report.metrics_impl})")
+    print(
+        f"{report.dataset}: {report.documents} documents, {report.chunks} chunks, model {report.model}, "
+        f"{len(ds.queries) if not args.limit_queries else args.limit_queries} queries "
+        f"(metrics: {report.metrics_impl})"
+    )
     for r in report.results:
         cols = "  ".join(f"{k} {v:.4f}" for k, v in r.metrics.items())
         extra = f"  [{r.reranker}]" if r.reranker else ""

@@ -33,22 +33,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "reindex", help="Re-embed every chunk with another model through the pipeline; switch when complete."
     )
-    p.add_argument("--model", required=True, help="The new embedding model (a name `evidentia models list` shows, "
-                                                  "a folder or a hub name).")
-    p.add_argument("--spawn-embedder", action="store_true",
-                   help="Start a reindex embedder of the model (python -m services.embedder.reindex) here and "
-                        "stop it at the end; otherwise one must be running.")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="The new embedding model (a name `evidentia models list` shows, a folder or a hub name).",
+    )
+    p.add_argument(
+        "--spawn-embedder",
+        action="store_true",
+        help="Start a reindex embedder of the model (python -m services.embedder.reindex) here and "
+        "stop it at the end; otherwise one must be running.",
+    )
     p.add_argument("--no-switch", action="store_true", help="Fill the new index but do not activate it.")
     p.add_argument("--timeout", type=float, default=24 * 3600.0, help="Give up (no switch) after this many seconds.")
-    p.add_argument("--stall-s", type=float, default=300.0,
-                   help="Publish the missing chunks again after this long without progress.")
+    p.add_argument(
+        "--stall-s",
+        type=float,
+        default=300.0,
+        help="Publish the missing chunks again after this long without progress.",
+    )
     p.add_argument("--poll-s", type=float, default=2.0, help="Seconds between progress checks.")
     p.add_argument("--batch", type=int, default=2000, help="Chunks read from the database and published at once.")
     p.set_defaults(func=run)
@@ -71,8 +81,13 @@ def spawn_reindex_embedder(model: str, log_path: Path) -> subprocess.Popen[bytes
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the child
     try:
-        return subprocess.Popen([sys.executable, "-m", "services.embedder.reindex"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.embedder.reindex"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     finally:
         log.close()
 
@@ -89,8 +104,8 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
 
 
 async def reindex(args: argparse.Namespace) -> int:
+    from cli._common import console, out, producer, publish_all
     from services.retriever.store import active_index, create_index
-    from shared.cli._common import console, out, producer, publish_all
     from shared.db import create_pool
     from shared.embedding import EmbedderError, get_embedder, resolve
     from shared.embedding.passage_tokens import passage_tokenizer
@@ -121,18 +136,23 @@ async def reindex(args: argparse.Namespace) -> int:
             target = await create_index(pool, name, dim, settings.database, activate=False)
             if target.state == "retired":  # an index of X from before a switch back: reuse its vectors
                 await pool.execute("UPDATE vector_indexes SET state = 'building' WHERE name = $1", target.name)
-            out.print(f"building index {target.name} for {name} ({dim}-d) next to "
-                      f"{active.name + ' (' + active.model + ')' if active else 'no active index'}")
+            out.print(
+                f"building index {target.name} for {name} ({dim}-d) next to "
+                f"{active.name + ' (' + active.model + ')' if active else 'no active index'}"
+            )
         if args.spawn_embedder:
             log_path = Path(tempfile.mkstemp(prefix="evidentia-reindex-embedder-", suffix=".log")[1])
             proc = spawn_reindex_embedder(args.model, log_path)
             out.print(f"started a reindex embedder for {args.model} (pid {proc.pid}, log {log_path})")
         else:
-            out.print(f"waiting for a reindex embedder: EVIDENTIA_EMBEDDING_MODEL={args.model} "
-                      "python -m services.embedder.reindex")
+            out.print(
+                f"waiting for a reindex embedder: EVIDENTIA_EMBEDDING_MODEL={args.model} "
+                "python -m services.embedder.reindex"
+            )
 
-        missing_sql = (f"SELECT c.chunk_id FROM chunks c LEFT JOIN {target.table_name} v USING (chunk_id) "
-                       "WHERE v.chunk_id IS NULL")
+        missing_sql = (
+            f"SELECT c.chunk_id FROM chunks c LEFT JOIN {target.table_name} v USING (chunk_id) WHERE v.chunk_id IS NULL"
+        )
         published: set[str] = set()
         start = time.monotonic()
         deadline = start + args.timeout
@@ -147,9 +167,11 @@ async def reindex(args: argparse.Namespace) -> int:
                 if best is None or len(missing) < best:
                     best, last_progress = len(missing), time.monotonic()
                 elif time.monotonic() - last_progress > args.stall_s:
-                    console.print(f"[yellow]no progress for {args.stall_s:.0f}s: publishing the "
-                                  f"{len(missing)} missing chunks again (is a reindex embedder of {args.model} "
-                                  "running?)[/yellow]")
+                    console.print(
+                        f"[yellow]no progress for {args.stall_s:.0f}s: publishing the "
+                        f"{len(missing)} missing chunks again (is a reindex embedder of {args.model} "
+                        "running?)[/yellow]"
+                    )
                     published.clear()
                     last_progress = time.monotonic()
                 if proc is not None and proc.poll() is not None:
@@ -166,8 +188,11 @@ async def reindex(args: argparse.Namespace) -> int:
                     events: list[tuple[Event, str]] = [
                         (
                             ChunkCreated(
-                                chunk_id=r["chunk_id"], document_id=r["document_id"], ordinal=r["ordinal"],
-                                text=r["embedding_text"], token_count=r["token_count"],
+                                chunk_id=r["chunk_id"],
+                                document_id=r["document_id"],
+                                ordinal=r["ordinal"],
+                                text=r["embedding_text"],
+                                token_count=r["token_count"],
                                 token_ids_u32=ChunkCreated.pack_ids(ids[j]) if ids else None,
                                 token_model=name if ids else None,
                                 target_model=name,
@@ -179,8 +204,9 @@ async def reindex(args: argparse.Namespace) -> int:
                     await publish_all(broker, {ChunkCreated: CHUNKS_REINDEX}, events)
                     published.update(r["chunk_id"] for r in rows)
                 done = total - len(missing)
-                console.print(f"{target.name}: {done}/{total} chunks embedded, {len(published)} published",
-                              highlight=False)
+                console.print(
+                    f"{target.name}: {done}/{total} chunks embedded, {len(published)} published", highlight=False
+                )
                 if time.monotonic() > deadline:
                     console.print(f"[red]timed out with {len(missing)} chunks missing; nothing switched[/red]")
                     return 1
@@ -195,10 +221,13 @@ async def reindex(args: argparse.Namespace) -> int:
             out.print(f"{target.name} complete ({count} vectors, {took:.0f}s); not switched (--no-switch)")
         else:
             switched = await create_index(pool, name, dim, settings.database, activate=True)
-            out.print(f"switched: {switched.name} ({name}, {count} vectors) is active"
-                      + (f", {active.name} retired" if active else "") + f" after {took:.0f}s. Restart the services "
-                      f"with EVIDENTIA_EMBEDDING_MODEL={args.model}, then run this command again to embed chunks "
-                      "created in between.")
+            out.print(
+                f"switched: {switched.name} ({name}, {count} vectors) is active"
+                + (f", {active.name} retired" if active else "")
+                + f" after {took:.0f}s. Restart the services "
+                f"with EVIDENTIA_EMBEDDING_MODEL={args.model}, then run this command again to embed chunks "
+                "created in between."
+            )
         return 0
     finally:
         if proc is not None:

@@ -1,0 +1,1 @@
+"""Documentation generators: event JSON Schemas, the AsyncAPI document and the README settings table."""

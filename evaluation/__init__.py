@@ -1,0 +1,1 @@
+"""Offline evaluation of retrieval (BEIR-format datasets, nDCG/recall) against a private PostgreSQL."""
