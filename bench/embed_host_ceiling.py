@@ -46,8 +46,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from embed_throughput import DEFAULT_CORPUS, _free_port, chunk_events, load_texts  # noqa: E402
+from embed_throughput import DEFAULT_CORPUS, chunk_events, load_texts  # noqa: E402
 
+from devstack.common import free_port  # noqa: E402
 from devstack.processes import ServiceProcess  # noqa: E402
 
 STANDIN_RATE_ENV = "BENCH_STANDIN_RATE"
@@ -202,7 +203,7 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
 
     root = Path(tempfile.mkdtemp(prefix="evidentia-ceiling-"))
     os.chmod(root, 0o755)
-    kafka = LocalKafka(root / "kafka", port=_free_port(), controller_port=_free_port())
+    kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
     kafka.ensure_libs()
     kafka.start(timeout=180)
     procs: list[ServiceProcess] = []
@@ -223,7 +224,7 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
         if args.profile:
             env["BENCH_PROFILE"] = str(args.profile.with_suffix(f".{encoding}.txt"))
         for i in range(args.replicas):  # one consumer group: the partitions are shared out among them
-            port = _free_port()
+            port = free_port()
             procs.append(
                 StandInProcess(
                     "embedder", port, root / f"embedder-{i}.log", {**env, "EVIDENTIA_METRICS_PORT": str(port)}

@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from devstack.common import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -117,14 +119,6 @@ def pretokenized_throughput(
 # ---------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def chunk_events(
     texts: Sequence[str], run: str, token_ids: Sequence[Sequence[int]] | None = None, token_model: str | None = None
 ) -> list[tuple[bytes, bytes]]:
@@ -210,7 +204,7 @@ class ServiceUnderTest:
 
         self.root = Path(tempfile.mkdtemp(prefix="evidentia-bench-"))
         os.chmod(self.root, 0o755)
-        self.kafka = LocalKafka(self.root / "kafka", port=_free_port(), controller_port=_free_port())
+        self.kafka = LocalKafka(self.root / "kafka", port=free_port(), controller_port=free_port())
         self.partitions = partitions
         self.extra_env = env
         self.proc: Any = None
@@ -228,7 +222,7 @@ class ServiceUnderTest:
         env.update(
             {
                 "EVIDENTIA_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-                "EVIDENTIA_METRICS_PORT": str(_free_port()),
+                "EVIDENTIA_METRICS_PORT": str(free_port()),
                 "HF_HUB_OFFLINE": "1",
                 "PYTHONPATH": str(REPO),
                 **self.extra_env,

@@ -22,7 +22,6 @@ import asyncio
 import ipaddress
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -35,6 +34,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+from devstack.common import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -333,12 +334,6 @@ def require_loopback(url: str) -> None:
         ok = False
     if not ok:
         raise SystemExit(f"refusing {url!r}: only loopback addresses (127.0.0.1, ::1, localhost) are used")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -25,13 +25,14 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from devstack.common import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,16 +69,10 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(reindex(args))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def spawn_reindex_embedder(model: str, log_path: Path) -> subprocess.Popen[bytes]:
     """``python -m services.embedder.reindex`` for ``model`` (same environment otherwise)."""
     env = dict(os.environ)
-    env.update({"EVIDENTIA_EMBEDDING_MODEL": model, "EVIDENTIA_METRICS_PORT": str(_free_port())})
+    env.update({"EVIDENTIA_EMBEDDING_MODEL": model, "EVIDENTIA_METRICS_PORT": str(free_port())})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the child
     try:

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import numpy as np
 
+from devstack.common import free_port
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher
 from services.retriever.store import create_index, upsert_vectors
@@ -270,21 +271,13 @@ async def fresh_database(url: str | None) -> AsyncIterator[str]:
 
     tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="evidentia-eval-"))
     await asyncio.to_thread(tmp.chmod, 0o755)
-    pg = LocalPostgres(tmp, port=_free_port())
+    pg = LocalPostgres(tmp, port=free_port())
     await asyncio.to_thread(pg.start)
     try:
         yield pg.url
     finally:
         await asyncio.to_thread(pg.stop)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------------------------- the run

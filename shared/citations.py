@@ -53,7 +53,7 @@ class CitationVerifier:
     """Checks an answer's citations against the sources it was given, and renumbers them [1], [2]...
 
     ``numbering`` maps citation ids to display numbers already used earlier in a conversation, so a
-    paper keeps its number across turns (seed 002); new ids continue the sequence.
+    paper keeps its number across turns; new ids continue the sequence.
     """
 
     def __init__(self, sources: Sequence[SearchHit], numbering: dict[str, int] | None = None):

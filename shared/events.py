@@ -335,7 +335,7 @@ class KeyFinding(BaseModel):
 
 
 class EvidenceSummary(BaseModel):
-    """A structured summary of the evidence behind an answer (seed 000 ``EvidenceSummary``).
+    """A structured summary of the evidence behind an answer (``EvidenceSummary``).
 
     In LLM mode Claude fills it through tool use with this model's JSON schema; offline it is built
     from the retrieved sources' metadata and the extracted sentences (``method`` says which).

@@ -160,8 +160,8 @@ class SearchFilters(BaseModel):
 class QueryForm(BaseModel):
     """A structured query: the retriever writes the text that is embedded and the terms that are matched.
 
-    ``therapeutic`` (seed 000): "Evidence for {drug} as a treatment for {disease}, including clinical
-    trials, efficacy data, and mechanism of action". ``condition-findings`` (seed 004): "{condition}.
+    ``therapeutic``: "Evidence for {drug} as a treatment for {disease}, including clinical
+    trials, efficacy data, and mechanism of action". ``condition-findings``: "{condition}.
     {finding}. {finding}." where a finding reads like "symptom: fever 3 days".
     """
 

@@ -1,4 +1,4 @@
-"""Safety rules that run before any retrieval or model call (seed 001).
+"""Safety rules that run before any retrieval or model call.
 
 Shared because both the gateway (which answers an emergency before any retrieval) and the synthesizer
 (which never lets one reach the model, whoever sends the request) apply them.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import uvicorn
 from faststream.asgi import AsgiFastStream, AsgiResponse, get
@@ -20,8 +20,9 @@ from faststream.kafka import KafkaBroker
 from prometheus_client import make_asgi_app
 
 from shared import metrics
+from shared.broker import make_broker
 from shared.logs import configure_logging
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,44 @@ DEFAULT_PORTS = {"fetcher": 9101, "parser": 9102, "embedder": 9103, "retriever":
 
 Hook = Callable[[], Awaitable[Any]]
 ReadyCheck = Callable[[], Awaitable[bool]]
+
+
+class ServiceState(Protocol):
+    """What a consumer service keeps between events: started and stopped with the app, asked by /readyz."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def ready(self) -> bool: ...
+
+
+S = TypeVar("S", bound=ServiceState)
+
+
+def service_app(
+    name: str,
+    state_class: Callable[[Settings], S],
+    register: Callable[[KafkaBroker, S], None],
+    description: str,
+) -> AsgiFastStream:
+    """The one way a consumer service is wired: settings -> broker -> state -> handlers -> app with probes.
+
+    Takes the service's name, its state class (built from the settings), the function that subscribes its
+    handlers, and the description shown in its AsyncAPI document; returns the ASGI app ``run_app`` serves.
+    """
+    settings = get_settings()
+    broker = make_broker(name, settings)
+    state = state_class(settings)
+    register(broker, state)
+    return make_app(
+        name,
+        broker,
+        on_startup=[state.start],
+        on_shutdown=[state.stop],
+        ready=state.ready,
+        description=description,
+    )
 
 
 def make_app(

@@ -1,21 +1,13 @@
-"""Fetcher service wiring: broker, state, handlers, probes. No logic lives here."""
+"""Fetcher service wiring (see :func:`shared.service.service_app`). No logic lives here."""
 
 from __future__ import annotations
 
 from services.fetcher.handlers import FetcherState, register
-from shared.broker import make_broker
-from shared.service import make_app
-from shared.settings import get_settings
+from shared.service import service_app
 
-settings = get_settings()
-broker = make_broker("fetcher", settings)
-state = FetcherState(settings)
-register(broker, state)
-app = make_app(
+app = service_app(
     "fetcher",
-    broker,
-    on_startup=[state.start],
-    on_shutdown=[state.stop],
-    ready=state.ready,
-    description="Discovers PubMed ids (searches, lists) and fetches their records from NCBI E-utilities.",
+    FetcherState,
+    register,
+    "Discovers PubMed ids (searches, lists) and fetches their records from NCBI E-utilities.",
 )

@@ -1,4 +1,4 @@
-"""Ingestion bookkeeping of the fetcher: recorded searches (seed 000) and de-duplication.
+"""Ingestion bookkeeping of the fetcher: recorded searches and de-duplication.
 
 Jobs and per-document stages are shared with the other services: see :mod:`shared.db.jobs`.
 """

@@ -1,4 +1,4 @@
-"""Conversations (seed 002) in PostgreSQL: messages, and citations numbered [1], [2]... conversation-wide.
+"""Conversations in PostgreSQL: messages, and citations numbered [1], [2]... conversation-wide.
 
 A conversation belongs to the API key that started it (``owner``); another key gets 404 for it. With
 authentication off every conversation is ownerless and open to everyone who can reach the gateway.

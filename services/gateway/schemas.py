@@ -119,7 +119,7 @@ class SearchResponse(BaseModel):
 
 
 class AskRequest(BaseModel):
-    """A question (seed 001 ``QueryInput``: 1..10,000 characters; ``message`` is accepted for ``question``)."""
+    """A question (``QueryInput``: 1..10,000 characters; ``message`` is accepted for ``question``)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

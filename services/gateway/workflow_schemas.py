@@ -24,7 +24,7 @@ class WorkflowStep(BaseModel):
     ms: float | None = None
 
 
-# --- 1. drug-disease evidence (seed 000) ------------------------------------------------------------------
+# --- 1. drug-disease evidence ------------------------------------------------------------------
 
 
 class EvidenceRequest(BaseModel):
@@ -94,7 +94,7 @@ class EvidenceResponse(BaseModel):
     queries: list[ExpandedQuery]
     expansion_method: str
     ingestion: IngestionSummary
-    therapeutic_query: str = Field(description="The semantic query (seed 000 therapeutic intent).")
+    therapeutic_query: str = Field(description="The semantic query (the therapeutic-intent form).")
     summary: EvidenceSummary = Field(description="The structured evidence summary; every finding names its PMIDs.")
     answer: str
     numbered_answer: str
@@ -108,7 +108,7 @@ class EvidenceResponse(BaseModel):
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 
-# --- 2. guideline recommendation (seed 004) -------------------------------------------------------------
+# --- 2. guideline recommendation -------------------------------------------------------------
 
 
 class Finding(BaseModel):
@@ -150,7 +150,7 @@ class GuidelineResponse(BaseModel):
     condition: str
     findings: list[str]
     population: str | None
-    query: str = Field(description="The search query: condition + findings (seed 004).")
+    query: str = Field(description="The search query: condition + findings.")
     top_section: str | None = Field(description="Title path of the best-matching guideline section.")
     assessment: str
     plan: list[PlanItem] = Field(description="The recommendations, each citing the guideline sections it rests on.")
@@ -165,7 +165,7 @@ class GuidelineResponse(BaseModel):
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 
-# --- 3. query intelligence (seed 001) -------------------------------------------------------------------
+# --- 3. query intelligence -------------------------------------------------------------------
 
 
 class QueryRequest(BaseModel):

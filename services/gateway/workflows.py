@@ -1,6 +1,6 @@
-"""Clinical workflows over the running services: ``/v1/evidence`` (drug-disease evidence, seed 000),
-``/v1/guidelines/recommend`` (condition + findings -> Assessment & Plan, seed 004) and ``/v1/query``
-(classification, language, enhancement, routing and agentic mode, seed 001).
+"""Clinical workflows over the running services: ``/v1/evidence`` (drug-disease evidence),
+``/v1/guidelines/recommend`` (condition + findings -> Assessment & Plan) and ``/v1/query``
+(classification, language, enhancement, routing and agentic mode).
 
 The workflow logic lives in :mod:`services.gateway.intelligence` (pure, tested without Kafka); this module
 wires it to the services through a :class:`WorkflowBackend`: retrieval and synthesis over Kafka
@@ -741,8 +741,7 @@ class WorkflowService:
         @router.post(
             "/v1/evidence",
             response_model=EvidenceResponse,
-            summary="Drug-disease evidence: normalise the disease, expand searches, fetch, search, "
-            "summarise (seed 000)",
+            summary="Drug-disease evidence: normalise the disease, expand searches, fetch, search, summarise",
         )
         async def evidence(body: EvidenceRequest) -> EvidenceResponse:
             return await self.evidence(body)
@@ -764,7 +763,7 @@ class WorkflowService:
             "/v1/guidelines/recommend",
             response_model=GuidelineResponse,
             summary="Guideline recommendation: condition + clinical findings -> Assessment & Plan citing "
-            "guideline sections (seed 004)",
+            "guideline sections",
         )
         async def recommend(body: GuidelineRequest) -> GuidelineResponse:
             return await self.recommend(body)
@@ -773,7 +772,7 @@ class WorkflowService:
             "/v1/query",
             response_model=QueryResponse,
             summary="A question with query intelligence: classified, language detected, enhanced and "
-            "routed; `mode: agent` for Claude with tools (seed 001)",
+            "routed; `mode: agent` for Claude with tools",
         )
         async def query(body: QueryRequest) -> QueryResponse:
             return await self.query(body)
@@ -810,7 +809,7 @@ class WorkflowService:
 
 
 def _sourced(summary: EvidenceSummary | None) -> EvidenceSummary | None:
-    """The summary with only the findings that name their sources (seed 000: PMIDs on every claim)."""
+    """The summary with only the findings that name their sources (PMIDs on every claim)."""
     if summary is None:
         return None
     findings = [f for f in summary.key_findings if f.supporting_pmids]

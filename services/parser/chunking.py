@@ -1,6 +1,6 @@
 """``full_text`` layout, section-aware chunking and the text each chunk is embedded as.
 
-Layout (seed 003). ``full_text`` is the document's sections in reading order, each written as its
+Layout. ``full_text`` is the document's sections in reading order, each written as its
 heading on one line then its text, sections separated by a blank line. ``sections`` lists every section
 as ``{title, char_start, char_end}`` where ``full_text[char_start:char_end]`` is the section's *own* text
 (heading excluded, subsections excluded): the spans never overlap. ``title`` is the section's title path
@@ -12,7 +12,7 @@ Articles (PubMed, PMC). Each section is cut on its own (a chunk never crosses se
 most ``cap`` tokens with ``overlap`` tokens shared between neighbours (default 512 / 50), preferring a
 paragraph break, then a sentence break, then a space, never cutting a word unless one word is over the cap.
 
-Guidelines (Bookshelf, seed 004). Hierarchical: a section that fits the cap (1,000 by default) with all its
+Guidelines (Bookshelf). Hierarchical: a section that fits the cap (1,000 by default) with all its
 subsections is one chunk; a larger one yields its own text (split as above, without overlap) and recurses
 into its subsections; so no chunk exceeds the cap. The title path is the chunk's ``section`` and is put in
 front of the text that is embedded (see :func:`embedding_text`).
@@ -46,7 +46,7 @@ _CLOSERS = frozenset({")", "]", '"', "'", "\u201d", "\u2019"})
 
 
 def embedding_text(title: str, section: str | None, content: str) -> str:
-    """What is embedded for a chunk: "Document: {title}\\nSection: {section}\\n\\n{content}" (seed 003)."""
+    """What is embedded for a chunk: "Document: {title}\\nSection: {section}\\n\\n{content}"."""
     if section is None:
         return f"Document: {title}\n\n{content}"
     return f"Document: {title}\nSection: {section}\n\n{content}"

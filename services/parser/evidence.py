@@ -1,9 +1,9 @@
-"""Publication types to a study type and an evidence weight (seed 001's weights).
+"""Publication types to a study type and an evidence weight.
 
-Order of strength (the issue): meta-analysis and systematic review > randomized controlled trial >
-guideline > cohort/observational > case report > review/editorial/comment. The weights are seed 001's
+Order of strength: meta-analysis and systematic review > randomized controlled trial >
+guideline > cohort/observational > case report > review/editorial/comment. The weights
 (systematic review / meta-analysis 1.0, RCT 0.9, guideline 0.85, cohort 0.7, case report 0.5, expert
-opinion 0.3); the types seed 001 does not name sit where the order puts them. When a record has
+opinion 0.3); the other types sit where the order puts them. When a record has
 several types the strongest wins. PubMed publication types decide first; MeSH check tags such as
 "Cohort Studies" only refine a record whose types say nothing stronger than "Journal Article".
 """
@@ -24,7 +24,7 @@ EVIDENCE_WEIGHTS: dict[StudyType, float] = {
     "cohort": 0.7,
     "case-control": 0.7,
     "observational": 0.7,
-    "other": 0.5,  # seed 001's weight for an unknown type
+    "other": 0.5,  # the weight of an unknown type
     "case-report": 0.5,
     "review": 0.3,
     "editorial": 0.3,

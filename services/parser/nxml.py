@@ -2,7 +2,7 @@
 
 One document per book part (chapter, annex, appendix...). Front matter, reference lists and
 acknowledgements are skipped: parts whose id starts with ``fm-``, ``rl-`` or ``ak-`` (the Bookshelf file
-naming, seed 004; :func:`services.parser.core.parse_file` also skips such file names), parts typed as
+naming; :func:`services.parser.core.parse_file` also skips such file names), parts typed as
 front matter / references / acknowledgements, and a ``<book>``'s ``front-matter`` and ``book-back``.
 
 Sections carry their title path "Book > Chapter > Section > Subsection"; the part's own text (before its

@@ -1,21 +1,13 @@
-"""Retriever service wiring: broker, state, handlers, probes. No logic lives here."""
+"""Retriever service wiring (see :func:`shared.service.service_app`). No logic lives here."""
 
 from __future__ import annotations
 
 from services.retriever.handlers import RetrieverState, register
-from shared.broker import make_broker
-from shared.service import make_app
-from shared.settings import get_settings
+from shared.service import service_app
 
-settings = get_settings()
-broker = make_broker("retriever", settings)
-state = RetrieverState(settings)
-register(broker, state)
-app = make_app(
+app = service_app(
     "retriever",
-    broker,
-    on_startup=[state.start],
-    on_shutdown=[state.stop],
-    ready=state.ready,
-    description="Stores chunk vectors in pgvector and answers search requests (dense, lexical, hybrid).",
+    RetrieverState,
+    register,
+    "Stores chunk vectors in pgvector and answers search requests (dense, lexical, hybrid).",
 )

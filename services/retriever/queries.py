@@ -1,9 +1,9 @@
 """Query forms: what is embedded and what is matched lexically for each kind of query.
 
 * a free question: embedded and matched as written;
-* ``therapeutic`` (seed 000): the intent is embedded, "Evidence for {drug} as a treatment for {disease},
+* ``therapeutic``: the intent is embedded, "Evidence for {drug} as a treatment for {disease},
   including clinical trials, efficacy data, and mechanism of action", while BM25 matches drug and disease;
-* ``condition-findings`` (seed 004): "{condition}. {finding}. {finding}." is embedded (e.g. "Malaria.
+* ``condition-findings``: "{condition}. {finding}. {finding}." is embedded (e.g. "Malaria.
   symptom: fever 3 days. medical_history: pregnant first trimester."), BM25 matches the condition and the
   findings' values.
 """

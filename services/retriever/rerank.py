@@ -1,4 +1,4 @@
-"""Rerankers for ``hybrid+rerank``: top_k candidates -> scores, best first after sorting (seeds 000 and 002).
+"""Rerankers for ``hybrid+rerank``: top_k candidates -> scores, best first after sorting.
 
 * :class:`CrossEncoderReranker`: a cross-encoder from a local folder, either a sentence-transformers
   ``CrossEncoder`` (weights + config) or an ONNX export (``model.onnx`` or ``onnx/model.onnx`` with

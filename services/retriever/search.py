@@ -66,7 +66,7 @@ async def dense_search(
     filters: SearchFilters,
     ef_search: int,
 ) -> list[Scored]:
-    """Nearest chunks by cosine similarity (1 - cosine distance, seed 004); iterative HNSW scans keep
+    """Nearest chunks by cosine similarity (1 - cosine distance); iterative HNSW scans keep
     filtered queries at k results."""
     where, params = where_clause(filters, 3)
     sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> $1) AS score

@@ -1,20 +1,13 @@
-"""Synthesizer service wiring: broker, state, handlers, probes. No logic lives here."""
+"""Synthesizer service wiring (see :func:`shared.service.service_app`). No logic lives here."""
 
 from __future__ import annotations
 
 from services.synthesizer.handlers import SynthesizerState, register
-from shared.broker import make_broker
-from shared.service import make_app
-from shared.settings import get_settings
+from shared.service import service_app
 
-settings = get_settings()
-broker = make_broker("synthesizer", settings)
-state = SynthesizerState(settings)
-register(broker, state)
-app = make_app(
+app = service_app(
     "synthesizer",
-    broker,
-    on_startup=[state.start],
-    ready=state.ready,
-    description="Answers synthesis requests with cited answers: Claude when configured, else extractive.",
+    SynthesizerState,
+    register,
+    "Answers synthesis requests with cited answers: Claude when configured, else extractive.",
 )

@@ -25,6 +25,9 @@ class SynthesizerState:
         self._core = Synthesizer.from_settings(self.settings)
         log.info("synthesizer mode", extra={"mode": "llm" if self._core.llm else "extractive"})
 
+    async def stop(self) -> None:
+        self._core = None
+
     async def ready(self) -> bool:
         return self._core is not None
 

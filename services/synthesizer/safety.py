@@ -1,4 +1,4 @@
-"""Safety rules (seed 001), shared with the gateway: see :mod:`shared.safety`."""
+"""Safety rules, shared with the gateway: see :mod:`shared.safety`."""
 
 from shared.safety import DISCLAIMER, EMERGENCY_ANSWER, is_emergency
 

@@ -1,4 +1,4 @@
-"""The structured evidence summary (seed 000): the tool Claude fills, its checking, and the offline version.
+"""The structured evidence summary: the tool Claude fills, its checking, and the offline version.
 
 Claude gets one tool, ``record_evidence_summary``, whose ``input_schema`` is generated from
 :class:`shared.events.EvidenceSummary` (less the ``method`` field, which is ours), and is forced to call it.

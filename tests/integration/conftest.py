@@ -10,27 +10,22 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from devstack.common import free_port
 from devstack.kafka import LocalKafka
 from devstack.postgres import LocalPostgres
 from devstack.processes import ServiceStack
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.eutils_server import FakeEutils
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -92,7 +87,7 @@ class Stack:
     def http(self) -> httpx.Client:
         return httpx.Client(base_url=self.gateway, timeout=60)
 
-    def wait_job(self, job_id: str, timeout: float = 240.0) -> dict[str, object]:
+    def wait_job(self, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         with self.http() as http:
             while True:

@@ -6,8 +6,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from devstack.common import free_port
 from devstack.processes import ServiceProcess
-from tests.integration.conftest import Stack, free_port
+from tests.integration.conftest import Stack
 
 
 @contextmanager

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
 
 from tests.integration.conftest import Stack
@@ -10,8 +13,15 @@ from tests.integration.db import db_fetch
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+@dataclass(frozen=True)
+class Ingested:
+    pmids: list[str]
+    status: dict[str, Any]
+    job_id: str
+
+
 @pytest.fixture(scope="module")
-def ingested(stack: Stack) -> dict[str, object]:
+def ingested(stack: Stack) -> Ingested:
     pmids = stack.fake.pubmed_ids
     assert len(pmids) >= 5, "the fake E-utilities server should hold the recorded PubMed records"
     with stack.http() as http:
@@ -19,13 +29,12 @@ def ingested(stack: Stack) -> dict[str, object]:
         assert r.status_code == 202, r.text
         job_id = r.json()["job_id"]
     status = stack.wait_job(job_id)
-    return {"pmids": pmids, "status": status, "job_id": job_id}
+    return Ingested(list(pmids), status, job_id)
 
 
-def test_every_pmid_is_fetched_parsed_and_embedded(stack: Stack, ingested: dict[str, object]) -> None:
-    pmids = list(ingested["pmids"])  # type: ignore[call-overload]
-    status = ingested["status"]
-    assert isinstance(status, dict)
+def test_every_pmid_is_fetched_parsed_and_embedded(stack: Stack, ingested: Ingested) -> None:
+    pmids = ingested.pmids
+    status = ingested.status
     assert status["done"], status
     assert status["total"] == len(pmids)
     assert status["counts"]["embedded"] == len(pmids), status
@@ -44,12 +53,12 @@ def test_every_pmid_is_fetched_parsed_and_embedded(stack: Stack, ingested: dict[
     assert counts["vectors"] == counts["chunks"]
 
 
-def test_search_finds_a_document_by_its_title(stack: Stack, ingested: dict[str, object]) -> None:
+def test_search_finds_a_document_by_its_title(stack: Stack, ingested: Ingested) -> None:
     url = stack.infra.postgres.url
     doc = db_fetch(
         url,
         "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 ORDER BY pmid LIMIT 1",
-        list(ingested["pmids"]),
+        ingested.pmids,
     )[0]  # type: ignore[call-overload]
     for mode in ("dense", "lexical", "hybrid"):
         with stack.http() as http:
@@ -60,13 +69,13 @@ def test_search_finds_a_document_by_its_title(stack: Stack, ingested: dict[str, 
         assert hits[0]["pmid"] == doc["pmid"], (mode, [h["pmid"] for h in hits])
 
 
-def test_ask_cites_only_real_sample_pmids(stack: Stack, ingested: dict[str, object]) -> None:
+def test_ask_cites_only_real_sample_pmids(stack: Stack, ingested: Ingested) -> None:
     url = stack.infra.postgres.url
     doc = db_fetch(
         url,
         "SELECT pmid, title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 "
         "ORDER BY pmid DESC LIMIT 1",
-        list(ingested["pmids"]),
+        ingested.pmids,
     )[0]  # type: ignore[call-overload]
     with stack.http() as http:
         r = http.post("/v1/ask", json={"question": f"What is known about {doc['title']}?"})
@@ -75,7 +84,7 @@ def test_ask_cites_only_real_sample_pmids(stack: Stack, ingested: dict[str, obje
     assert body["mode"] == "extractive"
     assert body["citations"], body
     cited = {c["citation_id"].removeprefix("PMID:") for c in body["citations"]}
-    assert cited <= set(ingested["pmids"])  # type: ignore[call-overload]
+    assert cited <= set(ingested.pmids)
     assert body["citation_check"]["removed"] == []
     assert "[PMID:" in body["answer"]
     assert body["disclaimer"]

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devstack.common import free_port
 from devstack.kafka import LocalKafka
 from devstack.postgres import LocalPostgres
 from devstack.processes import ServiceProcess, ServiceStack
-from tests.integration.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "pubmed"

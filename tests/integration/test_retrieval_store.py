@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import asyncpg
 import numpy as np
 import pytest
 
+from devstack.common import free_port
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
@@ -31,17 +31,11 @@ N_DOCS = 400
 RARE_YEAR = 1999  # 8 of the 400 documents
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[LocalPostgres]:
     root = Path(tempfile.mkdtemp(prefix="evidentia-retrieval-test-"))
     root.chmod(0o755)
-    pg = LocalPostgres(root, port=_free_port())
+    pg = LocalPostgres(root, port=free_port())
     pg.start()
     try:
         yield pg

@@ -1,4 +1,4 @@
-"""Workflow intelligence of the gateway, as pure modules without Kafka (seed 000, 001, 004).
+"""Workflow intelligence of the gateway, as pure modules without Kafka.
 
 - :mod:`.llm`: Claude for small structured steps (forced tool use), absent without an API key;
 - :mod:`.cache`: results cached with a time to live (PostgreSQL ``workflow_cache``, or memory in tests);

@@ -1,4 +1,4 @@
-"""Agentic mode (seed 001 "Agentic RAG"): Claude with three tools, looping until it answers.
+"""Agentic mode ("Agentic RAG"): Claude with three tools, looping until it answers.
 
 Tools: ``search_literature`` (hybrid search over everything stored), ``get_guideline`` (guideline chunks
 only, by condition + findings) and ``check_drug_interaction`` (the RxNav-style service). Every call, its

@@ -1,6 +1,6 @@
 """Workflow results cached with a time to live (default 5 days, ``EVIDENTIA_WORKFLOW_CACHE_TTL_S``).
 
-Namespaces (seed 000): ``disease_norm`` (raw disease -> normalised term), ``disease_broader``,
+Namespaces: ``disease_norm`` (raw disease -> normalised term), ``disease_broader``,
 ``pubmed_count`` (query -> hit count), ``organ`` (disease -> organ term), ``search_terms`` (drug,
 disease, profile -> queries), ``query_rewrite``. :class:`PgCache` keeps them in PostgreSQL
 (``workflow_cache``, migration 047) so every gateway instance shares them; :class:`MemoryCache` is the

@@ -1,4 +1,4 @@
-"""Question classification (seed 001): what kind of question it is decides how it is answered.
+"""Question classification: what kind of question it is decides how it is answered.
 
 Categories: ``drug_information``, ``disease_information``, ``drug_interaction``, ``guideline``,
 ``emergency``, ``other``. Emergencies are always found by the shared safety rules first (never left to a

@@ -1,4 +1,4 @@
-"""Disease-name normalisation for PubMed searches (seed 000 ``disease_normalizer``).
+"""Disease-name normalisation for PubMed searches (``disease_normalizer``).
 
 1. Normalise: strip subtypes, staging and severity, aetiology and genetic qualifiers, keep the organ
    ("stage III non-small cell lung cancer" -> "non-small cell lung cancer"; "narcolepsy-cataplexy

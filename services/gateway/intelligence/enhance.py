@@ -1,4 +1,4 @@
-"""Query enhancement (seed 001 ``QueryEnhancer``): what is actually searched, shown to the user.
+"""Query enhancement (``QueryEnhancer``): what is actually searched, shown to the user.
 
 With Claude: one forced tool call turns the question (in any language) into an English question and a
 literature-search query with medical terms. Offline: a question not in English cannot be translated (the

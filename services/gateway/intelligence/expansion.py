@@ -1,4 +1,4 @@
-"""PubMed search-term expansion over the five axes of seed 000, with per-axis caps (5-10 queries in all).
+"""PubMed search-term expansion over five axes, with per-axis caps (5-10 queries in all).
 
 Axes: ``drug`` (the drug name), ``class_organ`` (drug class from the ATC descriptions + organ),
 ``mechanism_organ`` (mechanism of action + organ), ``target_gene`` (target gene symbol + disease) and
@@ -28,7 +28,7 @@ MAX_QUERIES = 10
 
 
 class DrugProfile(BaseModel):
-    """A flat, LLM-facing description of a drug (seed 000 ``DrugProfile``)."""
+    """A flat, LLM-facing description of a drug (``DrugProfile``)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,4 +1,4 @@
-"""Guideline recommendations (seed 004): condition + clinical findings -> guideline sections -> Assessment & Plan.
+"""Guideline recommendations: condition + clinical findings -> guideline sections -> Assessment & Plan.
 
 The query combines the condition with the findings ("Malaria. symptom: fever 3 days. medical_history:
 pregnant first trimester."): the condition finds the guideline, the findings find the section. Only
@@ -31,7 +31,7 @@ def sentence(text: str) -> str:
 
 
 def condition_query(condition: str, findings: Sequence[str], population: str | None = None) -> str:
-    """ "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester." (seed 004)."""
+    """ "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester."."""
     parts = [sentence(condition)] + [sentence(f) for f in findings if f.strip()]
     if population and population.strip():
         parts.append(sentence(f"population: {population.strip()}"))

@@ -56,13 +56,6 @@ async def test_stream_relays_every_token_in_order_and_the_events_in_sequence(
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(r.text)
     names = [n for n, _ in events]
-    assert names[0] == "retrieval_done"
-    assert names[-5:] == ["citations", "summary", "metrics", "done"][-5:] or names[-4:] == [
-        "citations",
-        "summary",
-        "metrics",
-        "done",
-    ]
     tokens = [d for n, d in events if n == "token"]
     assert names == ["retrieval_done", *(["token"] * len(tokens)), "citations", "summary", "metrics", "done"]
     assert [t["seq"] for t in tokens] == list(range(len(tokens)))

