@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, get_args
 
 from cli._common import out, post_gateway
 from cli.ask import filters
+from shared.models import SearchMode
 from shared.settings import get_settings
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("search", help="Search passages (dense, lexical or hybrid).")
     p.add_argument("query")
-    p.add_argument("--mode", default="hybrid", choices=["dense", "lexical", "hybrid", "hybrid+rerank"])
+    p.add_argument("--mode", default="hybrid", choices=get_args(SearchMode))
     p.add_argument("--top-n", type=int, default=10)
     p.add_argument("--year-from", type=int)
     p.add_argument("--year-to", type=int)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, Source
+from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, Source
 
 
 def new_trace_id() -> str:
@@ -278,7 +278,7 @@ class RetrievalRequest(Event):
     query: str = Field(min_length=1, max_length=10_000)
     top_k: int = Field(20, ge=1, le=200)
     top_n: int = Field(5, ge=1, le=100)
-    mode: Literal["dense", "lexical", "hybrid", "hybrid+rerank"] = "hybrid"
+    mode: SearchMode = "hybrid"
     filters: SearchFilters = Field(default_factory=SearchFilters)
     ef_search: int | None = Field(None, ge=1, le=1000)
     extra_chunk_ids: list[str] = Field(default_factory=list, description="Chunks to add (cited earlier).")

@@ -29,6 +29,10 @@ StudyType = Literal[
 ]
 
 
+SearchMode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
+"""How a search ranks: by meaning (dense), by words (lexical, BM25), both fused (hybrid), then reranked."""
+
+
 def document_id(source: str, source_id: str) -> str:
     """Stable id of a document across every topic and table: ``pubmed:12345``, ``pmc:PMC123``."""
     return f"{source}:{source_id}"

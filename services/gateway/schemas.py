@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from shared.events import Citation, CitationCheck, EvidenceSummary
-from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit
+from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode
 
 
 class IngestRequest(BaseModel):
@@ -69,7 +69,7 @@ class SearchRequest(BaseModel):
     )
     top_k: int = Field(20, ge=1, le=200, description="Candidates kept after fusion and handed to the reranker.")
     top_n: int = Field(5, ge=1, le=100, description="Passages returned (after reranking).")
-    mode: Literal["dense", "lexical", "hybrid", "hybrid+rerank"] = Field(
+    mode: SearchMode = Field(
         "hybrid",
         description=(
             "dense (pgvector HNSW, cosine), lexical (BM25 in PostgreSQL), hybrid (reciprocal rank fusion of "
@@ -139,7 +139,7 @@ class AskRequest(BaseModel):
     filters: SearchFilters = Field(default_factory=SearchFilters)
     top_k: int = Field(20, ge=1, le=200)
     top_n: int = Field(5, ge=1, le=20)
-    mode: Literal["dense", "lexical", "hybrid", "hybrid+rerank"] = "hybrid"
+    mode: SearchMode = "hybrid"
     return_sources: bool = Field(True, description="Include the retrieved passages in the response.")
     summary: bool = Field(True, description="Include the structured evidence summary.")
 

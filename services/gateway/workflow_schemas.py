@@ -9,9 +9,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.intelligence.expansion import DrugProfile
 from shared.events import Citation, CitationCheck, EvidenceSummary
-from shared.models import SearchFilters, SearchHit
-
-SearchMode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
+from shared.models import SearchFilters, SearchHit, SearchMode
 
 
 class WorkflowStep(BaseModel):
