@@ -31,6 +31,9 @@ RUN mkdir -p shared services \
 
 COPY shared ./shared
 COPY services ./services
+# The `evidentia` operator CLI (db migrate, topics create, dlq ...) used by the Kubernetes jobs; the dev stack,
+# docs generation and evaluation stay out of the image.
+COPY cli ./cli
 RUN pip install --no-deps . \
     && useradd --system --uid 10001 --home-dir /app evidentia
 
