@@ -47,6 +47,7 @@ from shared.broker import (
 )
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkCreated, ChunkEmbedded
+from shared.kafka_security import client_options
 from shared.settings import Settings
 from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
 
@@ -123,7 +124,7 @@ class EmbedderState:
         metrics.EMBED_DEVICE.labels(embedder.device, embedder.name).set(1)
         k = self.settings.kafka
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=k.bootstrap,
+            **client_options(k),
             client_id=f"{k.client_id}-{SERVICE}-vectors",
             acks="all",
             linger_ms=2,
