@@ -1,0 +1,235 @@
+"""The whole stack over Kafka SASL_SSL, traced end to end through a stand-in OTLP collector.
+
+This module starts its own Kafka: a broker whose only listener the services are told about is SASL_SSL
+(TLS certificates made with the JDK's keytool for this run; SCRAM-SHA-512 users), its own PostgreSQL, the
+fake E-utilities and Anthropic servers, a fake OTLP collector, and the six services with API keys on,
+tracing on and Claude mode on. Then:
+
+- the pipeline ingests the recorded PubMed sample (fetcher -> parser -> embedder -> retriever, every hop a
+  Kafka topic over SASL_SSL) and answers a question from it;
+- the broker refuses a wrong password, an unknown user, and a plaintext client on that listener;
+- one ``/v1/ask`` is one trace: the gateway's HTTP span, the Kafka hops, the retriever's PostgreSQL
+  queries and the synthesizer's Anthropic call all carry the trace id the gateway returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from pydantic import SecretStr
+
+from devstack.kafka import LocalKafka
+from devstack.kafka_tls import BrokerTls, make_broker_tls
+from devstack.postgres import LocalPostgres
+from devstack.processes import ServiceStack
+from shared.kafka_security import client_options
+from shared.settings import KafkaSettings
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.eutils_server import FakeEutils
+from tests.fakes.otlp_server import ExportedSpan, FakeCollector
+from tests.integration.conftest import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+USER, PASSWORD = "evidentia-svc", "scram-pw-4711"
+API_KEY = "test-key-for-the-secure-stack"
+
+
+@dataclass
+class SecureStack:
+    kafka: LocalKafka
+    tls: BrokerTls
+    services: ServiceStack
+    collector: FakeCollector
+    eutils: FakeEutils
+
+    @property
+    def kafka_settings(self) -> KafkaSettings:
+        assert self.kafka.sasl_ssl_bootstrap is not None
+        return KafkaSettings(
+            bootstrap=self.kafka.sasl_ssl_bootstrap,
+            security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_username=USER,
+            sasl_password=PASSWORD,  # type: ignore[arg-type]
+            ssl_cafile=str(self.tls.ca_pem),
+        )
+
+    def http(self) -> httpx.Client:
+        port = self.services.processes["gateway"].port
+        return httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=90, headers={"Authorization": f"Bearer {API_KEY}"}
+        )
+
+
+@pytest.fixture(scope="module")
+def secure() -> Iterator[SecureStack]:
+    root = Path(tempfile.mkdtemp(prefix="evidentia-secure-"))
+    os.chmod(root, 0o755)  # PostgreSQL runs as another user when we are root
+    tls = make_broker_tls(root / "tls")
+    kafka = LocalKafka(
+        root / "kafka",
+        port=free_port(),
+        controller_port=free_port(),
+        sasl_ssl_port=free_port(),
+        tls=tls,
+        sasl_users={USER: PASSWORD},
+    )
+    postgres = LocalPostgres(root / "postgres", port=free_port())
+    with FakeEutils() as eutils, FakeAnthropic() as anthropic, FakeCollector() as collector:
+        kafka.ensure_libs()
+        kafka.start(timeout=120)
+        postgres.start()
+        services: ServiceStack | None = None
+        try:
+            from shared.db import migrate
+            from shared.topics import ensure_topics, standard_topics
+
+            assert kafka.sasl_ssl_bootstrap is not None
+            sasl_env = {
+                "EVIDENTIA_KAFKA_BOOTSTRAP": kafka.sasl_ssl_bootstrap,  # the only Kafka address they get
+                "EVIDENTIA_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                "EVIDENTIA_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                "EVIDENTIA_KAFKA_SASL_USERNAME": USER,
+                "EVIDENTIA_KAFKA_SASL_PASSWORD": PASSWORD,
+                "EVIDENTIA_KAFKA_SSL_CAFILE": str(tls.ca_pem),
+            }
+            settings = KafkaSettings(**{k.removeprefix("EVIDENTIA_KAFKA_").lower(): v for k, v in sasl_env.items()})
+            asyncio.run(migrate(postgres.url))
+            asyncio.run(ensure_topics(settings, standard_topics(3)))
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("EVIDENTIA_", "OTEL_", "ANTHROPIC_"))}
+            env.update(sasl_env)
+            env.update(
+                {
+                    "EVIDENTIA_DATABASE_URL": postgres.url,
+                    "EVIDENTIA_EUTILS_BASE_URL": eutils.url,
+                    "EVIDENTIA_KAFKA_TOPIC_PARTITIONS": "3",
+                    "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "60",
+                    "EVIDENTIA_LLM_MODEL": "claude-test",
+                    "ANTHROPIC_API_KEY": "test-key",
+                    "ANTHROPIC_BASE_URL": anthropic.url,
+                    "EVIDENTIA_GATEWAY_API_KEY_HASHES": hashlib.sha256(API_KEY.encode()).hexdigest(),
+                    "EVIDENTIA_TRACING_OTLP_ENDPOINT": collector.url,
+                    "OTEL_BSP_SCHEDULE_DELAY": "200",  # export within a fraction of a second
+                }
+            )
+            names = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
+            services = ServiceStack(log_dir=root / "logs", env=env, ports={name: free_port() for name in names})
+            services.start(timeout=300)
+            yield SecureStack(kafka, tls, services, collector, eutils)
+        finally:
+            if services is not None:
+                services.stop()
+            kafka.stop()
+            postgres.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_pipeline_ingests_and_answers_over_sasl_ssl(secure: SecureStack) -> None:
+    pmids = secure.eutils.pubmed_ids
+    with secure.http() as http:
+        r = http.post("/v1/ingest", json={"pmids": pmids})
+        assert r.status_code == 202, r.text
+        job = r.json()["job_id"]
+        deadline = time.monotonic() + 300
+        while True:
+            status = http.get(f"/v1/ingest/{job}").json()
+            if status["done"] or status["state"] == "failed" or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert status["done"] and status["state"] != "failed", status
+        assert status["counts"]["embedded"] > 0, status
+
+        hits = http.post("/v1/search", json={"query": "treatment outcome", "top_n": 3}).json()["hits"]
+        assert hits, "nothing retrievable: the vectors did not make it through SASL_SSL"
+        answer = http.post("/v1/ask", json={"question": "What treatment outcomes were reported?"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["citations"], answer.json()
+    # The gateway refuses a caller without the key: authentication really is on in this stack.
+    port = secure.services.processes["gateway"].port
+    assert httpx.post(f"http://127.0.0.1:{port}/v1/search", json={"query": "x"}).status_code == 401
+
+
+async def _connect(options: dict[str, object]) -> list[str]:
+    admin = AIOKafkaAdminClient(**options, request_timeout_ms=5000)  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(admin.start(), 20)
+        return list(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+def test_the_listener_refuses_bad_credentials_and_plaintext(secure: SecureStack) -> None:
+    good = secure.kafka_settings
+    assert "chunks.embedded" in asyncio.run(_connect(client_options(good)))
+    for mechanism in ("PLAIN", "SCRAM-SHA-256"):  # every mechanism the settings offer works with the same user
+        other = good.model_copy(update={"sasl_mechanism": mechanism})
+        assert "chunks.embedded" in asyncio.run(_connect(client_options(other)))
+    wrong_password = good.model_copy(update={"sasl_password": SecretStr("not-the-password")})
+    unknown_user = good.model_copy(update={"sasl_username": "mallory"})
+    for bad in (wrong_password, unknown_user):
+        with pytest.raises((KafkaConnectionError, KafkaError)):
+            asyncio.run(_connect(client_options(bad)))
+    with pytest.raises((KafkaConnectionError, KafkaError, TimeoutError)):
+        asyncio.run(_connect({"bootstrap_servers": good.bootstrap}))  # no TLS, no SASL
+
+
+def _wait_for_trace(
+    collector: FakeCollector, trace_id: str, services: set[str], timeout: float = 30.0
+) -> list[ExportedSpan]:
+    deadline = time.monotonic() + timeout
+    while True:
+        spans = collector.spans_of(trace_id)
+        have = {s.service for s in spans}
+        anthropic = any(s.service == "synthesizer" and s.kind == "client" and "POST" in s.name for s in spans)
+        if (services <= have and anthropic) or time.monotonic() > deadline:
+            return spans
+        time.sleep(0.3)
+
+
+def test_one_ask_is_one_trace_across_gateway_retriever_and_synthesizer(secure: SecureStack) -> None:
+    with secure.http() as http:
+        r = http.post("/v1/ask", json={"question": "What treatment outcomes were reported?"})
+    assert r.status_code == 200, r.text
+    trace_id = r.headers["x-trace-id"]
+    version, header_trace, parent, flags = r.headers["traceparent"].split("-")
+    assert (version, header_trace, flags) == ("00", trace_id, "01") and len(parent) == 16
+
+    spans = _wait_for_trace(secure.collector, trace_id, {"gateway", "retriever", "synthesizer"})
+    by_service: dict[str, list[ExportedSpan]] = {}
+    for span in spans:
+        by_service.setdefault(span.service, []).append(span)
+    assert {"gateway", "retriever", "synthesizer"} <= set(by_service), sorted(by_service)
+
+    # HTTP: the gateway's server span is the root, and the one whose id the traceparent header carries.
+    server = [s for s in by_service["gateway"] if s.kind == "server"]
+    assert any(s.span_id == parent and not s.parent_span_id for s in server), server
+    # Kafka: the gateway produced the requests, the services consumed them (the W3C header crossed over).
+    assert any(s.kind == "producer" and "retrieval.requests" in s.name for s in by_service["gateway"])
+    assert any(s.kind == "consumer" and "retrieval.requests" in s.name for s in by_service["retriever"])
+    assert any(s.kind == "consumer" and "synthesis.requests" in s.name for s in by_service["synthesizer"])
+    # PostgreSQL: the retriever's queries; Anthropic: the synthesizer's HTTP call to (the fake) Claude.
+    db_systems = {
+        str(s.attributes.get("db.system") or s.attributes.get("db.system.name")) for s in by_service["retriever"]
+    }
+    assert "postgresql" in db_systems, [(s.service, s.name) for s in spans]
+    retriever_db = [s for s in by_service["retriever"] if "postgresql" in str(s.attributes)]
+    assert retriever_db, [(s.name, s.attributes) for s in by_service["retriever"]]
+    assert any(s.kind == "client" and "POST" in s.name for s in by_service["synthesizer"])
+    # Every span hangs off another span of the same trace, or is the root: nothing started a trace of its own.
+    ids = {s.span_id for s in spans}
+    orphans = [s for s in spans if s.parent_span_id and s.parent_span_id not in ids]
+    assert len([s for s in spans if not s.parent_span_id]) == 1, "more than one root span"
+    assert not orphans, orphans
