@@ -404,7 +404,8 @@ class Settings(BaseSettings):
         ``SecretStr`` fields dump as ``**********``; the password of any URL (the database URL) is
         replaced by ``***``. What ``evidentia settings --current`` prints.
         """
-        return _mask_urls(self.model_dump(mode="json"))
+        masked: dict[str, Any] = _mask_urls(self.model_dump(mode="json"))
+        return masked
 
 
 def mask_url(value: str) -> str:

@@ -1,8 +1,10 @@
 """OpenTelemetry tracing: HTTP -> Kafka -> PostgreSQL -> Anthropic, one trace per request.
 
 Off unless ``EVIDENTIA_TRACING_OTLP_ENDPOINT`` (or the standard ``OTEL_EXPORTER_OTLP_ENDPOINT``) is set:
-then :func:`setup_tracing` installs the SDK's tracer provider with an OTLP/HTTP exporter and instruments
-asyncpg and httpx (the Anthropic SDK and the NCBI clients speak httpx); :func:`kafka_middlewares` gives
+then :func:`setup_tracing` installs the SDK's tracer provider (as the global one) with an OTLP/HTTP exporter
+and instruments asyncpg and httpx (the NCBI, Bookshelf and RxNav clients); the Anthropic SDK traces each of
+its API calls itself with the global provider (a CLIENT span in the GenAI conventions, with the W3C context
+sent along); :func:`kafka_middlewares` gives
 ``make_broker`` FastStream's ``KafkaTelemetryMiddleware``, which writes and reads the W3C ``traceparent``
 header of every message; the gateway adds the FastAPI instrumentation (``services.gateway.app``).
 Off, nothing is imported or installed, and :func:`enabled` is a module flag read.
@@ -76,7 +78,7 @@ def setup_tracing(service: str, settings: TracingSettings) -> bool:
     )
     tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(tracer_provider)
-    AsyncPGInstrumentor().instrument(tracer_provider=tracer_provider)
+    AsyncPGInstrumentor().instrument(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
     HTTPXClientInstrumentor().instrument(tracer_provider=tracer_provider)
     _provider = tracer_provider
     log.info("tracing on", extra={"otlp_endpoint": traces_url(settings.otlp_endpoint)})

@@ -246,8 +246,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         )
         if reply.error is not None:
-            body = public_error(reply.error.status or 500, reply.error.type, reply.error.message)
-            raise HTTPException(body["status"], body["detail"], headers=_error_headers(body))
+            error = public_error(reply.error.status or 500, reply.error.type, reply.error.message)
+            raise HTTPException(error["status"], error["detail"], headers=_error_headers(error))
         return SearchResponse(query=body.query_text, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
 
     return app
