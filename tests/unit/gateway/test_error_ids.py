@@ -20,7 +20,7 @@ QUESTION = "Does telephone counseling increase mammography screening?"
 
 def logged_error_ids(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
     return {
-        str(getattr(r, "error_id")): str(getattr(r, "error", ""))
+        str(r.error_id): str(getattr(r, "error", ""))
         for r in caplog.records
         if getattr(r, "error_id", None)
     }
