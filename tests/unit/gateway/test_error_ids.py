@@ -19,11 +19,7 @@ QUESTION = "Does telephone counseling increase mammography screening?"
 
 
 def logged_error_ids(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
-    return {
-        str(r.error_id): str(getattr(r, "error", ""))
-        for r in caplog.records
-        if getattr(r, "error_id", None)
-    }
+    return {str(r.error_id): str(getattr(r, "error", "")) for r in caplog.records if getattr(r, "error_id", None)}
 
 
 @pytest.mark.parametrize(
