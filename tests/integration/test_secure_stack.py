@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -137,7 +138,9 @@ def secure() -> Iterator[SecureStack]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def test_the_pipeline_ingests_and_answers_over_sasl_ssl(secure: SecureStack) -> None:
+@pytest.fixture(scope="module")
+def ingested(secure: SecureStack) -> dict[str, object]:
+    """The recorded PubMed sample ingested through the SASL_SSL pipeline; the job's final status."""
     pmids = secure.eutils.pubmed_ids
     with secure.http() as http:
         r = http.post("/v1/ingest", json={"pmids": pmids})
@@ -145,13 +148,16 @@ def test_the_pipeline_ingests_and_answers_over_sasl_ssl(secure: SecureStack) -> 
         job = r.json()["job_id"]
         deadline = time.monotonic() + 300
         while True:
-            status = http.get(f"/v1/ingest/{job}").json()
+            status: dict[str, object] = http.get(f"/v1/ingest/{job}").json()
             if status["done"] or status["state"] == "failed" or time.monotonic() > deadline:
-                break
+                return status
             time.sleep(1)
-        assert status["done"] and status["state"] != "failed", status
-        assert status["counts"]["embedded"] > 0, status
 
+
+def test_the_pipeline_ingests_and_answers_over_sasl_ssl(secure: SecureStack, ingested: dict[str, Any]) -> None:
+    assert ingested["done"] and ingested["state"] != "failed", ingested
+    assert ingested["counts"]["embedded"] > 0, ingested
+    with secure.http() as http:
         hits = http.post("/v1/search", json={"query": "treatment outcome", "top_n": 3}).json()["hits"]
         assert hits, "nothing retrievable: the vectors did not make it through SASL_SSL"
         answer = http.post("/v1/ask", json={"question": "What treatment outcomes were reported?"})
@@ -213,7 +219,10 @@ def _wait_for_trace(collector: FakeCollector, trace_id: str, timeout: float = 30
     return collector.spans_of(trace_id)
 
 
-def test_one_ask_is_one_trace_across_gateway_retriever_and_synthesizer(secure: SecureStack) -> None:
+def test_one_ask_is_one_trace_across_gateway_retriever_and_synthesizer(
+    secure: SecureStack, ingested: dict[str, Any]
+) -> None:
+    assert ingested["done"], ingested  # evidence to answer from: the synthesizer calls Claude
     with secure.http() as http:
         r = http.post("/v1/ask", json={"question": "What treatment outcomes were reported?"})
     assert r.status_code == 200, r.text
