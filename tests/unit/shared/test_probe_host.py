@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -11,7 +11,7 @@ from shared.settings import ServiceSettings, Settings
 
 
 class FakeServer:
-    configs: list[Any] = []
+    configs: ClassVar[list[Any]] = []
 
     def __init__(self, config: Any) -> None:
         FakeServer.configs.append(config)
