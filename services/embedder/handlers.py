@@ -23,6 +23,7 @@ same pipeline while this one keeps embedding new chunks with the current model.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import re
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from faststream.middlewares import AckPolicy
 
 from services.embedder.encode import encode_vectors, serialize_vectors
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
-from shared import metrics
+from shared import metrics, tracing
 from shared.broker import (
     EVENT_TYPE_HEADER,
     decode_batch,
@@ -182,7 +183,11 @@ class EmbedderState:
         record_lag(consumer, topic, offsets)
         metrics.BATCH_SIZE.labels(SERVICE, topic).observe(len(events))
         commit = consumer.commit if consumer is not None and hasattr(consumer, "highwater") else None
-        await self.pipeline.submit(Batch(events=events, offsets=offsets, commit=commit, records=records))
+        # With tracing on, the batch's consume span (FastStream's telemetry middleware) travels with it, so
+        # the vectors' records carry its traceparent (shared.broker.send_keyed).
+        context = contextvars.copy_context() if tracing.enabled() else None
+        batch = Batch(events=events, offsets=offsets, commit=commit, records=records, context=context)
+        await self.pipeline.submit(batch)
 
 
 def batch_subscriber_options(state: EmbedderState) -> dict[str, Any]:
