@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import SecretStr
@@ -166,6 +167,36 @@ def test_the_pipeline_ingests_and_answers_over_sasl_ssl(secure: SecureStack, ing
     # The gateway refuses a caller without the key: authentication really is on in this stack.
     port = secure.services.processes["gateway"].port
     assert httpx.post(f"http://127.0.0.1:{port}/v1/search", json={"query": "x"}).status_code == 401
+
+
+async def _first_embedded_record_headers(settings: KafkaSettings) -> dict[str, bytes]:
+    consumer = AIOKafkaConsumer(
+        "chunks.embedded", **client_options(settings), auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        batches = await consumer.getmany(timeout_ms=20_000, max_records=1)
+        (record,) = [r for records in batches.values() for r in records][:1]
+        return {k: v for k, v in record.headers}
+    finally:
+        await consumer.stop()
+
+
+def test_the_raw_vector_producer_carries_the_trace_context(secure: SecureStack, ingested: dict[str, Any]) -> None:
+    # The embedder sends vectors through its own aiokafka producer (shared.broker.send_keyed), not FastStream:
+    # its records must still carry the W3C traceparent, of the span of the chunks.created batch they came from.
+    assert ingested["done"], ingested
+    headers = asyncio.run(_first_embedded_record_headers(secure.kafka_settings))
+    assert headers["evidentia-event"] == b"ChunkEmbedded"
+    _, trace_id, span_id, _ = headers["traceparent"].decode().split("-")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        spans = secure.collector.spans_of(trace_id)
+        if any(s.span_id == span_id for s in spans):
+            break
+        time.sleep(0.3)
+    (parent,) = [s for s in secure.collector.spans_of(trace_id) if s.span_id == span_id]
+    assert parent.service == "embedder" and parent.kind == "consumer" and "chunks.created" in parent.name
 
 
 async def _connect(options: dict[str, object]) -> list[str]:
