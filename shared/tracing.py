@@ -16,7 +16,7 @@ import logging
 from collections.abc import MutableSequence
 from typing import TYPE_CHECKING, Any
 
-from shared.settings import TracingSettings
+from shared.settings import TracingSettings, mask_url
 
 if TYPE_CHECKING:
     from faststream.kafka import KafkaBroker  # noqa: F401
@@ -81,7 +81,7 @@ def setup_tracing(service: str, settings: TracingSettings) -> bool:
     AsyncPGInstrumentor().instrument(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
     HTTPXClientInstrumentor().instrument(tracer_provider=tracer_provider)
     _provider = tracer_provider
-    log.info("tracing on", extra={"otlp_endpoint": traces_url(settings.otlp_endpoint)})
+    log.info("tracing on", extra={"otlp_endpoint": mask_url(traces_url(settings.otlp_endpoint))})
     return True
 
 
