@@ -257,7 +257,7 @@ class EmbedPipeline(Generic[T]):
                     if batch.context is None:
                         await self._publish(batch.payloads)
                     else:  # in the consumer's context: the trace context (traceparent) goes with the vectors
-                        await asyncio.create_task(self._publish(batch.payloads), context=batch.context)
+                        await asyncio.create_task(self._send(batch.payloads), context=batch.context)
                     break
                 except asyncio.CancelledError:
                     raise
@@ -282,6 +282,9 @@ class EmbedPipeline(Generic[T]):
             self.stats.batches += 1
             self.stats.events += len(batch.events)
             self._finish()
+
+    async def _send(self, payloads: list[Payload]) -> None:
+        await self._publish(payloads)
 
     def _finish(self) -> None:
         self._in_flight -= 1
