@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from shared.settings import TracingSettings, mask_url
 
 if TYPE_CHECKING:
-    from faststream.kafka import KafkaBroker  # noqa: F401
     from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger(__name__)
