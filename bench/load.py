@@ -389,7 +389,7 @@ async def _prepare(settings: Any) -> None:
     from shared.topics import ensure_topics, standard_topics
 
     await migrate(settings.database.url)
-    await ensure_topics(settings.kafka.bootstrap, standard_topics(settings.kafka.topic_partitions))
+    await ensure_topics(settings.kafka, standard_topics(settings.kafka.topic_partitions))
 
 
 async def _ingest(settings: Any) -> str:

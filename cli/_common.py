@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from shared.db.jobs import PROGRESS, JobStatus
 from shared.events import Event
+from shared.kafka_security import broker_security
 from shared.settings import Settings
 
 console = Console(stderr=True)
@@ -26,6 +27,7 @@ async def producer(settings: Settings) -> AsyncIterator[KafkaBroker]:
     """A bare broker used only to publish (no consumers, no middlewares)."""
     broker = KafkaBroker(
         settings.kafka.bootstrap,
+        security=broker_security(settings.kafka),
         client_id=f"{settings.kafka.client_id}-cli",
         max_request_size=settings.kafka.max_request_size,
     )

@@ -94,7 +94,7 @@ async def _prepare(settings: Any) -> None:
 
     await migrate(settings.database.url)
     await ensure_topics(
-        settings.kafka.bootstrap, standard_topics(settings.kafka.topic_partitions), settings.kafka.replication_factor
+        settings.kafka, standard_topics(settings.kafka.topic_partitions), settings.kafka.replication_factor
     )
 
 

@@ -9,7 +9,9 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("settings", help="List every EVIDENTIA_* setting.")
-    p.add_argument("--current", action="store_true", help="Print the values in force (secrets hidden) as JSON.")
+    p.add_argument(
+        "--current", action="store_true", help="Print the values in force as JSON (secrets and URL passwords masked)."
+    )
     p.set_defaults(func=run)
 
 
@@ -17,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from shared.settings import get_settings, settings_markdown
 
     if args.current:
-        print(json.dumps(get_settings().model_dump(mode="json"), indent=2))
+        print(json.dumps(get_settings().public_dump(), indent=2))
     else:
         print(settings_markdown(), end="")
     return 0

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     k = get_settings().kafka
     specs = standard_topics(k.topic_partitions)
     if args.action == "create":
-        created = asyncio.run(ensure_topics(k.bootstrap, specs, k.replication_factor))
+        created = asyncio.run(ensure_topics(k, specs, k.replication_factor))
         print(f"created {len(created)} topics" + (f": {', '.join(created)}" if created else ""))
     else:
         for s in specs:

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from devstack.common import (
     repo_root,
     tail,
 )
+from devstack.kafka_tls import BrokerTls
 
 #: The Kafka release ``infra/kafka/pom.xml`` pins; docker-compose.yml uses the same image tag.
 KAFKA_VERSION = "4.4.0"
@@ -51,6 +53,12 @@ DEFAULT_JVM_OPTS = (
     "-Djava.awt.headless=true",
     "-Djava.net.preferIPv4Stack=true",
 )
+
+#: SASL mechanisms of the optional SASL_SSL listener (the ones ``EVIDENTIA_KAFKA_SASL_MECHANISM`` offers).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+#: SASL user names and passwords end up in a JAAS line and a StorageTool argument: no quoting needed.
+_SAFE_CREDENTIAL = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 #: Maven colours its messages even in batch mode; error messages drop the escape codes.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -111,6 +119,9 @@ class LocalKafka:
         pom: Path | None = None,
         heap_opts: str | None = None,
         node_id: int = 1,
+        sasl_ssl_port: int | None = None,
+        tls: BrokerTls | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.host = host
@@ -121,6 +132,16 @@ class LocalKafka:
         # KAFKA_HEAP_OPTS is what Kafka's own start scripts read; honour it the same way.
         self.heap_opts = heap_opts or os.environ.get("KAFKA_HEAP_OPTS") or "-Xms128m -Xmx512m"
         self.node_id = node_id
+        # An optional SASL_SSL listener next to the plaintext one (which the broker itself and the readiness
+        # probe use): TLS from ``tls`` (devstack.kafka_tls), users for PLAIN and SCRAM-SHA-256/512.
+        if sasl_ssl_port is not None and tls is None:
+            raise DevstackError("a SASL_SSL listener needs TLS material (devstack.kafka_tls.make_broker_tls)")
+        self.sasl_ssl_port = sasl_ssl_port
+        self.tls = tls
+        self.sasl_users = dict(sasl_users or {})
+        for name, password in self.sasl_users.items():
+            if not _SAFE_CREDENTIAL.fullmatch(name) or not _SAFE_CREDENTIAL.fullmatch(password):
+                raise DevstackError(f"SASL user {name!r}: names and passwords may use only [A-Za-z0-9._-]")
         self._proc: subprocess.Popen[bytes] | None = None
 
     # ---------------------------------------------------------------- paths and addresses
@@ -128,6 +149,11 @@ class LocalKafka:
     def bootstrap(self) -> str:
         """``host:port`` for clients (``EVIDENTIA_KAFKA_BOOTSTRAP``)."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str | None:
+        """``host:port`` of the SASL_SSL listener, when there is one."""
+        return f"{self.host}:{self.sasl_ssl_port}" if self.sasl_ssl_port is not None else None
 
     @property
     def log_dir(self) -> Path:
@@ -272,9 +298,37 @@ class LocalKafka:
             "num.io.threads": 4,
             "num.recovery.threads.per.data.dir": 1,
         }
+        if self.sasl_ssl_port is not None and self.tls is not None:
+            settings.update(self._sasl_ssl_settings(self.sasl_ssl_port, self.tls))
         lines = ["# Written by devstack/kafka.py on every start; edit there."]
         lines += [f"{key}={value}" for key, value in settings.items()]
         return "\n".join(lines) + "\n"
+
+    def _sasl_ssl_settings(self, port: int, tls: BrokerTls) -> dict[str, str | int]:
+        """A SASL_SSL listener: TLS with the keystore, SASL PLAIN and SCRAM-SHA-256/512 for ``sasl_users``.
+
+        PLAIN users are listed in the listener's JAAS line; SCRAM credentials live in the cluster metadata,
+        written when the storage is formatted (:meth:`_format`).
+        """
+        plain_users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},SASL_SSL://{self.host}:{port},"
+            f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port},SASL_SSL://{self.host}:{port}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
+            ),
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(tls.keystore),
+            "ssl.keystore.password": tls.password,
+            "ssl.key.password": tls.password,
+            "ssl.client.auth": "none",
+        }
 
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -307,6 +361,9 @@ class LocalKafka:
             "-cp", str(self.libs_dir / "*"), "kafka.tools.StorageTool",
             "format", "-t", cluster_id, "-c", str(self.server_properties), "--ignore-formatted",
         ]  # fmt: skip
+        for name, password in self.sasl_users.items() if self.sasl_ssl_port is not None else ():
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                cmd += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0 or not self.is_formatted():
             output = (result.stdout + result.stderr).strip()[-3000:]

@@ -23,11 +23,13 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared import tracing
 from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, Source
 
 
 def new_trace_id() -> str:
-    return uuid.uuid4().hex
+    """The current OpenTelemetry trace id when tracing is on (logs and traces then share it), else a new id."""
+    return tracing.current_trace_id() or uuid.uuid4().hex
 
 
 def _now() -> datetime:

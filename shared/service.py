@@ -120,6 +120,7 @@ def run_app(name: str, app: AsgiFastStream) -> None:
     settings = get_settings()
     configure_logging(name, settings.service.log_level, settings.service.log_format)
     port = settings.service.metrics_port or DEFAULT_PORTS.get(name, 9100)
-    config = uvicorn.Config(app, host="0.0.0.0", port=port, log_config=None, access_log=False, lifespan="on")
-    log.info("starting service", extra={"port": port})
+    host = settings.service.probe_host
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on")
+    log.info("starting service", extra={"host": host, "port": port})
     asyncio.run(uvicorn.Server(config).serve())

@@ -13,9 +13,10 @@ import os
 import socket
 import uuid
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,6 +48,39 @@ class KafkaSettings(BaseSettings):
         "acknowledged on receipt: a reply nobody waits for any more is not worth redelivering.",
     )
     max_request_size: int = Field(8_388_608, description="Largest Kafka message produced, in bytes.")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT",
+        description=(
+            "How clients talk to the brokers: `PLAINTEXT`, `SSL` (TLS), `SASL_PLAINTEXT` or `SASL_SSL` (TLS and "
+            "SASL authentication, what managed Kafka and Strimzi's TLS listener want)."
+        ),
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "SCRAM-SHA-512",
+        description="SASL mechanism of the `SASL_*` protocols: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.",
+    )
+    sasl_username: str | None = Field(None, description="SASL user name (needed by the `SASL_*` protocols).")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (needed by the `SASL_*` protocols).")
+    ssl_cafile: str | None = Field(
+        None, description="PEM file of the CA(s) that signed the brokers' certificates; default: the system's CAs."
+    )
+    ssl_certfile: str | None = Field(None, description="PEM client certificate, for brokers that want mutual TLS.")
+    ssl_keyfile: str | None = Field(None, description="PEM private key of `EVIDENTIA_KAFKA_SSL_CERTFILE`.")
+    ssl_key_password: SecretStr | None = Field(None, description="Password of `EVIDENTIA_KAFKA_SSL_KEYFILE`, if any.")
+    ssl_check_hostname: bool = Field(
+        True, description="Check that a broker's certificate names the host connected to (keep on outside tests)."
+    )
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL_") and not (self.sasl_username and self.sasl_password):
+            raise ValueError(
+                f"EVIDENTIA_KAFKA_SECURITY_PROTOCOL={self.security_protocol} needs EVIDENTIA_KAFKA_SASL_USERNAME "
+                "and EVIDENTIA_KAFKA_SASL_PASSWORD"
+            )
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ValueError("EVIDENTIA_KAFKA_SSL_KEYFILE is set without EVIDENTIA_KAFKA_SSL_CERTFILE")
+        return self
 
 
 class DatabaseSettings(BaseSettings):
@@ -239,6 +273,13 @@ class ServiceSettings(BaseSettings):
     gateway_host: str = Field("127.0.0.1", description="Address the gateway listens on.")
     gateway_port: int = Field(8000, ge=1, description="Port the gateway listens on.")
     gateway_url: str = Field("http://127.0.0.1:8000", description="Where the CLI finds the gateway.")
+    probe_host: str = Field(
+        "127.0.0.1",
+        description=(
+            "Address a worker service's /metrics, /healthz and /readyz listen on: this host only by default; "
+            "`0.0.0.0` where kubelet probes and Prometheus come from outside (the Kubernetes ConfigMap sets it)."
+        ),
+    )
 
 
 class GatewaySettings(BaseSettings):
@@ -249,7 +290,15 @@ class GatewaySettings(BaseSettings):
         description=(
             "SHA-256 hex digests of the accepted API keys (`Authorization: Bearer <key>`), comma separated; "
             'make one with `printf %s "$KEY" | sha256sum`. Empty: authentication is OFF and every `/v1` route '
-            "is open (fine on 127.0.0.1, never for a shared deployment)."
+            "is open, which the gateway allows only on a loopback address unless "
+            "`EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS=true`."
+        ),
+    )
+    allow_anonymous: bool = Field(
+        False,
+        description=(
+            "Let the gateway listen on a non-loopback address with no API key hashes (every `/v1` route open). "
+            "Off: such a gateway refuses to start."
         ),
     )
     rate_limit_per_minute: float = Field(
@@ -308,6 +357,30 @@ class WorkflowSettings(BaseSettings):
     rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one drug interaction API call.")
 
 
+class TracingSettings(BaseSettings):
+    model_config = _config("EVIDENTIA_TRACING_")
+
+    otlp_endpoint: str | None = Field(
+        None,
+        validation_alias=AliasChoices("EVIDENTIA_TRACING_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description=(
+            "OpenTelemetry collector base URL (OTLP over HTTP, e.g. `http://otel-collector:4318`); spans go to "
+            "`<url>/v1/traces`. Unset: tracing is off and costs nothing (no SDK, no instrumentation). The standard "
+            "`OTEL_EXPORTER_OTLP_ENDPOINT` is honoured too."
+        ),
+    )
+    otlp_headers: SecretStr | None = Field(
+        None,
+        validation_alias=AliasChoices("EVIDENTIA_TRACING_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
+        description="Headers sent with every export, `key=value` comma separated (a collector's API key).",
+    )
+    sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Share of new traces recorded (parent-based: a sampled caller is followed)."
+    )
+    service_namespace: str = Field("evidentia", description="`service.namespace` of every span's resource.")
+    export_timeout_s: float = Field(10.0, gt=0, description="Timeout of one export to the collector.")
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
@@ -323,6 +396,41 @@ class Settings(BaseSettings):
     service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)  # type: ignore[arg-type]
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
+    tracing: TracingSettings = Field(default_factory=TracingSettings)  # type: ignore[arg-type]
+
+    def public_dump(self) -> dict[str, Any]:
+        """Every value in force as JSON-ready data, with secrets masked.
+
+        ``SecretStr`` fields dump as ``**********``; the password of any URL (the database URL) is
+        replaced by ``***``. What ``evidentia settings --current`` prints.
+        """
+        masked: dict[str, Any] = _mask_urls(self.model_dump(mode="json"))
+        return masked
+
+
+def mask_url(value: str) -> str:
+    """``scheme://user:***@host/...`` for a URL with a password; anything else unchanged."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return value
+    if not parts.scheme or parts.password is None:
+        return value
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _mask_urls(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _mask_urls(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_mask_urls(v) for v in data]
+    if isinstance(data, str) and "://" in data:
+        return mask_url(data)
+    return data
 
 
 @lru_cache(maxsize=1)

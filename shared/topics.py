@@ -5,9 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+
+from shared.kafka_security import client_options
+from shared.settings import KafkaSettings
 
 INGEST_REQUESTS = "ingest.requests"
 PMIDS_DISCOVERED = "pmids.discovered"
@@ -61,9 +65,18 @@ def standard_topics(partitions: int) -> list[TopicSpec]:
     return specs
 
 
-async def ensure_topics(bootstrap: str, specs: list[TopicSpec], replication_factor: int = 1) -> list[str]:
-    """Create the topics that do not exist yet; return the names created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="evidentia-admin")
+def _admin(kafka: str | KafkaSettings) -> AIOKafkaAdminClient:
+    """An admin client for a bootstrap address (plaintext) or for the settings (TLS/SASL as configured)."""
+    options: dict[str, Any] = {"bootstrap_servers": kafka} if isinstance(kafka, str) else client_options(kafka)
+    return AIOKafkaAdminClient(client_id="evidentia-admin", **options)
+
+
+async def ensure_topics(kafka: str | KafkaSettings, specs: list[TopicSpec], replication_factor: int = 1) -> list[str]:
+    """Create the topics that do not exist yet; return the names created.
+
+    ``kafka``: the settings (connects with their TLS/SASL), or a bare bootstrap address (plaintext).
+    """
+    admin = _admin(kafka)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -79,8 +92,8 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec], replication_fact
         await admin.close()
 
 
-async def delete_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="evidentia-admin")
+async def delete_topics(kafka: str | KafkaSettings, names: list[str]) -> None:
+    admin = _admin(kafka)
     await admin.start()
     try:
         await admin.delete_topics(names)

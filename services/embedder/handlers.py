@@ -23,6 +23,7 @@ same pipeline while this one keeps embedding new chunks with the current model.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import re
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from faststream.middlewares import AckPolicy
 
 from services.embedder.encode import encode_vectors, serialize_vectors
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
-from shared import metrics
+from shared import metrics, tracing
 from shared.broker import (
     EVENT_TYPE_HEADER,
     decode_batch,
@@ -47,6 +48,7 @@ from shared.broker import (
 )
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkCreated, ChunkEmbedded
+from shared.kafka_security import client_options
 from shared.settings import Settings
 from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
 
@@ -123,7 +125,7 @@ class EmbedderState:
         metrics.EMBED_DEVICE.labels(embedder.device, embedder.name).set(1)
         k = self.settings.kafka
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=k.bootstrap,
+            **client_options(k),
             client_id=f"{k.client_id}-{SERVICE}-vectors",
             acks="all",
             linger_ms=2,
@@ -181,7 +183,11 @@ class EmbedderState:
         record_lag(consumer, topic, offsets)
         metrics.BATCH_SIZE.labels(SERVICE, topic).observe(len(events))
         commit = consumer.commit if consumer is not None and hasattr(consumer, "highwater") else None
-        await self.pipeline.submit(Batch(events=events, offsets=offsets, commit=commit, records=records))
+        # With tracing on, the batch's consume span (FastStream's telemetry middleware) travels with it, so
+        # the vectors' records carry its traceparent (shared.broker.send_keyed).
+        context = contextvars.copy_context() if tracing.enabled() else None
+        batch = Batch(events=events, offsets=offsets, commit=commit, records=records, context=context)
+        await self.pipeline.submit(batch)
 
 
 def batch_subscriber_options(state: EmbedderState) -> dict[str, Any]:

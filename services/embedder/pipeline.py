@@ -25,6 +25,7 @@ dead-letter functions (the GPU check drives this class without Kafka).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -51,6 +52,8 @@ class Batch(Generic[T]):
     records: Sequence[Any] = ()
     received: float = field(default_factory=time.perf_counter)
     payloads: list[Payload] = field(default_factory=list)
+    context: contextvars.Context | None = None
+    """The context the batch was consumed in (its trace span): its payloads are published in it."""
 
 
 @dataclass
@@ -251,7 +254,10 @@ class EmbedPipeline(Generic[T]):
             while batch.payloads:
                 attempt += 1
                 try:
-                    await self._publish(batch.payloads)
+                    if batch.context is None:
+                        await self._publish(batch.payloads)
+                    else:  # in the consumer's context: the trace context (traceparent) goes with the vectors
+                        await asyncio.create_task(self._send(batch.payloads), context=batch.context)
                     break
                 except asyncio.CancelledError:
                     raise
@@ -276,6 +282,9 @@ class EmbedPipeline(Generic[T]):
             self.stats.batches += 1
             self.stats.events += len(batch.events)
             self._finish()
+
+    async def _send(self, payloads: list[Payload]) -> None:
+        await self._publish(payloads)
 
     def _finish(self) -> None:
         self._in_flight -= 1

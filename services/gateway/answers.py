@@ -33,6 +33,7 @@ from services.gateway.conversations import (
     TurnRecord,
     new_conversation_id,
 )
+from services.gateway.errors import sse_error
 from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.schemas import AskRequest, AskResponse
 from shared import metrics
@@ -304,19 +305,20 @@ class AnswerService:
             async with self._lock(body.conversation_id):
                 async for chunk in self._stream_turn(body, owner, start):
                     yield chunk
+        # The stream has started: an error event is the only way left to say so. A 5xx says no internal
+        # text, only an error id (the detail is logged with it): services.gateway.errors.
         except HTTPException as exc:
-            yield sse("error", {"type": "HTTPException", "message": str(exc.detail), "status": exc.status_code})
+            yield sse("error", sse_error(exc.status_code, "HTTPException", str(exc.detail)))
         except ConversationConflict as exc:
-            yield sse("error", {"type": "ConversationConflict", "message": str(exc), "status": 409})
+            yield sse("error", sse_error(409, "ConversationConflict", str(exc)))
         except RemoteError as exc:
-            yield sse("error", {"type": exc.error.type, "message": exc.error.message, "status": exc.error.status})
+            yield sse("error", sse_error(exc.error.status, exc.error.type, exc.error.message))
         except RequestTimeout as exc:
-            yield sse("error", {"type": "RequestTimeout", "message": str(exc), "status": 504})
+            yield sse("error", sse_error(504, "RequestTimeout", str(exc)))
         except KafkaError as exc:
-            yield sse("error", {"type": type(exc).__name__, "message": str(exc), "status": 503})
-        except Exception as exc:  # the stream has started: an error event is the only way left to say so
-            log.exception("answer stream failed")
-            yield sse("error", {"type": type(exc).__name__, "message": "internal error", "status": 500})
+            yield sse("error", sse_error(503, "BrokerUnavailable", repr(exc)))
+        except Exception as exc:
+            yield sse("error", sse_error(500, "InternalError", repr(exc), exc))
 
     async def _stream_turn(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
         turn = await self._begin(body, owner, start)

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 from aiokafka.errors import KafkaError
@@ -18,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.gateway import security, web, workflows
 from services.gateway.answers import AnswerService
 from services.gateway.conversations import PgConversationStore
+from services.gateway.errors import public_error
 from services.gateway.kafka import GatewayKafka
 from services.gateway.schemas import (
     IngestAccepted,
@@ -25,7 +27,7 @@ from services.gateway.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from shared import metrics
+from shared import metrics, tracing
 from shared.broker import RemoteError, RequestTimeout
 from shared.db import create_pool
 from shared.db.jobs import JobStatus, create_job, job_status
@@ -71,6 +73,16 @@ async def refuse_nul_characters(request: Request) -> None:
         raise HTTPException(422, "text may not contain NUL (\\u0000) characters")
 
 
+def _error_headers(body: dict[str, Any]) -> dict[str, str] | None:
+    return {"X-Error-Id": body["error_id"]} if "error_id" in body else None
+
+
+def _error_response(body: dict[str, Any], request: Request) -> JSONResponse:
+    headers = _error_headers(body) or {}
+    headers.update(tracing.response_headers())
+    return JSONResponse({k: v for k, v in body.items() if k != "message"}, status_code=body["status"], headers=headers)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     gateway = Gateway(settings)
@@ -97,28 +109,44 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(web.router)
     app.include_router(workflows.install(app, settings).router)
     security.install(app, settings.gateway)
+    if tracing.enabled():  # set up by the gateway's broker (shared.broker.make_broker) when configured
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        FastAPIInstrumentor.instrument_app(
+            app, tracer_provider=tracing.provider(), excluded_urls="/healthz,/readyz,/metrics"
+        )
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         start = time.perf_counter()
         response = await call_next(request)
+        response.headers.update(tracing.response_headers())
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
         metrics.HTTP_REQUESTS.labels(path, request.method, str(response.status_code)).inc()
         metrics.HTTP_LATENCY.labels(path, request.method).observe(time.perf_counter() - start)
         return response
 
+    # Clients get a reason for a 4xx and an error id for a 5xx; the internal detail is logged with that id.
     @app.exception_handler(RequestTimeout)
     async def on_timeout(request: Request, exc: RequestTimeout) -> JSONResponse:
-        return JSONResponse({"detail": f"upstream service did not answer in time: {exc}"}, status_code=504)
+        return _error_response(public_error(504, "RequestTimeout", str(exc)), request)
 
     @app.exception_handler(RemoteError)
     async def on_remote(request: Request, exc: RemoteError) -> JSONResponse:
-        return JSONResponse({"detail": exc.error.message, "type": exc.error.type}, status_code=exc.error.status)
+        return _error_response(public_error(exc.error.status, exc.error.type, exc.error.message), request)
 
     @app.exception_handler(KafkaError)
     async def on_kafka(request: Request, exc: KafkaError) -> JSONResponse:
-        return JSONResponse({"detail": f"message broker unavailable: {exc}"}, status_code=503)
+        return _error_response(public_error(503, "BrokerUnavailable", repr(exc)), request)
+
+    @app.exception_handler(asyncpg.PostgresError)
+    async def on_postgres(request: Request, exc: asyncpg.PostgresError) -> JSONResponse:
+        return _error_response(public_error(503, "DatabaseError", repr(exc), exc=exc), request)
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return _error_response(public_error(500, "InternalError", repr(exc), exc=exc), request)
 
     @app.get("/healthz", tags=["operations"], summary="Liveness")
     async def healthz() -> dict[str, str]:
@@ -218,7 +246,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         )
         if reply.error is not None:
-            raise HTTPException(reply.error.status or 500, reply.error.message)
+            error = public_error(reply.error.status or 500, reply.error.type, reply.error.message)
+            raise HTTPException(error["status"], error["detail"], headers=_error_headers(error))
         return SearchResponse(query=body.query_text, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
 
     return app

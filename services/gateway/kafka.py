@@ -42,14 +42,14 @@ class GatewayKafka:
         k = self.settings.kafka
         specs = standard_topics(k.topic_partitions)
         specs.append(TopicSpec(self.reply_topic, 1, {"retention.ms": str(3600 * 1000)}))
-        await ensure_topics(k.bootstrap, specs, k.replication_factor)
+        await ensure_topics(k, specs, k.replication_factor)
         await self.broker.start()
         self.started = True
 
     async def stop(self) -> None:
         await self.broker.stop()
         self.started = False
-        await delete_topics(self.settings.kafka.bootstrap, [self.reply_topic])
+        await delete_topics(self.settings.kafka, [self.reply_topic])
 
     async def publish(self, event: Event, topic: str, key: str) -> None:
         await self.broker.publish(event, topic=topic, key=key.encode())

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -29,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from shared.settings import GatewaySettings
 
 GUARDED_PREFIX = "/v1/"
+log = logging.getLogger(__name__)
 
 
 def key_digest(key: str) -> str:
@@ -162,6 +165,40 @@ async def _refuse(send: Send, status: int, detail: str, extra: dict[str, str] | 
     await send({"type": "http.response.body", "body": body})
 
 
+class ExposureRefused(RuntimeError):
+    """The gateway would serve every ``/v1`` route without authentication beyond this host."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this host can reach (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    host = host.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_exposure(host: str, settings: GatewaySettings) -> None:
+    """Refuse to listen on a non-loopback ``host`` with authentication off, unless anonymity is explicit.
+
+    Raises :class:`ExposureRefused` (the gateway's ``__main__`` exits with its message) when no API key
+    hashes are configured, ``host`` is not a loopback address and ``allow_anonymous`` is not set.
+    """
+    if settings.key_hashes() or is_loopback(host):
+        return
+    if settings.allow_anonymous:
+        log.warning("authentication is OFF on a non-loopback address (EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS)")
+        return
+    raise ExposureRefused(
+        f"refusing to listen on {host} with authentication off: anyone who can reach it could use every /v1 "
+        "route. Set EVIDENTIA_GATEWAY_API_KEY_HASHES (SHA-256 digests of the API keys: "
+        'printf %s "$KEY" | sha256sum), listen on 127.0.0.1 (EVIDENTIA_GATEWAY_HOST), or set '
+        "EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS=true to serve it open on purpose."
+    )
+
+
 def install(app: FastAPI, settings: GatewaySettings) -> None:
     """Add the guard, then CORS around it (the last middleware added is the outermost)."""
     app.add_middleware(ApiGuard, settings=settings)
@@ -171,7 +208,7 @@ def install(app: FastAPI, settings: GatewaySettings) -> None:
             "allow_origins": origins,
             "allow_methods": ["GET", "POST", "OPTIONS"],
             "allow_headers": ["Authorization", "Content-Type"],
-            "expose_headers": ["Retry-After"],
+            "expose_headers": ["Retry-After", "X-Trace-Id", "traceparent", "X-Error-Id"],
             "max_age": 600,
         }
         app.add_middleware(CORSMiddleware, **kwargs)

@@ -22,6 +22,7 @@ import asyncpg
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
+from services.gateway.errors import sse_error
 from services.gateway.intelligence.agent import Agent, ToolOutput
 from services.gateway.intelligence.cache import Cache, PgCache
 from services.gateway.intelligence.classify import Classification, QueryClassifier
@@ -790,12 +791,11 @@ class WorkflowService:
                 result = await self.evidence(body, progress)
                 await queue.put(_sse("result", result.model_dump(mode="json")))
             except RemoteError as exc:
-                await queue.put(_sse("error", exc.error.model_dump()))
+                await queue.put(_sse("error", sse_error(exc.error.status, exc.error.type, exc.error.message)))
             except RequestTimeout as exc:
-                await queue.put(_sse("error", {"type": "RequestTimeout", "message": str(exc), "status": 504}))
+                await queue.put(_sse("error", sse_error(504, "RequestTimeout", str(exc))))
             except Exception as exc:  # the stream has started: an error event is the only way left
-                log.exception("evidence workflow failed")
-                await queue.put(_sse("error", {"type": type(exc).__name__, "message": "internal error", "status": 500}))
+                await queue.put(_sse("error", sse_error(500, "InternalError", repr(exc), exc)))
             finally:
                 await queue.put(None)
 

@@ -107,6 +107,48 @@ def test_gateway_publishes_port_8000(config: dict[str, Any]) -> None:
     gateway = config["services"]["gateway"]
     assert any(p["target"] == 8000 and str(p["published"]) == "8000" for p in gateway["ports"])
     assert gateway["environment"]["EVIDENTIA_GATEWAY_HOST"] == "0.0.0.0"
+
+
+def test_every_published_port_is_bound_to_loopback(config: dict[str, Any]) -> None:
+    published = [(name, p) for name, service in config["services"].items() for p in service.get("ports") or []]
+    assert {name for name, _ in published} == {"gateway", "kafka", "postgres"}
+    for name, port in published:
+        assert port.get("host_ip") == "127.0.0.1", f"{name} publishes {port} beyond this host"
+
+
+def test_an_unbound_port_is_caught(tmp_path: Path) -> None:
+    # Guards the guard: Compose reports a short-syntax port without an address with no host_ip at all.
+    file = tmp_path / "docker-compose.yml"
+    file.write_text("services:\n  web:\n    image: nginx\n    ports: ['8000:8000']\n")
+    result = compose("config", "--format", "json", file=file)
+    assert result.returncode == 0, result.stderr
+    (port,) = json.loads(result.stdout)["services"]["web"]["ports"]
+    assert port.get("host_ip") in (None, "", "0.0.0.0")
+
+
+def test_anonymous_gateway_is_explicit_and_keys_can_be_set(config: dict[str, Any]) -> None:
+    # The container listens on 0.0.0.0, which the gateway refuses without keys unless told: compose says so
+    # explicitly (the port is published on 127.0.0.1 only), and passes key hashes through when set.
+    env = config["services"]["gateway"]["environment"]
+    assert env["EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS"] == "true"
+    assert "EVIDENTIA_GATEWAY_API_KEY_HASHES" in env
+    withkeys = subprocess.run(
+        [str(compose_binary()), "-f", str(COMPOSE_FILE), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(REPO),
+            "EVIDENTIA_GATEWAY_API_KEY_HASHES": "ab" * 32,
+            "EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS": "false",
+        },
+        timeout=60,
+    )
+    env = json.loads(withkeys.stdout)["services"]["gateway"]["environment"]
+    assert env["EVIDENTIA_GATEWAY_API_KEY_HASHES"] == "ab" * 32
+    assert env["EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS"] == "false"
     published = {name for name, service in config["services"].items() if name in APP_SERVICES and service.get("ports")}
     assert published == {"gateway"}
 

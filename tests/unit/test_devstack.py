@@ -12,7 +12,8 @@ import pytest
 
 from devstack import KAFKA_VERSION, LocalKafka, LocalPostgres
 from devstack.__main__ import main as devstack_main
-from devstack.common import free_ports
+from devstack.common import DevstackError, free_ports
+from devstack.kafka_tls import BrokerTls
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,6 +45,34 @@ def test_server_properties_single_node_kraft(tmp_path: Path) -> None:
     assert props["group.initial.rebalance.delay.ms"] == "0"
     assert props["log.dirs"] == str(tmp_path.resolve() / "kraft")
     assert kafka.bootstrap == "127.0.0.1:19092"
+
+
+def test_server_properties_with_a_sasl_ssl_listener(tmp_path: Path) -> None:
+    tls = BrokerTls(keystore=tmp_path / "broker.p12", password="ks-pw", ca_pem=tmp_path / "ca.pem")
+    kafka = LocalKafka(
+        tmp_path, port=19092, controller_port=19093, sasl_ssl_port=19094, tls=tls, sasl_users={"svc": "pw-1"}
+    )
+    props = dict(
+        line.split("=", 1) for line in kafka.render_server_properties().splitlines() if line and line[0] != "#"
+    )
+    assert kafka.sasl_ssl_bootstrap == "127.0.0.1:19094"
+    assert "SASL_SSL://127.0.0.1:19094" in props["listeners"].split(",")
+    assert "SASL_SSL://127.0.0.1:19094" in props["advertised.listeners"].split(",")
+    assert "SASL_SSL:SASL_SSL" in props["listener.security.protocol.map"]
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"  # the broker's own traffic stays on loopback
+    assert props["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    assert 'user_svc="pw-1"' in props["listener.name.sasl_ssl.plain.sasl.jaas.config"]
+    assert props["ssl.keystore.location"] == str(tls.keystore) and props["ssl.keystore.password"] == "ks-pw"
+    plain = LocalKafka(tmp_path, port=19092, controller_port=19093).render_server_properties()
+    assert "SASL_SSL" not in plain and "ssl.keystore" not in plain
+
+
+def test_a_sasl_listener_needs_tls_and_plain_credentials(tmp_path: Path) -> None:
+    tls = BrokerTls(keystore=tmp_path / "k.p12", password="x", ca_pem=tmp_path / "ca.pem")
+    with pytest.raises(DevstackError, match="TLS"):
+        LocalKafka(tmp_path, sasl_ssl_port=19094)
+    with pytest.raises(DevstackError, match="SASL user"):
+        LocalKafka(tmp_path, sasl_ssl_port=19094, tls=tls, sasl_users={"svc": 'pw" injected'})
 
 
 def test_cluster_ids_are_kafka_uuids() -> None:

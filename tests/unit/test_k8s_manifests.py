@@ -42,12 +42,18 @@ K8S_VERSION = "1.33.0"
 CONSUMERS = ("fetcher", "parser", "embedder", "retriever", "synthesizer")
 SERVICES = (*CONSUMERS, "gateway")
 GATEWAY_PORT = 8000
-SECRET_VARIABLES = {"EVIDENTIA_DATABASE_URL", "ANTHROPIC_API_KEY", "EVIDENTIA_NCBI_API_KEY"}
+SECRET_VARIABLES = {
+    "EVIDENTIA_DATABASE_URL",
+    "ANTHROPIC_API_KEY",
+    "EVIDENTIA_NCBI_API_KEY",
+    "EVIDENTIA_GATEWAY_API_KEY_HASHES",
+    "EVIDENTIA_KAFKA_SASL_PASSWORD",
+}
 
 # apiVersion group -> (kind, required top-level spec fields) for the kinds kubernetes-validate lacks.
 CUSTOM_KINDS: dict[str, tuple[str, ...]] = {
     "keda.sh/v1alpha1": ("ScaledObject",),
-    "kafka.strimzi.io/v1beta2": ("KafkaTopic",),
+    "kafka.strimzi.io/v1beta2": ("KafkaTopic", "KafkaUser"),
     "postgresql.cnpg.io/v1": ("Cluster",),
     "monitoring.coreos.com/v1": ("PodMonitor",),
     "kustomize.config.k8s.io/v1beta1": ("Kustomization",),
@@ -281,6 +287,9 @@ def test_custom_resources_are_well_formed() -> None:
             assert doc["metadata"]["labels"]["strimzi.io/cluster"], where
             assert spec["partitions"] >= 1 and spec["replicas"] >= 1, where
             assert all(isinstance(v, str) for v in spec["config"].values()), where
+        elif doc["kind"] == "KafkaUser":
+            assert doc["metadata"]["labels"]["strimzi.io/cluster"], where
+            assert spec["authentication"]["type"] in ("scram-sha-512", "tls"), where
         elif doc["kind"] == "Cluster":
             assert spec["instances"] >= 1 and spec["imageName"] and spec["storage"]["size"], where
         elif doc["kind"] == "PodMonitor":
@@ -500,7 +509,7 @@ def test_strimzi_topics_match_evidentia_topics() -> None:
 
 
 def test_cloudnativepg_cluster_creates_the_vector_extension() -> None:
-    [cluster] = load_docs(K8S / "examples" / "cloudnativepg-cluster.yaml")
+    [cluster] = [d for d in load_docs(K8S / "examples" / "cloudnativepg-cluster.yaml") if d["kind"] == "Cluster"]
     assert (cluster["apiVersion"], cluster["kind"]) == ("postgresql.cnpg.io/v1", "Cluster")
     assert "standard" in cluster["spec"]["imageName"], "only the CNPG standard images ship pgvector"
     initdb = cluster["spec"]["bootstrap"]["initdb"]
@@ -593,3 +602,153 @@ def test_dashboard() -> None:
         "kafka_consumergroup_lag",
     ):
         assert metric in exprs, f"the dashboard shows no {metric}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Security: who may connect, what is secret, how Kafka is reached
+
+
+def policies() -> dict[str, dict[str, Any]]:
+    return base_docs("NetworkPolicy")
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a Kubernetes label selector (matchLabels and matchExpressions) selects ``labels``."""
+    if not (selector.get("matchLabels") or {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        value = labels.get(expr["key"])
+        if expr["operator"] == "In" and value not in expr["values"]:
+            return False
+        if expr["operator"] == "NotIn" and value in expr["values"]:
+            return False
+        if expr["operator"] == "Exists" and value is None:
+            return False
+    return True
+
+
+def pod_labels(name: str) -> dict[str, str]:
+    labels: dict[str, str] = base_docs("Deployment")[name]["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def open_ports(
+    labels: dict[str, str],
+    ports_by_name: dict[str, int],
+    from_anywhere: bool,
+    docs: list[dict[str, Any]] | None = None,
+) -> set[int]:
+    """Ports of a pod with ``labels`` the NetworkPolicies open (to any source, or to some source)."""
+    opened: set[int] = set()
+    for policy in docs if docs is not None else list(policies().values()):
+        spec = policy["spec"]
+        if "Ingress" not in spec["policyTypes"] or not selects(spec["podSelector"], labels):
+            continue
+        for rule in spec.get("ingress") or []:
+            if from_anywhere and rule.get("from"):
+                continue
+            for port in rule.get("ports") or []:
+                number = ports_by_name.get(port["port"], port["port"])
+                if isinstance(number, int):
+                    opened.add(number)
+    return opened
+
+
+def test_network_policies_deny_by_default_and_open_only_the_gateway() -> None:
+    deny = policies()["default-deny-ingress"]["spec"]
+    assert deny["podSelector"] == {} and deny["policyTypes"] == ["Ingress"] and not deny.get("ingress")
+    for name in SERVICES:
+        c = container(base_docs("Deployment")[name])
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        from_anywhere = open_ports(pod_labels(name), ports, from_anywhere=True)
+        if name == "gateway":
+            assert from_anywhere == {GATEWAY_PORT}
+        else:
+            assert not from_anywhere, f"{name} is reachable from anywhere on {from_anywhere}"
+            # Prometheus (the monitoring namespace) reaches the metrics port, and nothing else does.
+            assert open_ports(pod_labels(name), ports, from_anywhere=False) == {DEFAULT_PORTS[name]}
+    metrics = policies()["metrics-from-monitoring"]["spec"]["ingress"]
+    assert all(peer.keys() == {"namespaceSelector"} for rule in metrics for peer in rule["from"])
+
+
+def test_the_policy_checker_sees_an_open_port() -> None:
+    # Guards the guard: a rule without `from` opens a worker to every source, and the checker says so.
+    labels = pod_labels("retriever")
+    leaky = {"spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"],
+                      "ingress": [{"ports": [{"port": "metrics"}]}]}}  # fmt: skip
+    docs = [*policies().values(), leaky]
+    assert open_ports(labels, {"metrics": 9104}, from_anywhere=True, docs=docs) == {9104}
+    assert not open_ports(labels, {"metrics": 9104}, from_anywhere=True)
+
+
+def test_postgres_policy_admits_only_evidentia_pods() -> None:
+    docs = load_docs(K8S / "examples" / "cloudnativepg-cluster.yaml")
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    cluster = next(d for d in docs if d["kind"] == "Cluster")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"cnpg.io/cluster": cluster["metadata"]["name"]}
+    to_5432 = [peer for rule in policy["spec"]["ingress"] if any(p["port"] == 5432 for p in rule["ports"])
+               for peer in rule["from"]]  # fmt: skip
+    jobs = {d["metadata"]["name"]: d for d in base_docs("Job").values()}
+    clients = [pod_labels(n) for n in SERVICES] + [j["spec"]["template"]["metadata"]["labels"] for j in jobs.values()]
+    for labels in clients:
+        assert any("podSelector" in p and selects(p["podSelector"], labels) for p in to_5432), labels
+    stranger = {"app.kubernetes.io/name": "debug-shell", "app.kubernetes.io/part-of": "evidentia"}
+    assert not any("podSelector" in p and selects(p["podSelector"], stranger) for p in to_5432)
+    assert not any(p.get("namespaceSelector") == {} or not p for p in to_5432), "5432 open to every namespace"
+
+
+def test_secret_example_carries_key_hashes_and_the_kafka_password() -> None:
+    data = load_docs(BASE / "secret.example.yaml")[0]["stringData"]
+    assert data["EVIDENTIA_GATEWAY_API_KEY_HASHES"]
+    assert "EVIDENTIA_KAFKA_SASL_PASSWORD" in data
+
+
+def test_example_overlay_is_not_at_debug_and_speaks_sasl_ssl() -> None:
+    from shared.settings import KafkaSettings
+
+    overlay = load_docs(OVERLAY / "config-patch.yaml")[0]["data"]
+    assert overlay.get("EVIDENTIA_LOG_LEVEL", base_config()["EVIDENTIA_LOG_LEVEL"]).upper() in ("INFO", "WARNING")
+    assert overlay["EVIDENTIA_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert overlay["EVIDENTIA_KAFKA_BOOTSTRAP"].endswith(":9093")
+    # The settings the pods would get validate (the password comes from the Secret).
+    kafka = {
+        k.removeprefix("EVIDENTIA_KAFKA_").lower(): v for k, v in overlay.items() if k.startswith("EVIDENTIA_KAFKA_")
+    }
+    KafkaSettings(**kafka, sasl_password="from-the-secret")
+    patch = yaml.safe_load((OVERLAY / "kafka-ca-patch.yaml").read_text())
+    mount = next(op["value"] for op in patch if op["path"].endswith("volumeMounts/-"))
+    assert overlay["EVIDENTIA_KAFKA_SSL_CAFILE"].startswith(mount["mountPath"] + "/")
+
+
+@pytest.mark.skipif(kubectl() is None, reason="kubectl (with its kustomize) is not on the PATH")
+def test_overlay_mounts_the_kafka_ca_in_every_pod_that_talks_to_kafka() -> None:
+    for doc in kustomize_build(OVERLAY):
+        if doc["kind"] in ("Deployment", "Job"):
+            spec = doc["spec"]["template"]["spec"]
+            assert any(v["name"] == "kafka-ca" for v in spec["volumes"]), doc["metadata"]["name"]
+            assert any(m["name"] == "kafka-ca" for m in spec["containers"][0]["volumeMounts"])
+
+
+def test_worker_probes_listen_beyond_loopback_in_a_pod() -> None:
+    assert base_config()["EVIDENTIA_PROBE_HOST"] == "0.0.0.0"
+
+
+def test_kafka_user_may_use_every_evidentia_topic_and_group() -> None:
+    user = load_docs(K8S / "strimzi" / "kafkauser.yaml")[0]
+    acls = user["spec"]["authorization"]["acls"]
+
+    def allowed(kind: str, name: str) -> bool:
+        for acl in acls:
+            r = acl["resource"]
+            if r["type"] != kind:
+                continue
+            if (r.get("patternType") == "prefix" and name.startswith(r["name"])) or r.get("name") == name:
+                return True
+        return False
+
+    names = [s.name for s in topic_names.standard_topics(3)] + [topic_names.reply_topic("gateway-pod-1")]
+    for name in names:
+        assert allowed("topic", name), name
+    assert not allowed("topic", "payments.ledger")
+    for service in CONSUMERS:
+        assert allowed("group", consumed_by(service)[0]), service

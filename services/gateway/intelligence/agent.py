@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.gateway.errors import new_error_id
 from services.gateway.intelligence.classify import Category, drug_pair
 from services.gateway.intelligence.llm import WorkflowLlm
 from shared.models import SearchHit
@@ -157,8 +158,9 @@ async def run_tool(
         else:
             return f"Unknown tool {name!r}.", [], f"unknown tool {name}"
     except Exception as exc:  # a failed tool is reported to the model, which may try another way
-        log.warning("agent tool failed", extra={"tool": name, "error": repr(exc)[:300]})
-        return f"The tool failed: {type(exc).__name__}.", [], f"{type(exc).__name__}: {exc}"[:300]
+        error_id = new_error_id()  # the client sees the id; the detail stays in the log
+        log.warning("agent tool failed", extra={"tool": name, "error": repr(exc)[:300], "error_id": error_id})
+        return f"The tool failed: {type(exc).__name__}.", [], f"{type(exc).__name__} (error id {error_id})"
     hits = book.add(out.sources)
     text = out.text if not hits else (out.text + "\n\n" if out.text else "") + book.format(hits)
     return text, list(dict.fromkeys(h.citation_id for h in hits)), None

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from services.gateway.errors import new_error_id
+
 log = logging.getLogger(__name__)
 
 NOT_CONFIGURED = (
@@ -96,8 +98,10 @@ class RxNavClient:
                 )
                 out.interactions = parse_interactions(data)
         except (httpx.HTTPError, ValueError) as exc:
-            log.warning("drug interaction service failed", extra={"error": repr(exc)[:300]})
-            out.error = type(exc).__name__ + (f": {exc}" if str(exc) else "")
+            # The client learns that it failed and an id; the detail (addresses, bodies) stays in the log.
+            error_id = new_error_id()
+            log.warning("drug interaction service failed", extra={"error": repr(exc)[:300], "error_id": error_id})
+            out.error = f"the drug interaction service failed ({type(exc).__name__}; error id {error_id})"
         finally:
             if self._http is None:
                 await client.aclose()

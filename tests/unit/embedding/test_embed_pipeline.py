@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from typing import Any
@@ -76,6 +77,32 @@ def test_batches_are_published_in_order_and_committed_only_after_publishing() ->
     assert [v for _, v in commits] == [2, 4, 6, 8, 10, 12]
     for position, offset in commits:  # every event below the committed offset was sent before
         assert {v for kind, v in log[:position] if kind == "sent"} >= set(range(offset))
+
+
+_consumed_in: contextvars.ContextVar[str] = contextvars.ContextVar("consumed_in", default="pipeline task")
+
+
+def test_a_batch_is_published_in_the_context_it_was_consumed_in() -> None:
+    # With tracing on the embedder hands each batch the context of its consume span; the publisher task
+    # (started long before) must publish in it, or the vectors would carry no traceparent.
+    seen: list[str] = []
+
+    async def publish(payloads: list[Payload]) -> None:
+        seen.append(_consumed_in.get())
+
+    async def main() -> None:
+        pipe: EmbedPipeline[int] = EmbedPipeline(lambda ev: [(None, b"x") for _ in ev], publish, depth=2)
+        await pipe.start()
+        for name in ("batch-1", "batch-2"):
+            token = _consumed_in.set(name)
+            await pipe.submit(Batch(events=[1], offsets={}, context=contextvars.copy_context()))
+            _consumed_in.reset(token)
+        await pipe.submit(Batch(events=[1], offsets={}))  # no context given: the pipeline's own
+        await pipe.drain()
+        await pipe.stop()
+
+    asyncio.run(main())
+    assert seen == ["batch-1", "batch-2", "pipeline task"]
 
 
 def test_submit_blocks_when_publishing_falls_behind() -> None:
