@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -431,9 +433,19 @@ class NcbiCountReply(Event):
 
 
 class DeadLetter(Event):
-    """An event that could not be processed (topic ``<topic>.dlq``), with why."""
+    """An event that could not be processed (topic ``<topic>.dlq``), with why and where it came from.
 
-    schema_version: Literal[1] = 1
+    The original body is carried once: a JSON body as JSON in ``payload_json`` (not escaped into a
+    string a second time, which made a near-limit event's dead letter exceed Kafka's message size),
+    any other body as text in ``payload``. A body over the dead-letter payload limit
+    (``EVIDENTIA_KAFKA_DLQ_MAX_PAYLOAD_BYTES``) is cut (``payload_truncated``); ``payload_sha256`` and
+    ``payload_bytes`` always describe the whole original, so ``evidentia dlq replay`` can fetch it back
+    from ``topic``/``partition``/``offset`` while the topic still retains it, and check it.
+
+    Version 2 added ``payload_json``; a reader gets ``payload`` filled from it either way.
+    """
+
+    schema_version: Literal[1, 2] = 2
     topic: str
     partition: int | None = None
     offset: int | None = None
@@ -442,7 +454,41 @@ class DeadLetter(Event):
     error_type: str
     error: str
     attempts: int
-    payload: str = Field(description="The original message body, decoded as UTF-8 with replacement.")
+    payload: str = Field(
+        "",
+        description=(
+            "The original body as UTF-8 text (with replacement characters where it is not UTF-8) when it is not "
+            "JSON; in memory also the text of `payload_json`. Cut at the payload limit when `payload_truncated`."
+        ),
+    )
+    payload_json: Any = Field(None, description="The original body when it is JSON, carried as JSON (version 2).")
+    payload_bytes: int | None = Field(None, ge=0, description="Size of the whole original body in bytes.")
+    payload_sha256: str | None = Field(None, description="SHA-256 (hex) of the whole original body.")
+    payload_truncated: bool = Field(False, description="`payload` holds only the start of the original body.")
+    headers: dict[str, str] = Field(default_factory=dict, description="The original record's headers, as text.")
+
+    @model_validator(mode="after")
+    def _text(self) -> DeadLetter:
+        if self.payload_json is not None and not self.payload:
+            self.payload = json.dumps(self.payload_json, ensure_ascii=False, separators=(",", ":"))
+        return self
+
+    def wire(self) -> bytes:
+        """The letter as published: the body once (``payload`` left out when ``payload_json`` holds it)."""
+        exclude = {"payload"} if self.payload_json is not None else None
+        return self.model_dump_json(exclude=exclude).encode("utf-8")
+
+    def original(self) -> bytes | None:
+        """The original body (a JSON body re-serialised: the same value), or None when this letter does not
+        hold all of it (truncated, or bytes that were not UTF-8)."""
+        if self.payload_truncated:
+            return None
+        body = self.payload.encode("utf-8")
+        if self.payload_json is not None:
+            return body
+        if self.payload_sha256 is not None and hashlib.sha256(body).hexdigest() != self.payload_sha256:
+            return None  # replacement characters: the letter's text is not the original bytes
+        return body
 
 
 PIPELINE_EVENTS: tuple[type[Event], ...] = (
