@@ -96,6 +96,24 @@ class IngestRequested(Event):
         return self
 
 
+class BookshelfPackageRequested(Event):
+    """One Bookshelf Open Access package to read (topic ``bookshelf.packages``, keyed by job id and accession).
+
+    A publisher ingest is split into one of these per package, so no handler call downloads a whole
+    publisher (which outlasted the consumer's poll interval and ran twice after a rebalance).
+    """
+
+    schema_version: Literal[1] = 1
+    job_id: str
+    accession: str = Field(min_length=1, max_length=64)
+    path: str = Field(min_length=1, max_length=1000, description="Package path relative to the Bookshelf base URL.")
+    title: str = ""
+    publisher: str = ""
+    year: str = ""
+    last_updated: str = ""
+    refresh: bool = False
+
+
 class PmidDiscovered(Event):
     """One PubMed id to fetch (topic ``pmids.discovered``, keyed by document id).
 
@@ -126,10 +144,12 @@ class DocumentFetched(Event):
 
     ``content`` is the raw record (one ``PubmedArticle``, one JATS ``article``, one Bookshelf
     ``book-part`` file) for the XML formats; ``document`` is the already-structured document for
-    ``document-json`` (the JSON-lines import).
+    ``document-json`` (the JSON-lines import). Version 2 may carry ``content_ref`` instead of ``content``
+    for a record too large for a Kafka message (claim check, :mod:`shared.claimcheck`); a version-1
+    consumer refuses those rather than misread them.
     """
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = 1
     document_id: str
     source: Source
     source_id: str
@@ -137,9 +157,26 @@ class DocumentFetched(Event):
     content: str | None = None
     document: ParsedDocument | None = None
     job_id: str | None = None
+    content_ref: str | None = Field(
+        None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description=(
+            "Version 2: the raw record is too large for a Kafka message and is stored once in PostgreSQL "
+            "(`raw_documents`) under this reference instead of in `content` (claim check)."
+        ),
+    )
+    content_bytes: int | None = Field(None, ge=0, description="Size of the referenced content in bytes (version 2).")
 
     @model_validator(mode="after")
     def _payload(self) -> DocumentFetched:
+        if self.content_ref is not None:
+            if self.schema_version < 2:
+                raise ValueError("`content_ref` needs schema_version 2")
+            if self.content is not None:
+                raise ValueError("give the content once: `content` or `content_ref`")
+            if self.format == "document-json":
+                raise ValueError("format document-json carries `document`, not `content_ref`")
+            return self
         if self.format == "document-json":
             if self.document is None:
                 raise ValueError("format document-json needs `document`")
@@ -493,6 +530,7 @@ class DeadLetter(Event):
 
 PIPELINE_EVENTS: tuple[type[Event], ...] = (
     IngestRequested,
+    BookshelfPackageRequested,
     PmidDiscovered,
     DocumentFetched,
     DocumentDeleted,
