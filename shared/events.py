@@ -285,8 +285,14 @@ class ChunkEmbedded(Event):
                 raise ValueError(f"embedding_f32 holds {4 * len(values)} bytes, dim {self.dim} needs {4 * self.dim}")
             if not np.isfinite(values).all():
                 raise ValueError("embedding_f32 holds a value that is not finite")
-        elif self.embedding is not None and len(self.embedding) != self.dim:
-            raise ValueError(f"embedding has {len(self.embedding)} values, dim says {self.dim}")
+        elif self.embedding is not None:
+            if len(self.embedding) != self.dim:
+                raise ValueError(f"embedding has {len(self.embedding)} values, dim says {self.dim}")
+            values = np.asarray(self.embedding, dtype=np.float64)
+            if not np.isfinite(values).all():  # JSON parsers accept NaN; pgvector refuses it (for the batch)
+                raise ValueError("embedding holds a value that is not finite")
+        if not np.any(values):
+            raise ValueError("the embedding is all zeros: it has no direction to compare by cosine")
         return self
 
     @classmethod
