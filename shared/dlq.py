@@ -274,3 +274,55 @@ async def mark_replayed(pool: Any, views: list[LetterView]) -> list[LetterView]:
     for v in views:
         v.replayed = (v.dlq_topic, v.dlq_partition, v.dlq_offset) in done
     return views
+
+
+def dlq_topic_of(topic: str) -> str:
+    """``documents.fetched`` or ``documents.fetched.dlq`` -> ``documents.fetched.dlq``."""
+    topic = topic.strip()
+    return topic if topic.endswith(".dlq") else f"{topic}.dlq"
+
+
+def select(
+    views: Sequence[LetterView],
+    *,
+    refs: Sequence[str] = (),
+    every: bool = False,
+    error_type: str | None = None,
+    include_replayed: bool = False,
+) -> list[LetterView]:
+    """The letters an operator chose: by ``refs`` (``PARTITION:OFFSET`` or ``OFFSET``), or ``every`` one
+    (optionally only of ``error_type``; already replayed ones only with ``include_replayed``)."""
+    if refs:
+        wanted = {parse_ref(r) for r in refs}
+        chosen = [v for v in views if (v.dlq_partition, v.dlq_offset) in wanted]
+        missing = wanted - {(v.dlq_partition, v.dlq_offset) for v in chosen}
+        if missing:
+            raise LookupError("no such dead letter: " + ", ".join(f"{p}:{o}" for p, o in sorted(missing)))
+        return chosen
+    if not every:
+        raise ValueError("name the letters to replay (PARTITION:OFFSET ...) or ask for all of them")
+    return [
+        v
+        for v in views
+        if (error_type is None or v.letter.error_type == error_type) and (include_replayed or not v.replayed)
+    ]
+
+
+def summary(view: LetterView) -> dict[str, Any]:
+    """One line of a listing: where the letter is, where it came from, why."""
+    letter = view.letter
+    return {
+        "ref": view.ref,
+        "topic": letter.topic,
+        "partition": letter.partition,
+        "offset": letter.offset,
+        "key": letter.key,
+        "service": letter.service,
+        "error_type": letter.error_type,
+        "error": letter.error[:300],
+        "attempts": letter.attempts,
+        "payload_bytes": letter.payload_bytes,
+        "payload_truncated": letter.payload_truncated,
+        "created_at": letter.created_at.isoformat(),
+        "replayed": view.replayed,
+    }

@@ -15,7 +15,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.gateway import security, web, workflows
+from services.gateway import admin, security, web, workflows
 from services.gateway.answers import AnswerService
 from services.gateway.conversations import PgConversationStore
 from services.gateway.kafka import GatewayKafka
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.answers = answers
     app.include_router(answers.router)
     app.include_router(web.router)
+    app.include_router(admin.router)
     app.include_router(workflows.install(app, settings).router)
     security.install(app, settings.gateway)
 

@@ -104,6 +104,7 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
         group_id=GROUP_ID,
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.ACK,
+        max_poll_interval_ms=state.settings.kafka.max_poll_interval_ms,
         title="documents.fetched:parser",
         description="DocumentFetched (parse, store, chunk) or DocumentDeleted (remove).",
     )

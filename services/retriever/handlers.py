@@ -114,6 +114,7 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         max_records=512,
         batch_timeout_ms=100,
         decoder=undecoded_batch,
+        max_poll_interval_ms=state.settings.kafka.max_poll_interval_ms,
         title="chunks.embedded:retriever",
         description="ChunkEmbedded events, stored in the vector index of their model.",
     )
