@@ -16,8 +16,11 @@ Several fetcher replicas (KEDA may run three) share one limit through :class:`Pg
 same reservation kept in one PostgreSQL row (``rate_buckets``), updated atomically by every replica
 with the database's clock, so the cluster as a whole makes at most ``rate`` calls a second whatever
 the replica count (``EVIDENTIA_NCBI_RATE_SCOPE=cluster``, the default; see :func:`make_limiter`).
-It paces at :data:`CLUSTER_SAFETY` of the rate: calls leave ``1/rate`` apart but arrive with network
-jitter, and without a margin four calls of one second could land inside NCBI's one-second window.
+It paces at :data:`CLUSTER_SAFETY` (85 %) of the rate: calls are reserved ``1/rate`` apart but reach NCBI
+after a scheduling and network delay that differs per call (on a busy host, tens to hundreds of
+milliseconds), and without a margin four calls could land inside one of NCBI's one-second windows (seen
+in the three-process test on a loaded machine with a 95 % pace). 85 % leaves about 170 ms of such jitter
+over three calls at 3/s.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 RATE_WITHOUT_KEY = 3.0
 RATE_WITH_KEY = 10.0
-CLUSTER_SAFETY = 0.95
+CLUSTER_SAFETY = 0.85
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from services.gateway.schemas import (
 )
 from shared import metrics
 from shared.broker import RemoteError, RequestTimeout
+from shared.claimcheck import oversized_reason
 from shared.db import create_pool
 from shared.db.jobs import JobStatus, create_job, job_status
 from shared.events import (
@@ -180,6 +181,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     document=doc,
                     job_id=job_id,
                 )
+                reason = oversized_reason(len(fetched.model_dump_json().encode()), settings.kafka.max_request_size)
+                if reason is not None:  # cannot travel: failed with the reason, the job still completes
+                    await set_stage(gateway.pool, [doc.document_id], "failed", reason, force=True)
+                    continue
                 await gateway.kafka.publish(fetched, DOCUMENTS_FETCHED, doc.document_id)
             if not (body.query or body.pmids or body.bookshelf_publisher):
                 await mark_job(gateway.pool, job_id, "discovered")
