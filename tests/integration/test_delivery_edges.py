@@ -110,7 +110,9 @@ async def _dead_letter_scenario(infra: Infra) -> None:
             raise RuntimeError("bug in the handler")
         handled.append((msg.body, dict(msg.headers)))
 
-    pool = await create_pool(DatabaseSettings(url=infra.postgres.url))
+    database = DatabaseSettings()
+    database.url = infra.postgres.url
+    pool = await create_pool(database)
     await broker.start()
     try:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
