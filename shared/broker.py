@@ -271,7 +271,9 @@ class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
         token = trace_id_var.set(
             _trace_of(records[0].value) if records and isinstance(records[0].value, bytes) else None
         )
-        pause = PartitionPause(getattr(msg, "consumer", None))
+        # Requests (reply_to) are handled several at a time on one consumer, which a pause would stop for
+        # all of them and whose polling it would race: they just sleep between attempts.
+        pause = PartitionPause(None if msg.reply_to else getattr(msg, "consumer", None))
         attempt = 0
         failures = 0  # only failures of the handler itself count towards max_attempts
         try:
