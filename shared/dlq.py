@@ -123,7 +123,9 @@ async def read_letters(
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     await consumer.start()
     try:
-        partitions = await consumer.partitions_for_topic(dlq_topic) or set()
+        if dlq_topic not in await consumer.topics():  # fetches the cluster's metadata
+            return []
+        partitions = consumer.partitions_for_topic(dlq_topic) or set()
         tps = [TopicPartition(dlq_topic, p) for p in sorted(partitions)]
         if not tps:
             return []

@@ -23,15 +23,15 @@ PART = "NBK99790"
 
 
 def big_nxml() -> bytes:
-    """The malaria guideline with one accession per chapter and its sections repeated to ~350 KB."""
+    """The malaria guideline with one accession per chapter and a paragraph of chapter 1 repeated to ~350 KB."""
     text = (FIXTURES / "bookshelf" / "malaria-guideline.nxml").read_text("utf-8")
     for n in range(1, 5):
         old = f'<book-part id="ch{n}" book-part-type="chapter">\n      <book-part-meta>'
         text = text.replace(old, old + f'<book-part-id book-part-id-type="accession">{PART}{n}</book-part-id>')
-    start = text.index("<sec", text.index(f"{PART}1"))
-    end = text.index("</sec>", start) + len("</sec>")
-    section = text[start:end]
-    copies = "".join(section.replace("<sec", f'<sec id="copy{i}"', 1) for i in range(max(1, 350_000 // len(section))))
+    start = text.index("<p>", text.index(f"{PART}1"))
+    end = text.index("</p>", start) + len("</p>")
+    paragraph = text[start:end]
+    copies = "".join(paragraph.replace("<p>", f"<p>Copy {i}: ", 1) for i in range(max(1, 350_000 // len(paragraph))))
     return (text[:end] + copies + text[end:]).encode()
 
 
