@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import BaseModel, Field
 
 from shared.events import DeadLetter
@@ -120,15 +121,13 @@ async def read_letters(
 
     Reads from the start of each partition up to its end offset at the time of the call.
     """
+    partitions = await topic_partitions(bootstrap, dlq_topic)
+    if not partitions:
+        return []
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     await consumer.start()
     try:
-        if dlq_topic not in await consumer.topics():  # fetches the cluster's metadata
-            return []
-        partitions = consumer.partitions_for_topic(dlq_topic) or set()
-        tps = [TopicPartition(dlq_topic, p) for p in sorted(partitions)]
-        if not tps:
-            return []
+        tps = [TopicPartition(dlq_topic, p) for p in partitions]
         wanted = set(refs) if refs is not None else None
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
@@ -149,6 +148,20 @@ async def read_letters(
         return out[:limit]
     finally:
         await consumer.stop()
+
+
+async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+    """The partition ids of ``topic`` (empty when it does not exist), from the cluster's metadata."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="evidentia-dlq")
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    for entry in described:
+        if entry.get("topic") == topic and not entry.get("error_code"):
+            return sorted(int(p["partition"]) for p in entry.get("partitions", []))
+    return []
 
 
 def _view(record: ConsumerRecord[Any, Any]) -> LetterView:

@@ -23,16 +23,15 @@ PART = "NBK99790"
 
 
 def big_nxml() -> bytes:
-    """The malaria guideline with one accession per chapter and a paragraph of chapter 1 repeated to ~350 KB."""
+    """The malaria guideline with one accession per chapter, made larger than the claim-check threshold by an
+    XML comment of ~300 KB (transport is what is tested; a comment adds no chunks to embed)."""
     text = (FIXTURES / "bookshelf" / "malaria-guideline.nxml").read_text("utf-8")
     for n in range(1, 5):
         old = f'<book-part id="ch{n}" book-part-type="chapter">\n      <book-part-meta>'
         text = text.replace(old, old + f'<book-part-id book-part-id-type="accession">{PART}{n}</book-part-id>')
     start = text.index("<p>", text.index(f"{PART}1"))
-    end = text.index("</p>", start) + len("</p>")
-    paragraph = text[start:end]
-    copies = "".join(paragraph.replace("<p>", f"<p>Copy {i}: ", 1) for i in range(max(1, 350_000 // len(paragraph))))
-    return (text[:end] + copies + text[end:]).encode()
+    padding = "<!-- " + "archived revision notes " * 12_500 + "-->"
+    return (text[:start] + padding + text[start:]).encode()
 
 
 def package(accession: str, data: bytes) -> bytes:
@@ -78,7 +77,7 @@ def test_large_part_by_reference_and_a_broken_package_does_not_stall_the_job(sta
     stored = db_fetch(url, "SELECT bytes FROM raw_documents WHERE document_id LIKE $1", f"bookshelf:{PART}%")
     assert len(stored) == 1 and stored[0]["bytes"] > 256 * 1024, "the part travelled by reference, stored once"
     chunks = embedded_chunks(url, f"bookshelf:{PART}1")
-    assert len(chunks) > 50 and all(c["vector"] for c in chunks)
+    assert chunks and all(c["vector"] for c in chunks)
     tasks = db_fetch(url, "SELECT task_id, state FROM ingest_job_tasks WHERE job_id = $1", status["job_id"])
     assert sorted((t["task_id"], t["state"]) for t in tasks) == [
         (f"bookshelf:{BIG}", "done"),
