@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -70,6 +70,34 @@ def package_task(accession: str) -> str:
     return f"bookshelf:{accession}"
 
 
+def package_key(job_id: str, accession: str) -> str:
+    """Kafka key of a ``bookshelf.packages`` event (no ``:``, so it is never taken for a document id)."""
+    return f"{job_id}/{accession}"
+
+
+def fail_jobs_hook(pool: asyncpg.Pool) -> Callable[[list[str], BaseException], Awaitable[None]]:
+    """A dead-letter hook for the fetcher's own topics: a dead-lettered ingest request fails its job, a
+    dead-lettered package fails its task (so the job still completes), each with the reason."""
+
+    async def hook(keys: list[str], exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        for key in keys:
+            if ":" in key:
+                continue  # a document id: fail_documents_hook
+            if "/" in key:
+                job_id, _, accession = key.partition("/")
+                await finish_task(pool, job_id, package_task(accession), f"Bookshelf {accession}: {reason}")
+            else:
+                await pool.execute(
+                    "UPDATE ingest_jobs SET state = 'failed', error = $2, updated_at = now() "
+                    "WHERE job_id = $1 AND state = 'running'",
+                    key,
+                    reason,
+                )
+
+    return hook
+
+
 class FetcherState:
     def __init__(self, settings: Settings):
         package_ms = settings.ncbi.bookshelf_package_timeout_s * 1000
@@ -87,6 +115,7 @@ class FetcherState:
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
         add_dead_letter_hook(fail_documents_hook(self._pool))
+        add_dead_letter_hook(fail_jobs_hook(self._pool))
         ncbi = self.settings.ncbi
         api_key = ncbi.ncbi_api_key.get_secret_value() if ncbi.ncbi_api_key else None
         limiter = make_limiter(ncbi.ncbi_rate_scope, rate_for(api_key, ncbi.ncbi_rate_per_s), self._pool)
@@ -245,7 +274,7 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
                         last_updated=p.last_updated,
                         refresh=request.refresh,
                     ),
-                    key=f"{request.job_id}:{p.accession}".encode(),
+                    key=package_key(request.job_id, p.accession).encode(),
                 )
                 for p in found
             )

@@ -140,3 +140,29 @@ def test_an_event_still_too_large_gets_a_reason() -> None:
     assert oversized_reason(1_000, 8_388_608) is None
     reason = oversized_reason(9_000_000, 8_388_608)
     assert reason is not None and "9000000 bytes" in reason and "max_request_size" in reason
+
+
+class RecordingPool:
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        self.statements.append((" ".join(sql.split()), args))
+        return "UPDATE 1"
+
+    async def fetch(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+        return [{"task_id": "bookshelf:NBK5", "state": "failed", "error": "x"}]
+
+
+async def test_a_dead_lettered_package_fails_its_task_and_a_dead_lettered_request_its_job() -> None:
+    from services.fetcher.handlers import fail_jobs_hook, package_key
+
+    pool = RecordingPool()
+    await fail_jobs_hook(pool)(["pubmed:1", package_key("job1", "NBK5"), "job2"], RuntimeError("boom"))  # type: ignore[arg-type]
+    sql = [s for s, _ in pool.statements]
+    assert not any("pubmed:1" in str(a) for _, a in pool.statements), "document ids are not jobs"
+    task = next(a for s, a in pool.statements if s.startswith("UPDATE ingest_job_tasks"))
+    assert task[:3] == ("job1", "bookshelf:NBK5", "failed") and "boom" in task[3]
+    assert any(s.startswith("UPDATE ingest_jobs SET state = 'discovered'") for s in sql), "the job completes"
+    job = next(a for s, a in pool.statements if s.startswith("UPDATE ingest_jobs SET state = 'failed'"))
+    assert job[0] == "job2" and "RuntimeError: boom" in job[1]
