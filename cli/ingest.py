@@ -128,6 +128,7 @@ async def publish_documents(
         fetched = [e.document_id for e in events if isinstance(e, DocumentFetched)]
         await add_job_documents(pool, job_id, fetched)
         await set_stage(pool, fetched, "fetched")
+        events = await check_in_all(pool, settings, events)
         topics: dict[type[Event], str] = {DocumentFetched: DOCUMENTS_FETCHED, DocumentDeleted: DOCUMENTS_FETCHED}
         async with producer(settings) as broker:
             n = await publish_all(broker, topics, ((e, e.document_id) for e in events))
@@ -142,6 +143,27 @@ async def publish_documents(
         return await follow_job(fetch, job_id, timeout)
     finally:
         await pool.close()
+
+
+async def check_in_all(
+    pool: Any, settings: Settings, events: list[DocumentFetched | DocumentDeleted]
+) -> list[DocumentFetched | DocumentDeleted]:
+    """Large documents by claim check (as the fetcher sends them); one that still cannot travel is marked
+    failed with the reason (its job still completes) instead of failing the whole import."""
+    from shared.claimcheck import check_in, oversized_reason
+    from shared.db.jobs import set_stage
+
+    out: list[DocumentFetched | DocumentDeleted] = []
+    for event in events:
+        if isinstance(event, DocumentFetched):
+            event = await check_in(pool, event, settings.kafka.claim_check_bytes)
+            reason = oversized_reason(len(event.model_dump_json().encode()), settings.kafka.max_request_size)
+            if reason is not None:
+                await set_stage(pool, [event.document_id], "failed", reason, force=True)
+                console.print(f"{event.document_id}: {reason}")
+                continue
+        out.append(event)
+    return out
 
 
 async def _from_files(args: argparse.Namespace, settings: Settings) -> int:

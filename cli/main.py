@@ -21,6 +21,7 @@ COMMANDS: tuple[str, ...] = (
     "models",
     "db",
     "topics",
+    "dlq",
     "serve",
     "reindex",
     "eval",

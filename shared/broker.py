@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -34,7 +35,8 @@ from faststream.middlewares import AckPolicy
 from pydantic import BaseModel, ValidationError
 
 from shared import metrics, tracing
-from shared.events import DeadLetter, ErrorInfo, Event
+from shared.dlq import UNDECODABLE_HEADER, make_letter
+from shared.events import ErrorInfo, Event
 from shared.kafka_security import broker_security
 from shared.logs import trace_id_var
 from shared.settings import KafkaSettings, Settings, get_settings
@@ -62,7 +64,13 @@ class PoisonEvent(Exception):
     """An event that can never be processed, however often it is retried (bad payload, bad XML...)."""
 
 
+class TransientError(Exception):
+    """A failure of something outside the event (a remote service down, a 5xx, a timeout): the event is
+    retried without limit, never dead-lettered. Services subclass it for their own outage errors."""
+
+
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    TransientError,
     OSError,
     TimeoutError,
     asyncpg.PostgresConnectionError,
@@ -115,28 +123,34 @@ def add_dead_letter_hook(hook: DeadLetterHook) -> None:
 
 
 async def publish_dead_letters(
-    broker: KafkaBroker, service: str, records: Sequence[ConsumerRecord[Any, Any]], exc: BaseException, attempts: int
+    broker: KafkaBroker,
+    service: str,
+    records: Sequence[ConsumerRecord[Any, Any]],
+    exc: BaseException,
+    attempts: int,
+    *,
+    max_payload_bytes: int | None = None,
 ) -> None:
+    """Send ``records`` to their dead-letter topics; returns once Kafka acknowledged every letter.
+
+    Raises when a letter could not be sent: the caller must not move past the records then (see
+    :class:`DeadLetterPolicy`, which retries until they are sent). Hooks run after all are sent.
+    """
+    limit = max_payload_bytes or get_settings().kafka.dlq_max_payload_bytes
     for record in records:
-        body = record.value if isinstance(record.value, bytes) else str(record.value).encode()
-        letter = DeadLetter(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=key_str(record.key),
-            service=service,
-            error_type=type(exc).__name__,
-            error=str(exc)[:4000] or repr(exc),
-            attempts=attempts,
-            payload=body.decode("utf-8", "replace"),
-            trace_id=_trace_of(body) or uuid.uuid4().hex,
+        letter = make_letter(record, service=service, exc=exc, attempts=attempts, max_payload_bytes=limit)
+        await broker.publish(
+            letter.wire(),
+            topic=dlq(record.topic),
+            key=record.key,
+            headers={"content-type": "application/json", EVENT_TYPE_HEADER: "DeadLetter"},
         )
-        await broker.publish(letter, topic=dlq(record.topic), key=record.key)
         metrics.DEAD_LETTERS.labels(service, record.topic, type(exc).__name__).inc()
         log.error(
             "event sent to dead-letter topic",
             extra={
                 "topic": record.topic,
+                "partition": record.partition,
                 "offset": record.offset,
                 "error_type": type(exc).__name__,
                 "error": str(exc)[:500],
@@ -159,6 +173,55 @@ def _trace_of(body: bytes) -> str | None:
     return trace if isinstance(trace, str) and 0 < len(trace) <= 64 else None
 
 
+class PartitionPause:
+    """Pauses a consumer's partitions while a handler waits to retry, and keeps polling meanwhile.
+
+    A handler that sleeps between retries (an outage) does not poll: past ``max_poll_interval_ms``
+    Kafka gives its partitions to another replica, which runs the same event again. Instead, the
+    wait pauses every assigned partition and polls (``getmany`` on paused partitions returns nothing
+    and counts as a poll); records of partitions assigned meanwhile are put back with ``seek``. The
+    partitions are resumed when the event is finished. Without a real consumer (FastStream's test
+    client) it just sleeps.
+    """
+
+    def __init__(self, consumer: Any) -> None:
+        real = all(hasattr(consumer, a) for a in ("pause", "resume", "assignment", "getmany", "seek"))
+        self.consumer = consumer if real else None
+        self.paused: set[Any] = set()
+
+    async def wait(self, seconds: float) -> None:
+        consumer = self.consumer
+        if consumer is None:
+            await asyncio.sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                fresh = set(consumer.assignment()) - self.paused
+                if fresh:
+                    consumer.pause(*fresh)
+                    self.paused |= fresh
+                got = await consumer.getmany(timeout_ms=max(1, int(min(left, 1.0) * 1000)))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a rebalance or a broker outage: wait out the rest without polling
+                log.debug("polling a paused consumer failed", exc_info=True)
+                await asyncio.sleep(min(left, 1.0))
+                continue
+            for tp, records in got.items():  # a partition assigned between pause and poll: put it back
+                if records:
+                    consumer.seek(tp, records[0].offset)
+
+    def resume(self) -> None:
+        if self.consumer is not None and self.paused:
+            try:
+                assigned = set(self.consumer.assignment())
+                self.consumer.resume(*(tp for tp in self.paused if tp in assigned))
+            except Exception:  # partitions gone in a rebalance: nothing to resume
+                log.debug("resuming partitions failed", exc_info=True)
+        self.paused.clear()
+
+
 class DeadLetterPolicy:
     """Middleware factory: ``KafkaBroker(middlewares=[DeadLetterPolicy(...)])``.
 
@@ -173,18 +236,25 @@ class DeadLetterPolicy:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         request_max_age_s: float | None = None,
+        max_payload_bytes: int = 1_048_576,
     ):
         self.service = service
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.request_max_age_s = request_max_age_s
+        self.max_payload_bytes = max_payload_bytes
 
     def __call__(self, msg: Any, /, *, context: ContextRepo) -> _DeadLetterMiddleware:
         return _DeadLetterMiddleware(msg, context=context, policy=self)
 
     def delay(self, attempt: int) -> float:
-        return float(min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1))))
+        """Back-off before attempt ``attempt + 1``: doubling from ``backoff_s``, capped at ``max_backoff_s``.
+
+        The exponent is capped too: an outage may last thousands of attempts, and ``2 ** 1100`` does
+        not fit a float (``OverflowError`` made the handler fail after ~1,000 infrastructure retries).
+        """
+        return float(min(self.max_backoff_s, self.backoff_s * 2.0 ** min(max(attempt - 1, 0), 30)))
 
 
 class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
@@ -202,9 +272,16 @@ class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
         token = trace_id_var.set(
             _trace_of(records[0].value) if records and isinstance(records[0].value, bytes) else None
         )
+        # Requests (reply_to) are handled several at a time on one consumer, which a pause would stop for
+        # all of them and whose polling it would race: they just sleep between attempts.
+        pause = PartitionPause(None if msg.reply_to else getattr(msg, "consumer", None))
         attempt = 0
         failures = 0  # only failures of the handler itself count towards max_attempts
         try:
+            undecodable = undecodable_reason(records[0]) if len(records) == 1 else None
+            if undecodable is not None:  # e.g. a header that is not UTF-8: never going to work
+                await self._dead_letter(records, PoisonEvent(undecodable), 1, pause)
+                return None
             while True:
                 attempt += 1
                 try:
@@ -220,17 +297,80 @@ class _DeadLetterMiddleware(BaseMiddleware):  # type: ignore[type-arg]
                     # with one odd error (a connection broken mid-query): neither may use up the budget
                     # of a healthy event, or the outage would dead-letter (lose) good work.
                     if poison or failures >= self.policy.max_attempts:
-                        broker: KafkaBroker = self.context.get("broker")
-                        await publish_dead_letters(broker, self.policy.service, records, exc, attempt)
+                        await self._dead_letter(records, exc, attempt, pause)
                         return None
                     metrics.HANDLER_RETRIES.labels(self.policy.service, topic, str(transient).lower()).inc()
                     log.warning(
                         "handler failed; retrying",
                         extra={"topic": topic, "attempt": attempt, "transient": transient, "error": repr(exc)[:500]},
                     )
-                    await asyncio.sleep(self.policy.delay(attempt if transient else failures))
+                    await pause.wait(self.policy.delay(attempt if transient else failures))
         finally:
+            pause.resume()
             trace_id_var.reset(token)
+
+    async def _dead_letter(
+        self, records: list[ConsumerRecord[Any, Any]], exc: BaseException, attempts: int, pause: PartitionPause
+    ) -> None:
+        """Send the dead letters, retrying until Kafka has them: the offset is committed after this returns,
+        and an event neither processed nor dead-lettered must never be committed."""
+        broker: KafkaBroker = self.context.get("broker")
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                await publish_dead_letters(
+                    broker, self.policy.service, records, exc, attempts, max_payload_bytes=self.policy.max_payload_bytes
+                )
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as send_exc:
+                metrics.DEAD_LETTER_FAILURES.labels(self.policy.service, records[0].topic if records else "?").inc()
+                delay = self.policy.delay(tries)
+                log.error(
+                    "could not send a dead letter; retrying (the event's offset stays uncommitted)",
+                    extra={"attempt": tries, "delay_s": delay, "error": repr(send_exc)[:500]},
+                )
+                await pause.wait(delay)
+
+
+def undecodable_reason(record: ConsumerRecord[Any, Any]) -> str | None:
+    """Why ``record`` could not be decoded before its handler ran (see :func:`tolerant_parser`), or None."""
+    for k, v in record.headers or ():
+        if k == UNDECODABLE_HEADER:
+            return bytes(v).decode("utf-8", "replace")
+    return None
+
+
+def _safe_record(record: ConsumerRecord[Any, Any]) -> ConsumerRecord[Any, Any]:
+    """``record`` with its headers made decodable; a record that had a bad one is marked undecodable."""
+    headers: list[tuple[str, bytes]] = []
+    bad: list[str] = []
+    for k, v in record.headers or ():
+        try:
+            bytes(v).decode("utf-8")
+            headers.append((k, v))
+        except UnicodeDecodeError as exc:
+            bad.append(f"header {k!r} is not UTF-8 ({exc.reason} at byte {exc.start})")
+            headers.append((k, bytes(v).decode("utf-8", "replace").encode("utf-8")))
+    if not bad:
+        return record
+    headers.append((UNDECODABLE_HEADER, "; ".join(bad).encode()))
+    return dataclasses.replace(record, headers=headers)
+
+
+async def tolerant_parser(msg: Any, original: Callable[..., Awaitable[Any]]) -> Any:
+    """FastStream's parser, except that a record it cannot decode (a header that is not UTF-8) is not
+    skipped silently before any middleware sees it: its headers are made decodable and it is marked
+    (``evidentia-undecodable``) so :class:`DeadLetterPolicy` (or a batch handler's :func:`decode_batch`)
+    dead-letters it with the reason."""
+    try:
+        return await original(msg)
+    except UnicodeDecodeError:
+        if isinstance(msg, tuple | list):
+            return await original(tuple(_safe_record(r) for r in msg))
+        return await original(_safe_record(msg))
 
 
 def install_metadata_backoff() -> bool:
@@ -354,13 +494,18 @@ def make_broker(service: str, settings: Settings | None = None, **kwargs: Any) -
             # Outermost, so a message's consume span covers its retries and dead-lettering.
             *tracing.kafka_middlewares(),
             DeadLetterPolicy(
-                service, k.max_delivery_attempts, k.retry_backoff_s, request_max_age_s=k.request_timeout_s
+                service,
+                k.max_delivery_attempts,
+                k.retry_backoff_s,
+                k.retry_backoff_max_s,
+                request_max_age_s=k.request_timeout_s,
+                max_payload_bytes=k.dlq_max_payload_bytes,
             ),
             KafkaPrometheusMiddleware(registry=metrics.registry, app_name=service, metrics_prefix="evidentia"),
         ),
         max_request_size=k.max_request_size,
         logger=logging.getLogger(f"evidentia.{service}.kafka"),
-        **({"decoder": tolerant_batch_decoder} | kwargs),
+        **({"decoder": tolerant_batch_decoder, "parser": tolerant_parser} | kwargs),
     )
 
 
@@ -380,12 +525,30 @@ def decode_batch(
     """Split a batch into valid events and poison records (each with its reason)."""
     good: list[E] = []
     bad: list[tuple[ConsumerRecord[Any, Any], PoisonEvent]] = []
-    for record in records_of(msg):
-        try:
-            good.append(decode(model, record.value or b""))
-        except PoisonEvent as exc:
+    for record, event, exc in decode_records(model, records_of(msg)):
+        if event is not None:
+            good.append(event)
+        else:
+            assert exc is not None
             bad.append((record, exc))
     return good, bad
+
+
+def decode_records(
+    model: type[E], records: Sequence[ConsumerRecord[Any, Any]]
+) -> list[tuple[ConsumerRecord[Any, Any], E | None, PoisonEvent | None]]:
+    """Each record with its event, or with why it is poison (bad body, or undecodable before the handler)."""
+    out: list[tuple[ConsumerRecord[Any, Any], E | None, PoisonEvent | None]] = []
+    for record in records:
+        reason = undecodable_reason(record)
+        if reason is not None:
+            out.append((record, None, PoisonEvent(reason)))
+            continue
+        try:
+            out.append((record, decode(model, record.value or b""), None))
+        except PoisonEvent as exc:
+            out.append((record, None, exc))
+    return out
 
 
 def event_headers(event: Event) -> dict[str, str]:

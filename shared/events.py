@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -96,6 +98,24 @@ class IngestRequested(Event):
         return self
 
 
+class BookshelfPackageRequested(Event):
+    """One Bookshelf Open Access package to read (topic ``bookshelf.packages``, keyed by job id and accession).
+
+    A publisher ingest is split into one of these per package, so no handler call downloads a whole
+    publisher (which outlasted the consumer's poll interval and ran twice after a rebalance).
+    """
+
+    schema_version: Literal[1] = 1
+    job_id: str
+    accession: str = Field(min_length=1, max_length=64)
+    path: str = Field(min_length=1, max_length=1000, description="Package path relative to the Bookshelf base URL.")
+    title: str = ""
+    publisher: str = ""
+    year: str = ""
+    last_updated: str = ""
+    refresh: bool = False
+
+
 class PmidDiscovered(Event):
     """One PubMed id to fetch (topic ``pmids.discovered``, keyed by document id).
 
@@ -126,10 +146,12 @@ class DocumentFetched(Event):
 
     ``content`` is the raw record (one ``PubmedArticle``, one JATS ``article``, one Bookshelf
     ``book-part`` file) for the XML formats; ``document`` is the already-structured document for
-    ``document-json`` (the JSON-lines import).
+    ``document-json`` (the JSON-lines import). Version 2 may carry ``content_ref`` instead of ``content``
+    for a record too large for a Kafka message (claim check, :mod:`shared.claimcheck`); a version-1
+    consumer refuses those rather than misread them.
     """
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = 1
     document_id: str
     source: Source
     source_id: str
@@ -137,9 +159,26 @@ class DocumentFetched(Event):
     content: str | None = None
     document: ParsedDocument | None = None
     job_id: str | None = None
+    content_ref: str | None = Field(
+        None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description=(
+            "Version 2: the raw record is too large for a Kafka message and is stored once in PostgreSQL "
+            "(`raw_documents`) under this reference instead of in `content` (claim check)."
+        ),
+    )
+    content_bytes: int | None = Field(None, ge=0, description="Size of the referenced content in bytes (version 2).")
 
     @model_validator(mode="after")
     def _payload(self) -> DocumentFetched:
+        if self.content_ref is not None:
+            if self.schema_version < 2:
+                raise ValueError("`content_ref` needs schema_version 2")
+            if self.content is not None:
+                raise ValueError("give the content once: `content` or `content_ref`")
+            if self.format == "document-json":
+                raise ValueError("format document-json carries `document`, not `content_ref`")
+            return self
         if self.format == "document-json":
             if self.document is None:
                 raise ValueError("format document-json needs `document`")
@@ -248,8 +287,14 @@ class ChunkEmbedded(Event):
                 raise ValueError(f"embedding_f32 holds {4 * len(values)} bytes, dim {self.dim} needs {4 * self.dim}")
             if not np.isfinite(values).all():
                 raise ValueError("embedding_f32 holds a value that is not finite")
-        elif self.embedding is not None and len(self.embedding) != self.dim:
-            raise ValueError(f"embedding has {len(self.embedding)} values, dim says {self.dim}")
+        elif self.embedding is not None:
+            if len(self.embedding) != self.dim:
+                raise ValueError(f"embedding has {len(self.embedding)} values, dim says {self.dim}")
+            values = np.asarray(self.embedding, dtype=np.float64)
+            if not np.isfinite(values).all():  # JSON parsers accept NaN; pgvector refuses it (for the batch)
+                raise ValueError("embedding holds a value that is not finite")
+        if not np.any(values):
+            raise ValueError("the embedding is all zeros: it has no direction to compare by cosine")
         return self
 
     @classmethod
@@ -433,9 +478,19 @@ class NcbiCountReply(Event):
 
 
 class DeadLetter(Event):
-    """An event that could not be processed (topic ``<topic>.dlq``), with why."""
+    """An event that could not be processed (topic ``<topic>.dlq``), with why and where it came from.
 
-    schema_version: Literal[1] = 1
+    The original body is carried once: a JSON body as JSON in ``payload_json`` (not escaped into a
+    string a second time, which made a near-limit event's dead letter exceed Kafka's message size),
+    any other body as text in ``payload``. A body over the dead-letter payload limit
+    (``EVIDENTIA_KAFKA_DLQ_MAX_PAYLOAD_BYTES``) is cut (``payload_truncated``); ``payload_sha256`` and
+    ``payload_bytes`` always describe the whole original, so ``evidentia dlq replay`` can fetch it back
+    from ``topic``/``partition``/``offset`` while the topic still retains it, and check it.
+
+    Version 2 added ``payload_json``; a reader gets ``payload`` filled from it either way.
+    """
+
+    schema_version: Literal[1, 2] = 2
     topic: str
     partition: int | None = None
     offset: int | None = None
@@ -444,11 +499,46 @@ class DeadLetter(Event):
     error_type: str
     error: str
     attempts: int
-    payload: str = Field(description="The original message body, decoded as UTF-8 with replacement.")
+    payload: str = Field(
+        "",
+        description=(
+            "The original body as UTF-8 text (with replacement characters where it is not UTF-8) when it is not "
+            "JSON; in memory also the text of `payload_json`. Cut at the payload limit when `payload_truncated`."
+        ),
+    )
+    payload_json: Any = Field(None, description="The original body when it is JSON, carried as JSON (version 2).")
+    payload_bytes: int | None = Field(None, ge=0, description="Size of the whole original body in bytes.")
+    payload_sha256: str | None = Field(None, description="SHA-256 (hex) of the whole original body.")
+    payload_truncated: bool = Field(False, description="`payload` holds only the start of the original body.")
+    headers: dict[str, str] = Field(default_factory=dict, description="The original record's headers, as text.")
+
+    @model_validator(mode="after")
+    def _text(self) -> DeadLetter:
+        if self.payload_json is not None and not self.payload:
+            self.payload = json.dumps(self.payload_json, ensure_ascii=False, separators=(",", ":"))
+        return self
+
+    def wire(self) -> bytes:
+        """The letter as published: the body once (``payload`` left out when ``payload_json`` holds it)."""
+        exclude = {"payload"} if self.payload_json is not None else None
+        return self.model_dump_json(exclude=exclude).encode("utf-8")
+
+    def original(self) -> bytes | None:
+        """The original body (a JSON body re-serialised: the same value), or None when this letter does not
+        hold all of it (truncated, or bytes that were not UTF-8)."""
+        if self.payload_truncated:
+            return None
+        body = self.payload.encode("utf-8")
+        if self.payload_json is not None:
+            return body
+        if self.payload_sha256 is not None and hashlib.sha256(body).hexdigest() != self.payload_sha256:
+            return None  # replacement characters: the letter's text is not the original bytes
+        return body
 
 
 PIPELINE_EVENTS: tuple[type[Event], ...] = (
     IngestRequested,
+    BookshelfPackageRequested,
     PmidDiscovered,
     DocumentFetched,
     DocumentDeleted,

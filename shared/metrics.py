@@ -16,6 +16,11 @@ DEAD_LETTERS = Counter(
     "Events sent to a dead-letter topic.",
     ["service", "topic", "error_type"],
 )
+DEAD_LETTER_FAILURES = Counter(
+    "evidentia_dead_letter_send_failures_total",
+    "Attempts to send a dead letter that failed (retried: the event stays uncommitted until one succeeds).",
+    ["service", "topic"],
+)
 HANDLER_RETRIES = Counter(
     "evidentia_handler_retries_total",
     "Attempts at an event that failed and were retried.",

@@ -82,6 +82,36 @@ class KafkaSettings(BaseSettings):
             raise ValueError("EVIDENTIA_KAFKA_SSL_KEYFILE is set without EVIDENTIA_KAFKA_SSL_CERTFILE")
         return self
 
+    retry_backoff_max_s: float = Field(
+        30.0, gt=0, description="Longest back-off between two attempts at an event (or at sending its dead letter)."
+    )
+    max_poll_interval_ms: int = Field(
+        600_000,
+        ge=10_000,
+        description=(
+            "Longest time a consumer may go without polling before Kafka gives its partitions to another "
+            "replica. Set above the longest single handler call (a Bookshelf package is bounded by "
+            "`EVIDENTIA_BOOKSHELF_PACKAGE_TIMEOUT_S`); a handler retrying an outage pauses its partitions and "
+            "keeps polling, so retries never count against it."
+        ),
+    )
+    dlq_max_payload_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        description=(
+            "Largest original body copied into a dead letter; a longer one is cut and carries its size and "
+            "SHA-256 (replay then reads the original from its topic). Keep well under `max_request_size`."
+        ),
+    )
+    claim_check_bytes: int = Field(
+        262_144,
+        ge=1024,
+        description=(
+            "A fetched document larger than this is stored once in PostgreSQL (`raw_documents`) and its "
+            "`documents.fetched` event carries a reference (`content_ref`) instead of the text (claim check)."
+        ),
+    )
+
 
 class DatabaseSettings(BaseSettings):
     model_config = _config("EVIDENTIA_DATABASE_")
@@ -185,6 +215,29 @@ class NcbiSettings(BaseSettings):
     )
     bookshelf_max_package_bytes: int = Field(
         2 * 1024**3, ge=1, description="Largest Bookshelf .tar.gz package downloaded."
+    )
+    bookshelf_max_packages: int = Field(
+        500,
+        ge=1,
+        description=(
+            "Most Bookshelf packages one publisher ingest may take; a publisher with more fails the job with "
+            "the count (name the publisher exactly, or raise this)."
+        ),
+    )
+    bookshelf_package_timeout_s: float = Field(
+        480.0,
+        gt=0,
+        description=(
+            "Longest time one Bookshelf package (download, extraction, publishing) may take; keep it under "
+            "`EVIDENTIA_KAFKA_MAX_POLL_INTERVAL_MS`."
+        ),
+    )
+    ncbi_rate_scope: Literal["cluster", "process"] = Field(
+        "cluster",
+        description=(
+            "`cluster`: every fetcher replica takes E-utilities tokens from one bucket kept in PostgreSQL, so "
+            "the whole deployment stays under NCBI's rate; `process`: a bucket per process (one replica only)."
+        ),
     )
     bookshelf_max_member_bytes: int = Field(
         64 * 1024**2, ge=1, description="Largest single .nxml file taken out of a Bookshelf package."

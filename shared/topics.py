@@ -14,6 +14,7 @@ from shared.kafka_security import client_options
 from shared.settings import KafkaSettings
 
 INGEST_REQUESTS = "ingest.requests"
+BOOKSHELF_PACKAGES = "bookshelf.packages"
 PMIDS_DISCOVERED = "pmids.discovered"
 DOCUMENTS_FETCHED = "documents.fetched"
 CHUNKS_CREATED = "chunks.created"
@@ -25,6 +26,7 @@ NCBI_REQUESTS = "ncbi.requests"
 
 PIPELINE_TOPICS = (
     INGEST_REQUESTS,
+    BOOKSHELF_PACKAGES,
     PMIDS_DISCOVERED,
     DOCUMENTS_FETCHED,
     CHUNKS_CREATED,
@@ -33,6 +35,8 @@ PIPELINE_TOPICS = (
 )
 REQUEST_TOPICS = (RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS, NCBI_REQUESTS)
 REPLY_TOPIC_PREFIX = "replies."
+PIPELINE_RETENTION_MS = 7 * 24 * 3600 * 1000
+"""How long the pipeline topics keep their events (a week)."""
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ class TopicSpec:
 
 def standard_topics(partitions: int) -> list[TopicSpec]:
     """Every topic Evidentia uses except per-instance reply topics."""
-    week = str(7 * 24 * 3600 * 1000)
+    week = str(PIPELINE_RETENTION_MS)
     specs = [TopicSpec(t, partitions, {"retention.ms": week}) for t in PIPELINE_TOPICS]
     specs += [TopicSpec(t, partitions, {"retention.ms": str(3600 * 1000)}) for t in REQUEST_TOPICS]
     # Dead letters are kept a month: someone has to look at them.

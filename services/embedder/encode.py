@@ -6,8 +6,10 @@ Only numpy, pydantic (the events) and the embedding package: the GPU check runs 
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
@@ -16,6 +18,54 @@ from services.embedder.pipeline import Payload
 from shared import metrics
 from shared.embedding.base import Embedder
 from shared.events import ChunkCreated, ChunkEmbedded
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Encoded:
+    """What a batch's encoding gave: ``vectors[k]`` belongs to event ``good[k]``; ``rejected`` are the
+    events (index, error) that could not be embedded alone and go to the dead-letter topic."""
+
+    vectors: np.ndarray
+    good: list[int]
+    rejected: list[tuple[int, BaseException]] = field(default_factory=list)
+
+
+def encode_isolating(encode: Callable[[list[ChunkCreated]], np.ndarray], events: Sequence[ChunkCreated]) -> Encoded:
+    """Encode ``events``; when the batch fails, bisect it so only the events that fail alone are rejected.
+
+    One bad event (or a batch too big for the GPU's memory) used to dead-letter the whole batch. Halves
+    are retried down to single events; a single event that fails is rejected with its error. When every
+    single event fails, the fault is not in the events (the model or the device is broken): the first
+    error is raised for the whole batch instead of rejecting each.
+    """
+    parts: list[tuple[list[int], np.ndarray]] = []
+    rejected: list[tuple[int, BaseException]] = []
+
+    def run(idx: list[int]) -> None:
+        try:
+            parts.append((idx, encode([events[i] for i in idx])))
+        except Exception as exc:
+            if len(idx) == 1:
+                rejected.append((idx[0], exc))
+                return
+            log.warning("encoding %d events failed (%r); bisecting", len(idx), exc)
+            mid = len(idx) // 2
+            run(idx[:mid])
+            run(idx[mid:])
+
+    run(list(range(len(events))))
+    if not parts and rejected:
+        raise rejected[0][1]
+    good = [i for idx, _ in parts for i in idx]
+    vectors = np.concatenate([v for _, v in parts]) if parts else np.zeros((0, 0), dtype=np.float32)
+    return Encoded(vectors=vectors, good=good, rejected=sorted(rejected, key=lambda r: r[0]))
+
+
+def finite_rows(vectors: np.ndarray) -> np.ndarray:
+    """A mask of the rows whose every value is finite (a NaN vector must not fail its neighbours)."""
+    return np.isfinite(vectors).all(axis=1) if vectors.size else np.ones(len(vectors), dtype=bool)
 
 
 def encode_vectors(embedder: Embedder, events: Sequence[ChunkCreated], batch_size: int) -> np.ndarray:
@@ -97,6 +147,24 @@ def serialize_vectors(
         )
         payloads.append((e.document_id.encode(), out.model_dump_json(exclude_none=True).encode()))
     return payloads
+
+
+def serialize_encoded(
+    model: str, dim: int, events: Sequence[ChunkCreated], encoded: Encoded, *, packed: bool = True
+) -> list[Payload]:
+    """Payloads of an :class:`Encoded` batch: its good rows whose vector is finite. A non-finite vector is
+    added to ``encoded.rejected`` (dead-lettered alone) instead of failing the whole batch."""
+    vectors = encoded.vectors
+    if not encoded.good:
+        return []
+    ok = finite_rows(vectors)
+    if not ok.all():
+        bad = [encoded.good[k] for k in np.flatnonzero(~ok)]
+        encoded.rejected += [(i, ValueError("the model gave a vector that is not finite (NaN or inf)")) for i in bad]
+        encoded.rejected.sort(key=lambda r: r[0])
+    keep = np.flatnonzero(ok)
+    chosen = [events[encoded.good[k]] for k in keep]
+    return serialize_vectors(model, dim, chosen, vectors[keep], packed=packed)
 
 
 def encode_events(

@@ -29,18 +29,17 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from services.embedder.encode import encode_vectors, serialize_vectors
+from services.embedder.encode import Encoded, encode_isolating, encode_vectors, serialize_encoded
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
 from shared import metrics, tracing
 from shared.broker import (
     EVENT_TYPE_HEADER,
-    decode_batch,
+    decode_records,
     publish_dead_letters,
     records_of,
     send_keyed,
@@ -109,7 +108,12 @@ class EmbedderState:
         self._producer: AIOKafkaProducer | None = None
         self._broker: KafkaBroker | None = None
         self.pipeline: EmbedPipeline[ChunkCreated] = EmbedPipeline(
-            self._encode, self._publish, serialize=self._serialize, on_error=self._dead_letter, depth=2
+            self._encode,
+            self._publish,
+            serialize=self._serialize,
+            on_error=self._dead_letter,
+            rejects=lambda result: list(result.rejected),
+            depth=2,
         )
 
     def attach(self, broker: KafkaBroker) -> None:
@@ -150,12 +154,18 @@ class EmbedderState:
         assert self._embedder is not None, "embedder not started"
         return self._embedder
 
-    def _encode(self, events: list[ChunkCreated]) -> np.ndarray:
-        return encode_vectors(self.embedder, events, self.settings.embedding.batch_size)
+    def _encode(self, events: list[ChunkCreated]) -> Encoded:
+        batch_size = self.settings.embedding.batch_size
+        return encode_isolating(lambda part: encode_vectors(self.embedder, part, batch_size), events)
 
-    def _serialize(self, events: list[ChunkCreated], vectors: np.ndarray) -> list[Payload]:
-        packed = self.settings.embedding.vector_encoding == "f32"
-        return serialize_vectors(self.embedder.name, self.embedder.dim, events, vectors, packed=packed)
+    def _serialize(self, events: list[ChunkCreated], encoded: Encoded) -> list[Payload]:
+        return serialize_encoded(
+            self.embedder.name,
+            self.embedder.dim,
+            events,
+            encoded,
+            packed=self.settings.embedding.vector_encoding == "f32",
+        )
 
     async def _publish(self, payloads: list[Payload]) -> None:
         producer = self._producer
@@ -172,11 +182,14 @@ class EmbedderState:
         records = records_of(msg)
         if not records:
             return
-        events, poison = decode_batch(ChunkCreated, msg)
-        for record, exc in poison:
-            await publish_dead_letters(self._broker, SERVICE, [record], exc, 1)
-        if target_model is not None:  # chunks.reindex: only the events aimed at this model
-            events = [e for e in events if e.target_model == target_model]
+        pairs: list[tuple[ConsumerRecord[Any, Any], ChunkCreated]] = []
+        for record, event, exc in decode_records(ChunkCreated, records):
+            if event is None:
+                assert exc is not None
+                await publish_dead_letters(self._broker, SERVICE, [record], exc, 1)
+            elif target_model is None or event.target_model == target_model:  # chunks.reindex: this model's only
+                pairs.append((record, event))
+        events = [e for _, e in pairs]
         topic = records[0].topic
         consumer: AIOKafkaConsumer | None = getattr(msg, "consumer", None)
         offsets = next_offsets(records)
@@ -186,8 +199,16 @@ class EmbedderState:
         # With tracing on, the batch's consume span (FastStream's telemetry middleware) travels with it, so
         # the vectors' records carry its traceparent (shared.broker.send_keyed).
         context = contextvars.copy_context() if tracing.enabled() else None
-        batch = Batch(events=events, offsets=offsets, commit=commit, records=records, context=context)
-        await self.pipeline.submit(batch)
+        await self.pipeline.submit(
+            Batch(
+                events=events,
+                offsets=offsets,
+                commit=commit,
+                records=records,
+                event_records=[r for r, _ in pairs],
+                context=context,
+            )
+        )
 
 
 def batch_subscriber_options(state: EmbedderState) -> dict[str, Any]:

@@ -54,6 +54,10 @@ class Batch(Generic[T]):
     payloads: list[Payload] = field(default_factory=list)
     context: contextvars.Context | None = None
     """The context the batch was consumed in (its trace span): its payloads are published in it."""
+    event_records: Sequence[Any] = ()
+    """The record of each event (same order as ``events``), to dead-letter single rejected events."""
+    rejected: list[tuple[int, BaseException]] = field(default_factory=list)
+    """Events (index into ``events``) that could not be embedded: dead-lettered before the commit."""
 
 
 @dataclass
@@ -72,7 +76,9 @@ class EmbedPipeline(Generic[T]):
     payloads`` in its serialiser thread (without ``serialize``, ``encode`` returns the payloads).
     ``publish(payloads)`` must return once Kafka acknowledged them all. ``on_error(batch,
     exc)`` is called when ``encode`` fails for a batch (e.g. to dead-letter it); the batch is then still
-    committed so the consumer moves on.
+    committed so the consumer moves on. ``rejects(result)`` names single events the encoder or the
+    serialiser set aside (bisected failures, NaN vectors): each is passed to ``on_error`` alone, with its
+    own error and record, before the batch's offsets are committed.
     """
 
     def __init__(
@@ -83,6 +89,7 @@ class EmbedPipeline(Generic[T]):
         serialize: Callable[[list[T], Any], list[Payload]] | None = None,
         on_error: Callable[[Batch[T], BaseException], Awaitable[None]] | None = None,
         on_encoded: Callable[[Batch[T], float], None] | None = None,
+        rejects: Callable[[Any], list[tuple[int, BaseException]]] | None = None,
         depth: int = 2,
         publish_retry_s: float = 1.0,
     ) -> None:
@@ -91,6 +98,7 @@ class EmbedPipeline(Generic[T]):
         self._publish = publish
         self._on_error = on_error
         self._on_encoded = on_encoded
+        self._rejects = rejects
         self._depth = max(1, depth)
         self._retry_s = publish_retry_s
         self._encode_q: asyncio.Queue[Batch[T]] | None = None
@@ -203,6 +211,8 @@ class EmbedPipeline(Generic[T]):
                         batch.payloads = await loop.run_in_executor(
                             self._ser_pool, self._serialize, batch.events, result
                         )
+                    if self._rejects is not None:
+                        batch.rejected = self._rejects(result)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -271,6 +281,8 @@ class EmbedPipeline(Generic[T]):
                         delay,
                     )
                     await asyncio.sleep(delay)
+            if batch.rejected and not await self._reject(batch):
+                continue  # shutting down: not committed, replayed after the restart
             if batch.commit is not None and batch.offsets:
                 try:
                     await batch.commit(batch.offsets)
@@ -285,6 +297,15 @@ class EmbedPipeline(Generic[T]):
 
     async def _send(self, payloads: list[Payload]) -> None:
         await self._publish(payloads)
+
+    async def _reject(self, batch: Batch[T]) -> bool:
+        """Dead-letter the batch's rejected events one by one (each with its own error); False at shutdown."""
+        for index, exc in batch.rejected:
+            records = [batch.event_records[index]] if index < len(batch.event_records) else []
+            single: Batch[T] = Batch(events=[batch.events[index]], offsets={}, records=records)
+            if not await self._failed(single, exc):
+                return False  # at shutdown _failed has finished the (whole) batch's count
+        return True
 
     def _finish(self) -> None:
         self._in_flight -= 1

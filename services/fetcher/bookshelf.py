@@ -30,10 +30,11 @@ import httpx
 
 from services.fetcher.bulk import xml_to_events
 from services.fetcher.eutils import (
-    RETRY_STATUSES,
     EutilsError,
+    EutilsUnavailable,
     NcbiHttpClient,
     parse_retry_after,
+    retryable,
     send_with_retries,
 )
 from shared.events import DocumentFetched
@@ -47,6 +48,10 @@ SKIPPED_NAMES = frozenset({"toc.nxml"})
 
 class BookshelfError(EutilsError):
     """A Bookshelf list or package could not be fetched or read."""
+
+
+class BookshelfUnavailable(BookshelfError, EutilsUnavailable):
+    """The Bookshelf server kept failing (5xx, timeouts): transient, the package is retried later."""
 
 
 @dataclass(frozen=True)
@@ -120,10 +125,43 @@ def parse_file_list(text: str) -> list[BookshelfPackage]:
     return out
 
 
+def _publisher_key(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
 def filter_publisher(packages: Sequence[BookshelfPackage], publisher: str) -> list[BookshelfPackage]:
-    """Packages whose publisher contains ``publisher`` (case-insensitive), e.g. World Health Organization."""
-    wanted = publisher.strip().casefold()
-    return [p for p in packages if wanted in p.publisher.casefold()]
+    """Packages whose publisher is exactly ``publisher`` (case and runs of spaces aside).
+
+    Exact, not a substring: "A" used to match almost every book of the list.
+    """
+    wanted = _publisher_key(publisher)
+    return [p for p in packages if _publisher_key(p.publisher) == wanted]
+
+
+def similar_publishers(packages: Sequence[BookshelfPackage], publisher: str, limit: int = 5) -> list[str]:
+    """Publisher names containing ``publisher`` (for the error of a name that matched nothing)."""
+    wanted = _publisher_key(publisher)
+    names = dict.fromkeys(p.publisher for p in packages if wanted and wanted in _publisher_key(p.publisher))
+    return list(names)[:limit]
+
+
+class PublisherRefused(BookshelfError):
+    """A publisher name that matches no package, or more packages than one ingest may take."""
+
+
+def publisher_packages(packages: Sequence[BookshelfPackage], publisher: str, cap: int) -> list[BookshelfPackage]:
+    """The packages of ``publisher`` (exact name), or :class:`PublisherRefused` with the reason."""
+    found = filter_publisher(packages, publisher)
+    if not found:
+        similar = similar_publishers(packages, publisher)
+        hint = f"; publishers with a similar name: {', '.join(similar)}" if similar else ""
+        raise PublisherRefused(f"no Bookshelf Open Access package of publisher {publisher!r}{hint}")
+    if len(found) > cap:
+        raise PublisherRefused(
+            f"publisher {publisher!r} has {len(found)} Bookshelf packages, over the cap of {cap} "
+            "(EVIDENTIA_BOOKSHELF_MAX_PACKAGES)"
+        )
+    return found
 
 
 def package_url(base_url: str, package: BookshelfPackage) -> str:
@@ -254,7 +292,7 @@ class BookshelfClient(NcbiHttpClient):
                             dest.write(chunk)
                         dest.seek(0)
                         return size
-                    if response.status_code not in RETRY_STATUSES:
+                    if not retryable(response.status_code):
                         raise BookshelfError(
                             f"package {package.accession}: HTTP {response.status_code} from {url}",
                             status=response.status_code,
@@ -270,7 +308,7 @@ class BookshelfClient(NcbiHttpClient):
             if attempt < self.policy.max_retries:
                 delay = self.policy.backoff(attempt, self._rng)
                 await self._sleep(max(delay, min(retry_after or 0.0, self.policy.retry_after_max_s)))
-        raise BookshelfError(f"package {package.accession}: gave up after retries: {problem}")
+        raise BookshelfUnavailable(f"package {package.accession}: gave up after retries: {problem}")
 
     async def iter_nxml(self, package: BookshelfPackage) -> AsyncIterator[tuple[str, str, bytes]]:
         """Download one package and yield its usable ``.nxml`` parts."""

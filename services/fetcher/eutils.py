@@ -31,7 +31,8 @@ from typing import ClassVar, Literal, Self
 import httpx
 from lxml import etree
 
-from services.fetcher.ratelimit import Sleep, TokenBucket, process_limiter, rate_for
+from services.fetcher.ratelimit import Limiter, Sleep, process_limiter, rate_for
+from shared.broker import TransientError
 from shared.metrics import NCBI_REQUESTS
 from shared.settings import NcbiSettings
 from shared.xmlsafe import MalformedXmlError, UnsafeXmlError, parse_xml
@@ -39,6 +40,13 @@ from shared.xmlsafe import MalformedXmlError, UnsafeXmlError, parse_xml
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def retryable(status: int) -> bool:
+    """429 and every 5xx: the server's trouble (or its rate limit), not the request's."""
+    return status in RETRY_STATUSES or 500 <= status < 600
+
+
 _RATE_LIMIT_BODY = re.compile(rb"API rate limit exceeded", re.IGNORECASE)
 _PMID = re.compile(r"^[1-9][0-9]{0,9}$")
 
@@ -53,6 +61,12 @@ class EutilsError(RuntimeError):
         super().__init__(message)
         self.utility = utility
         self.status = status
+
+
+class EutilsUnavailable(EutilsError, TransientError):
+    """NCBI could not be reached or kept failing (5xx, timeouts, connection errors, a long ``Retry-After``)
+    after this call's own retries. Transient: the event that needed it is retried later, never
+    dead-lettered (NCBI being down says nothing about the event)."""
 
 
 class EutilsQueryError(EutilsError, ValueError):
@@ -129,7 +143,7 @@ async def send_with_retries(
     *,
     utility: str,
     policy: RetryPolicy,
-    limiter: TokenBucket | None,
+    limiter: Limiter | None,
     sleep: Sleep,
     rng: random.Random,
     params: dict[str, str | list[str]] | None = None,
@@ -163,13 +177,13 @@ async def send_with_retries(
             NCBI_REQUESTS.labels(utility=utility, status=str(status)).inc()
             if 200 <= status < 300:
                 return response
-            if status not in RETRY_STATUSES:
+            if not retryable(status):
                 snippet = response.text[:300].strip()
                 raise EutilsError(f"{utility}: HTTP {status}: {snippet}", utility=utility, status=status)
             last_problem = f"HTTP {status}"
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
             if retry_after is not None and retry_after > policy.retry_after_max_s:
-                raise EutilsError(
+                raise EutilsUnavailable(
                     f"{utility}: HTTP {status} with Retry-After {retry_after:.0f}s "
                     f"(over the {policy.retry_after_max_s:.0f}s we wait)",
                     utility=utility,
@@ -185,7 +199,9 @@ async def send_with_retries(
             extra={"utility": utility, "problem": last_problem, "attempt": attempt + 1, "delay_s": delay},
         )
         await sleep(delay)
-    raise EutilsError(f"{utility}: gave up after {policy.max_retries + 1} attempts: {last_problem}", utility=utility)
+    raise EutilsUnavailable(
+        f"{utility}: gave up after {policy.max_retries + 1} attempts: {last_problem}", utility=utility
+    )
 
 
 # ------------------------------------------------------------------------------------------ results
@@ -440,7 +456,7 @@ class EutilsClient(NcbiHttpClient):
         settings: NcbiSettings,
         *,
         http: httpx.AsyncClient | None = None,
-        limiter: TokenBucket | None = None,
+        limiter: Limiter | None = None,
         policy: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from services.fetcher import tracking
 from services.fetcher.bulk import PubmedEvent, record_to_events
-from services.fetcher.eutils import EutilsClient, EutilsError, normalise_pmcid, valid_pmid
+from services.fetcher.eutils import EutilsClient, EutilsError, EutilsUnavailable, normalise_pmcid, valid_pmid
 from shared.db import jobs
 from shared.events import DocumentDeleted, DocumentFetched, IngestRequested
 from shared.models import document_id
@@ -106,7 +106,8 @@ async def discover(
         new_ids = [document_id("pubmed", p) for p in new]
         await jobs.set_stage(pool, new_ids, "discovered", force=req.refresh)
     except EutilsError as exc:
-        await jobs.set_job_state(pool, req.job_id, "failed", str(exc))
+        if not isinstance(exc, EutilsUnavailable):  # NCBI down: the request is retried, the job goes on
+            await jobs.set_job_state(pool, req.job_id, "failed", str(exc))
         raise
     await jobs.set_job_state(pool, req.job_id, "discovered")
     log.info(

@@ -16,7 +16,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.gateway import security, web, workflows
+from services.gateway import admin, security, web, workflows
 from services.gateway.answers import AnswerService
 from services.gateway.conversations import PgConversationStore
 from services.gateway.errors import public_error
@@ -29,6 +29,7 @@ from services.gateway.schemas import (
 )
 from shared import metrics, tracing
 from shared.broker import RemoteError, RequestTimeout
+from shared.claimcheck import oversized_reason
 from shared.db import create_pool
 from shared.db.jobs import JobStatus, create_job, job_status
 from shared.events import (
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.answers = answers
     app.include_router(answers.router)
     app.include_router(web.router)
+    app.include_router(admin.router)
     app.include_router(workflows.install(app, settings).router)
     security.install(app, settings.gateway)
     if tracing.enabled():  # set up by the gateway's broker (shared.broker.make_broker) when configured
@@ -207,6 +209,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     document=doc,
                     job_id=job_id,
                 )
+                reason = oversized_reason(len(fetched.model_dump_json().encode()), settings.kafka.max_request_size)
+                if reason is not None:  # cannot travel: failed with the reason, the job still completes
+                    await set_stage(gateway.pool, [doc.document_id], "failed", reason, force=True)
+                    continue
                 await gateway.kafka.publish(fetched, DOCUMENTS_FETCHED, doc.document_id)
             if not (body.query or body.pmids or body.bookshelf_publisher):
                 await mark_job(gateway.pool, job_id, "discovered")

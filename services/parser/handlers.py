@@ -16,6 +16,7 @@ from services.parser.core import chunk_document, parse_content
 from services.parser.store import chunks_missing_vectors, delete_document, store_document
 from shared import metrics
 from shared.broker import PoisonEvent, add_dead_letter_hook, decode
+from shared.claimcheck import ClaimMissing, claim
 from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding.passage_tokens import PassageTokenizer, passage_tokenizer
@@ -103,6 +104,7 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
         group_id=GROUP_ID,
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.ACK,
+        max_poll_interval_ms=state.settings.kafka.max_poll_interval_ms,
         title="documents.fetched:parser",
         description="DocumentFetched (parse, store, chunk) or DocumentDeleted (remove).",
     )
@@ -117,6 +119,11 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
             await _delete(decode(DocumentDeleted, body))
             return
         event = decode(DocumentFetched, body)
+        if event.content_ref is not None:  # claim check: the text was too large for the event
+            try:
+                event = event.model_copy(update={"content": await claim(state.pool, event)})
+            except ClaimMissing as exc:
+                raise PoisonEvent(str(exc)) from exc
         docs = await asyncio.to_thread(parse_event, event, state.chunker)
         for doc in docs:
             result = await store_document(state.pool, doc)

@@ -25,9 +25,9 @@ from services.retriever.store import (
 )
 from shared import metrics
 from shared.broker import (
-    PoisonEvent,
     add_dead_letter_hook,
-    decode,
+    decode_records,
+    is_transient,
     publish_dead_letters,
     records_of,
     reply,
@@ -114,23 +114,22 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         max_records=512,
         batch_timeout_ms=100,
         decoder=undecoded_batch,
+        max_poll_interval_ms=state.settings.kafka.max_poll_interval_ms,
         title="chunks.embedded:retriever",
         description="ChunkEmbedded events, stored in the vector index of their model.",
     )
     async def on_embedded(msg: KafkaMessage) -> None:
         by_model: dict[tuple[str, int], list[tuple[ConsumerRecord[Any, Any], ChunkEmbedded]]] = {}
         count = 0
-        for record in records_of(msg):
-            try:
-                e = decode(ChunkEmbedded, record.value or b"")
-            except PoisonEvent as exc:
+        for record, e, exc in decode_records(ChunkEmbedded, records_of(msg)):  # vectors checked one by one
+            if e is None:
+                assert exc is not None
                 await publish_dead_letters(broker, "retriever", [record], exc, 1)
                 continue
             by_model.setdefault((e.model, e.dim), []).append((record, e))
             count += 1
         metrics.BATCH_SIZE.labels("retriever", CHUNKS_EMBEDDED).observe(count)
         for (model, dim), pairs in by_model.items():
-            group = [e for _, e in pairs]
             index = await state.index_for(model, dim)
             if index is None:
                 await publish_dead_letters(
@@ -141,14 +140,36 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
                     1,
                 )
                 continue
-            vectors = np.stack([e.vector() for e in group])
-            written = await upsert_vectors(
-                state.pool, index, [e.chunk_id for e in group], [e.document_id for e in group], vectors
-            )
-            metrics.CHUNKS_STORED.labels("retriever").inc(written)
-            if index.state == "active":
-                done = await complete_documents(state.pool, index, [e.document_id for e in group])
+            stored = await store_isolating(index, pairs)
+            if index.state == "active" and stored:
+                done = await complete_documents(state.pool, index, list({e.document_id for e in stored}))
                 await set_stage(state.pool, done, "embedded", force=True)
+
+    async def store_isolating(
+        index: VectorIndex, pairs: list[tuple[ConsumerRecord[Any, Any], ChunkEmbedded]]
+    ) -> list[ChunkEmbedded]:
+        """Upsert the vectors; if the database refuses the group for a reason in the data, bisect it so only
+        the records it refuses alone are dead-lettered. Outages (transient errors) are raised: retried."""
+        group = [e for _, e in pairs]
+        try:
+            written = await upsert_vectors(
+                state.pool,
+                index,
+                [e.chunk_id for e in group],
+                [e.document_id for e in group],
+                np.stack([e.vector() for e in group]),
+            )
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            if len(pairs) == 1:
+                await publish_dead_letters(broker, "retriever", [pairs[0][0]], exc, 1)
+                return []
+            log.warning("storing %d vectors failed (%r); bisecting", len(pairs), exc)
+            mid = len(pairs) // 2
+            return await store_isolating(index, pairs[:mid]) + await store_isolating(index, pairs[mid:])
+        metrics.CHUNKS_STORED.labels("retriever").inc(written)
+        return group
 
     @broker.subscriber(
         RETRIEVAL_REQUESTS,

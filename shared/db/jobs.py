@@ -59,12 +59,63 @@ async def create_job(pool: Db, job_id: str, kind: str, params: dict[str, Any] | 
 
 
 async def set_job_state(pool: Db, job_id: str, state: JobState, error: str | None = None) -> None:
+    """Set the job's state; ``discovered`` waits while one of its tasks is pending (see :func:`finish_task`)."""
     await pool.execute(
-        "UPDATE ingest_jobs SET state = $2, error = $3, updated_at = now() WHERE job_id = $1",
+        """UPDATE ingest_jobs SET state = $2, error = $3, updated_at = now()
+           WHERE job_id = $1 AND ($2 <> 'discovered' OR NOT EXISTS (
+               SELECT 1 FROM ingest_job_tasks t WHERE t.job_id = $1 AND t.state = 'pending'))""",
         job_id,
         state,
         error,
     )
+
+
+# ------------------------------------------------------------------------------------------ tasks
+
+
+async def add_tasks(pool: Db, job_id: str, task_ids: Sequence[str]) -> None:
+    """Register parts of a job's discovery handled by separate events (idempotent)."""
+    await pool.execute(
+        """INSERT INTO ingest_job_tasks (job_id, task_id)
+           SELECT $1, t FROM unnest($2::text[]) AS t ON CONFLICT DO NOTHING""",
+        job_id,
+        list(task_ids),
+    )
+
+
+async def task_state(pool: Db, job_id: str, task_id: str) -> str | None:
+    value = await pool.fetchval(
+        "SELECT state FROM ingest_job_tasks WHERE job_id = $1 AND task_id = $2", job_id, task_id
+    )
+    return None if value is None else str(value)
+
+
+async def finish_task(pool: Db, job_id: str, task_id: str, error: str | None = None) -> bool:
+    """Mark a task done (or failed with ``error``); True when it was the job's last: the job is then
+    ``discovered``, with the failed tasks' reasons as its error."""
+    await pool.execute(
+        """UPDATE ingest_job_tasks SET state = $3, error = $4, updated_at = now()
+           WHERE job_id = $1 AND task_id = $2""",
+        job_id,
+        task_id,
+        "failed" if error else "done",
+        error[:2000] if error else None,
+    )
+    rows = await pool.fetch("SELECT task_id, state, error FROM ingest_job_tasks WHERE job_id = $1", job_id)
+    if any(r["state"] == "pending" for r in rows):
+        return False
+    failed = [r for r in rows if r["state"] == "failed"]
+    summary = None
+    if failed:
+        reasons = "; ".join(f"{r['task_id']}: {r['error']}" for r in failed[:10])
+        summary = f"{len(failed)} of {len(rows)} parts failed: {reasons}"[:4000]
+    status = await pool.execute(
+        """UPDATE ingest_jobs SET state = 'discovered', error = coalesce($2, error), updated_at = now()
+           WHERE job_id = $1 AND state = 'running'""",
+        job_id,
+        summary,
+    )
+    return bool(str(status).endswith(" 1"))
 
 
 async def add_job_documents(pool: Db, job_id: str, document_ids: Sequence[str]) -> int:

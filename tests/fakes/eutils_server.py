@@ -123,6 +123,9 @@ class FakeEutils:
     def __init__(self, records_dir: Path | str | None = DEFAULT_RECORDS_DIR, *, host: str = "127.0.0.1") -> None:
         self._state = _State()
         self.delay_s: float = 0.0
+        self.rate_limit_per_s: float | None = None
+        """Enforce NCBI's limit like NCBI: over this many E-utilities calls within any one second, HTTP 429."""
+        self._arrivals: list[float] = []
         self._host = host
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -296,6 +299,17 @@ class FakeEutils:
                     return self._state.failures.pop(index)
         return None
 
+    def _over_rate(self) -> bool:
+        """Whether this E-utilities call is one too many in the last second (every arrival counts)."""
+        limit = self.rate_limit_per_s
+        if limit is None:
+            return False
+        now = time.monotonic()
+        with self._state.lock:
+            self._arrivals = [t for t in self._arrivals if now - t < 1.0]
+            self._arrivals.append(now)
+            return len(self._arrivals) > limit
+
     def _record(self, method: str, path: str, utility: str | None, params: dict[str, list[str]], status: int) -> None:
         with self._state.lock:
             self._state.requests.append(RecordedRequest(method, path, utility, params, time.monotonic(), status))
@@ -304,8 +318,11 @@ class FakeEutils:
         utility: str | None = None
         if path.startswith(EUTILS_PATH) and path.endswith(".fcgi"):
             utility = path[len(EUTILS_PATH) : -len(".fcgi")]
-        failure = self._take_failure(utility)
-        if failure is not None:
+        over = utility is not None and self._over_rate()
+        failure = None if over else self._take_failure(utility)
+        if over:
+            result = (429, {"Content-Type": "application/json"}, b'{"error":"API rate limit exceeded","count":"4"}')
+        elif failure is not None:
             headers = {"Content-Type": "text/plain"}
             if failure.retry_after is not None:
                 headers["Retry-After"] = failure.retry_after

@@ -1,0 +1,107 @@
+"""Issue #16 item 6 over HTTP: /v1/admin/dlq lists, shows and replays dead letters (Kafka faked here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from services.gateway import admin
+from shared import dlq
+from shared.events import DeadLetter
+from shared.settings import Settings
+
+
+def view(offset: int, error_type: str = "PoisonEvent", replayed: bool = False) -> dlq.LetterView:
+    letter = DeadLetter(
+        topic="documents.fetched",
+        partition=1,
+        offset=100 + offset,
+        key=f"pmc:PMC{offset}",
+        service="parser",
+        error_type=error_type,
+        error="cannot parse",
+        attempts=1,
+        payload_json={"document_id": f"pmc:PMC{offset}"},
+    )
+    return dlq.LetterView(
+        dlq_topic="documents.fetched.dlq", dlq_partition=0, dlq_offset=offset, letter=letter, replayed=replayed
+    )
+
+
+class FakeGateway:
+    def __init__(self, keys: str = "") -> None:
+        self.settings = Settings()
+        self.settings.gateway.api_key_hashes = keys
+        self.pool = object()
+
+
+@pytest.fixture()
+def letters(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    seen: dict[str, Any] = {"views": [view(0), view(1, "RuntimeError"), view(2, replayed=True)], "replayed": []}
+
+    async def read_letters(bootstrap: str, topic: str, *, refs: Any = None, limit: int = 1000, **kw: Any) -> Any:
+        seen["topic"] = topic
+        views = seen["views"]
+        if refs is not None:
+            views = [v for v in views if (v.dlq_partition, v.dlq_offset) in set(refs)]
+        return [v.model_copy() for v in views][:limit]
+
+    async def mark_replayed(pool: Any, views: Any) -> Any:
+        return views
+
+    async def replay(bootstrap: str, views: Any, **kw: Any) -> Any:
+        seen["replayed"] = [v.ref for v in views]
+        return [dlq.ReplayOutcome(v.ref, v.letter.topic, "replayed") for v in views]
+
+    monkeypatch.setattr(dlq, "read_letters", read_letters)
+    monkeypatch.setattr(dlq, "mark_replayed", mark_replayed)
+    monkeypatch.setattr(dlq, "replay", replay)
+    return seen
+
+
+def client(keys: str = "", host: str = "127.0.0.1") -> TestClient:
+    app = FastAPI()
+    app.state.gateway = FakeGateway(keys)
+    app.include_router(admin.router)
+    return TestClient(app, client=(host, 5000))
+
+
+def test_list_and_show(letters: dict[str, Any]) -> None:
+    with client() as http:
+        listed = http.get("/v1/admin/dlq/documents.fetched").json()
+        assert letters["topic"] == "documents.fetched.dlq" and listed["count"] == 3
+        assert [(x["ref"], x["error_type"], x["replayed"]) for x in listed["letters"]] == [
+            ("0:0", "PoisonEvent", False),
+            ("0:1", "RuntimeError", False),
+            ("0:2", "PoisonEvent", True),
+        ]
+        one = http.get("/v1/admin/dlq/documents.fetched.dlq/0:1").json()
+        assert one["offset"] == 101 and one["payload_json"] == {"document_id": "pmc:PMC1"}
+        assert http.get("/v1/admin/dlq/documents.fetched/0:9").status_code == 404
+        assert http.get("/v1/admin/dlq/documents.fetched/x:y").status_code == 422
+
+
+def test_replay_chosen_or_all_not_yet_replayed(letters: dict[str, Any]) -> None:
+    with client() as http:
+        assert http.post("/v1/admin/dlq/documents.fetched/replay", json={}).status_code == 422
+        assert http.post("/v1/admin/dlq/documents.fetched/replay", json={"refs": ["0:7"]}).status_code == 404
+        done = http.post("/v1/admin/dlq/documents.fetched/replay", json={"refs": ["1"]}).json()
+        assert done == [{"ref": "0:1", "topic": "documents.fetched", "status": "replayed", "detail": ""}]
+        http.post("/v1/admin/dlq/documents.fetched/replay", json={"all": True})
+        assert letters["replayed"] == ["0:0", "0:1"]  # 0:2 was replayed before
+        http.post(
+            "/v1/admin/dlq/documents.fetched/replay", json={"all": True, "error_type": "PoisonEvent", "force": True}
+        )
+        assert letters["replayed"] == ["0:0", "0:2"]
+
+
+def test_without_api_keys_only_local_clients_may_use_it(letters: dict[str, Any]) -> None:
+    with client(host="10.1.2.3") as http:
+        assert http.get("/v1/admin/dlq/documents.fetched").status_code == 403
+        assert http.post("/v1/admin/dlq/documents.fetched/replay", json={"all": True}).status_code == 403
+    assert letters["replayed"] == []
+    with client(keys="ab" * 32, host="10.1.2.3") as http:  # keys configured: the API guard checks them
+        assert http.get("/v1/admin/dlq/documents.fetched").status_code == 200
