@@ -52,7 +52,7 @@ SECRET_VARIABLES = {
 
 # apiVersion group -> (kind, required top-level spec fields) for the kinds kubernetes-validate lacks.
 CUSTOM_KINDS: dict[str, tuple[str, ...]] = {
-    "keda.sh/v1alpha1": ("ScaledObject",),
+    "keda.sh/v1alpha1": ("ScaledObject", "TriggerAuthentication"),
     "kafka.strimzi.io/v1beta2": ("KafkaTopic", "KafkaUser"),
     "postgresql.cnpg.io/v1": ("Cluster",),
     "monitoring.coreos.com/v1": ("PodMonitor",),
@@ -287,6 +287,8 @@ def test_custom_resources_are_well_formed() -> None:
             assert doc["metadata"]["labels"]["strimzi.io/cluster"], where
             assert spec["partitions"] >= 1 and spec["replicas"] >= 1, where
             assert all(isinstance(v, str) for v in spec["config"].values()), where
+        elif doc["kind"] == "TriggerAuthentication":
+            assert spec.get("env") or spec.get("secretTargetRef"), where
         elif doc["kind"] == "KafkaUser":
             assert doc["metadata"]["labels"]["strimzi.io/cluster"], where
             assert spec["authentication"]["type"] in ("scram-sha-512", "tls"), where
@@ -752,3 +754,20 @@ def test_kafka_user_may_use_every_evidentia_topic_and_group() -> None:
     assert not allowed("topic", "payments.ledger")
     for service in CONSUMERS:
         assert allowed("group", consumed_by(service)[0]), service
+
+
+@pytest.mark.skipif(kubectl() is None, reason="kubectl (with its kustomize) is not on the PATH")
+def test_overlay_autoscalers_read_lag_over_sasl_ssl_like_the_pods() -> None:
+    rendered = kustomize_build(OVERLAY)
+    config = next(d for d in rendered if d["kind"] == "ConfigMap")["data"]
+    keda_names = {"PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-512": "scram_sha512"}
+    mechanism = keda_names[config["EVIDENTIA_KAFKA_SASL_MECHANISM"]]
+    auths = {d["metadata"]["name"]: d for d in rendered if d["kind"] == "TriggerAuthentication"}
+    triggers = [t for d in rendered if d["kind"] == "ScaledObject" for t in d["spec"]["triggers"]]
+    assert triggers
+    for trigger in triggers:
+        assert trigger["metadata"]["sasl"] == mechanism and trigger["metadata"]["tls"] == "enable", trigger
+        auth = auths[trigger["authenticationRef"]["name"]]["spec"]
+        params = {e["parameter"]: e["name"] for e in auth["env"]}
+        assert params == {"username": "EVIDENTIA_KAFKA_SASL_USERNAME", "password": "EVIDENTIA_KAFKA_SASL_PASSWORD"}
+        assert {r["parameter"] for r in auth["secretTargetRef"]} == {"ca"}
