@@ -245,6 +245,25 @@ async def test_statistics_follow_insert_replace_and_delete(postgres: LocalPostgr
         await pool.close()
 
 
+async def test_concurrent_writers_neither_deadlock_nor_miscount(postgres: LocalPostgres) -> None:
+    pool = await _pool(await _fresh_database(postgres, "bm25_concurrent"))
+    try:
+        rng = random.Random(9)
+        docs = [_doc(i, rng) for i in range(60)]
+        # Eight writers at once, each document's chunks statement by statement, sharing the common terms.
+        sem = asyncio.Semaphore(8)
+
+        async def one(d: ParsedDocument) -> None:
+            async with sem:
+                await store_document(pool, d)
+
+        await asyncio.gather(*(one(d) for d in docs))
+        await asyncio.gather(*(delete_document(pool, d.document_id) for d in docs[::3]))
+        await _assert_statistics_consistent(pool)
+    finally:
+        await pool.close()
+
+
 async def test_migration_backfills_a_store_that_predates_the_index(postgres: LocalPostgres) -> None:
     url = await _fresh_database(postgres, "bm25_backfill")
     conn = await asyncpg.connect(url)

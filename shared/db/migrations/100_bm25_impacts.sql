@@ -63,16 +63,16 @@ BEGIN
     IF coalesce(cardinality(p_ids), 0) = 0 THEN
         RETURN;
     END IF;
+    -- One writer of the lexical statistics at a time, until its transaction ends: df rows are hot (every
+    -- document touches the common terms) and a transaction indexes its chunks statement by statement, so
+    -- row locks alone would deadlock two writers that take the same terms in different statements.
+    PERFORM pg_advisory_xact_lock(4542054, 14);
     INSERT INTO bm25_terms (term)
     SELECT DISTINCT x.lexeme
     FROM unnest(p_tsvs) AS n(tsv), unnest(n.tsv) AS x
     WHERE NOT EXISTS (SELECT 1 FROM bm25_terms t WHERE t.term = x.lexeme)
     ORDER BY 1
     ON CONFLICT (term) DO NOTHING;
-    -- df rows are locked in one order (term id) so concurrent writers queue instead of deadlocking.
-    PERFORM 1 FROM bm25_terms t
-    WHERE t.term IN (SELECT x.lexeme FROM unnest(p_tsvs) AS n(tsv), unnest(n.tsv) AS x)
-    ORDER BY t.term_id FOR NO KEY UPDATE;
     UPDATE bm25_terms t SET df = t.df + d.n
     FROM (SELECT x.lexeme, count(*) AS n FROM unnest(p_tsvs) AS n(tsv), unnest(n.tsv) AS x GROUP BY x.lexeme) d
     WHERE t.term = d.lexeme;
@@ -109,9 +109,7 @@ BEGIN
     IF coalesce(cardinality(p_ids), 0) = 0 THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM bm25_terms t
-    WHERE t.term IN (SELECT x.lexeme FROM unnest(p_tsvs) AS n(tsv), unnest(n.tsv) AS x)
-    ORDER BY t.term_id FOR NO KEY UPDATE;
+    PERFORM pg_advisory_xact_lock(4542054, 14);  -- see bm25_add
     UPDATE bm25_terms t SET df = greatest(t.df - d.n, 0)
     FROM (SELECT x.lexeme, count(*) AS n FROM unnest(p_tsvs) AS n(tsv), unnest(n.tsv) AS x GROUP BY x.lexeme) d
     WHERE t.term = d.lexeme;
