@@ -137,6 +137,13 @@ async def fts_rank(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilter
     return [LexicalHit(r["chunk_id"], float(r["score"])) for r in rows]
 
 
+#: The lexical index's B-trees (as migration 100 creates them): a bulk load may drop them and build them once.
+LEXICAL_INDEXES = {
+    "bm25_impacts_term_idx": "CREATE INDEX IF NOT EXISTS bm25_impacts_term_idx ON bm25_impacts (term_id, impact DESC)",
+    "bm25_impacts_chunk_idx": "CREATE INDEX IF NOT EXISTS bm25_impacts_chunk_idx ON bm25_impacts (chunk_key)",
+}
+
+
 async def reimpact(pool: asyncpg.Pool, k1: float | None = None, b: float | None = None) -> int:
     """Re-weigh every posting with the current mean length (and new reference k1/b); postings updated."""
     return int(await pool.fetchval("SELECT bm25_reimpact($1::real, $2::real)", k1, b))

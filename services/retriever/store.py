@@ -49,6 +49,14 @@ async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
     return _row(row) if row else None
 
 
+def hnsw_index_sql(table: str, db: DatabaseSettings) -> str:
+    """The HNSW index of a vector table (cosine distance, ``m``/``ef_construction`` from the settings)."""
+    return (
+        f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
+        f"WITH (m = {int(db.hnsw_m)}, ef_construction = {int(db.hnsw_ef_construction)})"
+    )
+
+
 async def create_index(
     pool: asyncpg.Pool,
     model: str,
@@ -79,10 +87,7 @@ async def create_index(
                         created_at  timestamptz NOT NULL DEFAULT now())"""
             )
             await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
-            await conn.execute(
-                f"CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
-                f"WITH (m = {int(db.hnsw_m)}, ef_construction = {int(db.hnsw_ef_construction)})"
-            )
+            await conn.execute(hnsw_index_sql(table, db))
             await conn.execute(
                 "INSERT INTO vector_indexes (name, model, dim, table_name, state) VALUES ($1,$2,$3,$4,'building')",
                 name,
