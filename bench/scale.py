@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import hashlib
 import json
 import os
 import random
@@ -208,12 +209,43 @@ def real_basis(source: Source, count: int, cache_dir: Path) -> tuple[np.ndarray,
     from shared.embedding import get_embedder
     from shared.settings import Settings
 
+    texts = [f"{a.title}\n{' '.join(a.sentences)}" for a in source.abstracts[:count]]
+    if OFFLINE_MODEL:
+        # No encoder here (see --offline-model): the vectors an earlier run cached for the same texts.
+        cache = EmbeddingCache(cache_dir, OFFLINE_MODEL)
+
+        def missing(_texts: list[str]) -> np.ndarray:
+            raise SystemExit(f"--offline-model: {len(_texts)} texts have no cached {OFFLINE_MODEL} vector")
+
+        return cache.encode("passage", texts, missing), OFFLINE_MODEL
     embedder = get_embedder(Settings().embedding)
     cache = EmbeddingCache(cache_dir, embedder.name)
-    texts = [f"{a.title}\n{' '.join(a.sentences)}" for a in source.abstracts[:count]]
     vectors = cache.encode("passage", texts, embedder.encode_passages)
     cache.save()
     return vectors, embedder.name
+
+
+OFFLINE_MODEL: str | None = None
+"""Set by --offline-model: no encoder is loaded; query vectors are cached real passage vectors."""
+
+
+class QueryEncoder:
+    """The configured model's ``encode_queries`` (what the retriever runs per request), or, offline, a real
+    cached vector per query (chosen by the query's hash; the encoder's own time is then not included)."""
+
+    def __init__(self, basis: np.ndarray):
+        self.basis = basis
+        self.embedder: Any = None
+        if OFFLINE_MODEL is None:
+            from shared.embedding import get_embedder
+            from shared.settings import Settings
+
+            self.embedder = get_embedder(Settings().embedding)
+
+    def encode(self, query: str) -> np.ndarray:
+        if self.embedder is not None:
+            return np.asarray(self.embedder.encode_queries([query])[0])
+        return np.asarray(self.basis[int(hashlib.sha256(query.encode()).hexdigest(), 16) % len(self.basis)])
 
 
 # ----------------------------------------------------------------------------------------- writing
@@ -349,15 +381,13 @@ def _summary(r: Any) -> dict[str, Any]:
 
 
 async def in_process(
-    pool: Any, index: Any, queries: list[str], clients_list: list[int], duration: float
+    pool: Any, index: Any, encoder: QueryEncoder, queries: list[str], clients_list: list[int], duration: float
 ) -> dict[str, dict[str, Any]]:
     from services.retriever.search import CorpusStats, HybridSearcher
-    from shared.embedding import get_embedder
     from shared.models import SearchFilters
     from shared.settings import Settings
 
     settings = Settings()
-    embedder = get_embedder(settings.embedding)
     searcher = HybridSearcher.from_settings(
         pool, index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
     )
@@ -365,7 +395,7 @@ async def in_process(
     for mode in MODES:
 
         async def call(query: str, mode: str = mode) -> None:
-            vector = None if mode == "lexical" else (await asyncio.to_thread(embedder.encode_queries, [query]))[0]
+            vector = None if mode == "lexical" else await asyncio.to_thread(encoder.encode, query)
             await searcher.search(query, vector, mode=mode, top_k=20, top_n=10, filters=SearchFilters())
 
         await drive("warmup", call, queries, 1, min(2.0, duration))
@@ -388,15 +418,13 @@ def filter_sets(source: Source) -> dict[str, dict[str, Any]]:
 
 
 async def filtered(
-    pool: Any, index: Any, source: Source, queries: list[str], duration: float
+    pool: Any, index: Any, encoder: QueryEncoder, source: Source, queries: list[str], duration: float
 ) -> dict[str, dict[str, Any]]:
     from services.retriever.search import CorpusStats, HybridSearcher
-    from shared.embedding import get_embedder
     from shared.models import SearchFilters
     from shared.settings import Settings
 
     settings = Settings()
-    embedder = get_embedder(settings.embedding)
     searcher = HybridSearcher.from_settings(
         pool, index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
     )
@@ -412,7 +440,7 @@ async def filtered(
             hits: list[int] = []
 
             async def call(query: str, mode: str = mode, hits: list[int] = hits, filters: Any = filters) -> None:
-                vector = None if mode == "lexical" else (await asyncio.to_thread(embedder.encode_queries, [query]))[0]
+                vector = None if mode == "lexical" else await asyncio.to_thread(encoder.encode, query)
                 res = await searcher.search(query, vector, mode=mode, top_k=20, top_n=10, filters=filters)
                 hits.append(len(res.hits))
 
@@ -577,7 +605,7 @@ async def grow(
             built["hnsw_index_build_s"] = round(time.perf_counter() - t, 1)
         await pool.execute("VACUUM ANALYZE")
         return {
-            **(built if bulk and added else {}),
+            **built,
             "bulk_indexes_deferred": bool(bulk and added),
             "chunks_added": added,
             "lexical_build_s": round(lexical_s, 1),
@@ -607,8 +635,9 @@ async def measure(
         await pool.execute("REINDEX INDEX bm25_impacts_term_idx")
         out["lexical_reindex_s"] = round(time.perf_counter() - t, 1)
         queries = gen.source.queries[: args.queries]
-        out["in_process"] = await in_process(pool, index, queries, args.clients_list, args.duration)
-        out["filters"] = await filtered(pool, index, gen.source, queries, args.filter_duration)
+        encoder = QueryEncoder(gen.basis)
+        out["in_process"] = await in_process(pool, index, encoder, queries, args.clients_list, args.duration)
+        out["filters"] = await filtered(pool, index, encoder, gen.source, queries, args.filter_duration)
         # The production write path, on fresh documents past the generated ones (then removed again).
         docs = [gen.doc(i) for i in range(next_doc + 1_000_000, next_doc + 1_000_000 + args.write_docs)]
         out["write"] = await production_write_rate(pool, index, docs)
@@ -632,6 +661,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "targets": TARGETS,
         "settings": env_extra,
+        "offline_model": args.offline_model,
     }
     try:
         with _env(env_extra):
@@ -704,10 +734,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="Build with every index in place (default: drop the lexical B-trees and HNSW, build them after).",
     )
+    p.add_argument(
+        "--offline-model",
+        default=None,
+        help="No encoder (e.g. no torch): this model's cached vectors, query vectors drawn from them; in process only.",
+    )
     p.add_argument("--no-gateway", action="store_true", help="In-process only (no Kafka, retriever, gateway).")
     p.add_argument("--json", action="store_true", help="Print one JSON object at the end.")
     p.add_argument("--json-out", type=Path, default=None, help="Also write the JSON here.")
     args = p.parse_args(argv)
+    global OFFLINE_MODEL
+    OFFLINE_MODEL = args.offline_model
+    if args.offline_model:
+        args.no_gateway = True
     args.chunks_list = sorted(int(c) for c in args.chunks.split(",") if c.strip())
     args.clients_list = [int(c) for c in args.clients.split(",") if c.strip()]
     return args

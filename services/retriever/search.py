@@ -23,19 +23,15 @@ from typing import TYPE_CHECKING, Literal
 import asyncpg
 import numpy as np
 
-from services.retriever.filters import where_clause
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.lexical_store import CorpusCounts, LexicalHit, bm25_rank, corpus_counts, fts_rank
 from services.retriever.mmr import mmr_select
-from services.retriever.store import VectorIndex
+from services.retriever.store import VectorIndex, hit_rows, nearest_chunks, vectors_of
 from shared.models import SearchFilters, SearchHit
 
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
     from shared.settings import RetrievalSettings
-
-_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level"""
 
 Mode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
 
@@ -72,20 +68,9 @@ async def dense_search(
 ) -> list[Scored]:
     """Nearest chunks by cosine similarity (1 - cosine distance, seed 004); iterative HNSW scans keep
     filtered queries at k results."""
-    where, params = where_clause(filters, 3)
-    sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> $1) AS score
-              FROM {index.table_name} v
-              JOIN chunks c ON c.chunk_id = v.chunk_id
-              JOIN documents d ON d.document_id = c.document_id
-              WHERE {where}
-              ORDER BY v.embedding <=> $1
-              LIMIT $2"""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), k)}")
-        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        rows = await conn.fetch(sql, query_vector.astype(np.float32), k, *params)
+    rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search)
     # relaxed_order may return near-ties out of order: sort by the exact score.
-    out = [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+    out = [Scored(chunk_id, score) for chunk_id, score in rows]
     return sorted(out, key=lambda s: -s.score)
 
 
@@ -162,24 +147,7 @@ async def bm25_search(
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
-    rows = await pool.fetch(
-        f"SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.document_id = c.document_id "
-        "WHERE c.chunk_id = ANY($1::text[])",
-        list(chunk_ids),
-    )
-    return {r["chunk_id"]: r for r in rows}
-
-
-async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
-    rows = await pool.fetch(
-        f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
-    )
-    return {r["chunk_id"]: _as_array(r["embedding"]) for r in rows}
-
-
-def _as_array(value: object) -> np.ndarray:
-    to_numpy = getattr(value, "to_numpy", None)  # pgvector >= 0.4 decodes to a Vector object
-    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)
+    return await hit_rows(pool, chunk_ids)
 
 
 def _url(r: asyncpg.Record) -> str | None:
