@@ -631,9 +631,6 @@ async def measure(
         chunks = int(await pool.fetchval("SELECT count(*) FROM chunks"))
         out: dict[str, Any] = {"chunks": chunks}
         out.update(await sizes(pool, index, chunks))
-        t = time.perf_counter()
-        await pool.execute("REINDEX INDEX bm25_impacts_term_idx")
-        out["lexical_reindex_s"] = round(time.perf_counter() - t, 1)
         queries = gen.source.queries[: args.queries]
         encoder = QueryEncoder(gen.basis)
         out["in_process"] = await in_process(pool, index, encoder, queries, args.clients_list, args.duration)

@@ -121,6 +121,82 @@ async def bm25_rank(
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))
 
 
+# The same scores, driven from the filter instead of the posting lists: every chunk passing the filter (at
+# most $9 of them) is scored from all its postings of the query terms (exact BM25) through the chunk_key index.
+_BM25_FILTER_FIRST_SQL = """
+WITH q AS (
+    SELECT t.term_id, ln(1 + ($7::float8 - t.df + 0.5) / (t.df + 0.5)) AS idf
+    FROM bm25_terms t
+    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0),
+f AS MATERIALIZED (
+    SELECT b.chunk_key, b.chunk_id
+    FROM chunks c
+    JOIN documents d ON d.document_id = c.document_id
+    JOIN bm25_chunks b ON b.chunk_id = c.chunk_id
+    WHERE {where}
+    LIMIT $9::bigint),
+p AS (
+    SELECT q.idf, f.chunk_id,
+           i.tf_text + $5::float8 * i.tf_title + $6::float8 * i.tf_section AS tf,
+           i.len_text + $5::float8 * i.len_title + $6::float8 * i.len_section AS dl
+    FROM f
+    JOIN bm25_impacts i ON i.chunk_key = f.chunk_key
+    JOIN q ON q.term_id = i.term_id)
+SELECT p.chunk_id,
+       sum(p.idf * p.tf * ($3::float8 + 1)
+           / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8 * p.dl / $8::float8))) AS score
+FROM p
+WHERE p.tf > 0
+GROUP BY p.chunk_id
+ORDER BY score DESC, p.chunk_id
+LIMIT $2"""
+
+_FILTERED_COUNT_SQL = """
+SELECT count(*) FROM (
+    SELECT 1 FROM chunks c JOIN documents d ON d.document_id = c.document_id WHERE {where} LIMIT $1::bigint) s"""
+
+
+async def filtered_chunks_at_most(pool: asyncpg.Pool, filters: SearchFilters, cap: int) -> int | None:
+    """How many chunks pass ``filters``, or None when more than ``cap`` do (counting stops there)."""
+    where, params = where_clause(filters, 2)
+    n = int(await pool.fetchval(_FILTERED_COUNT_SQL.format(where=where), cap + 1, *params))
+    return None if n > cap else n
+
+
+async def bm25_rank_filter_first(
+    pool: asyncpg.Pool,
+    query: str,
+    k: int,
+    filters: SearchFilters,
+    *,
+    k1: float,
+    b: float,
+    title_weight: float,
+    section_weight: float,
+    counts: CorpusCounts,
+    max_chunks: int,
+) -> list[LexicalHit]:
+    """Exact BM25 over the chunks passing ``filters`` (at most ``max_chunks`` of them: for selective filters)."""
+    if counts.chunks == 0:
+        return []
+    avgdl = counts.mean_text + title_weight * counts.mean_title + section_weight * counts.mean_section
+    where, fparams = where_clause(filters, 10)
+    args: list[Any] = [
+        query,
+        k,
+        k1,
+        b,
+        title_weight,
+        section_weight,
+        float(counts.chunks),
+        max(avgdl, 1e-6),
+        max_chunks,
+        *fparams,
+    ]
+    rows = await pool.fetch(_BM25_FILTER_FIRST_SQL.format(where=where), *args)
+    return [LexicalHit(r["chunk_id"], float(r["score"])) for r in rows]
+
+
 _FTS_SQL = """WITH q AS (
                   SELECT NULLIF(replace(plainto_tsquery('english', $1)::text, ' & ', ' | '), '')::tsquery AS tsq)
               SELECT c.chunk_id, ts_rank_cd(c.tsv, q.tsq, 32) AS score
@@ -139,7 +215,10 @@ async def fts_rank(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilter
 
 #: The lexical index's B-trees (as migration 100 creates them): a bulk load may drop them and build them once.
 LEXICAL_INDEXES = {
-    "bm25_impacts_term_idx": "CREATE INDEX IF NOT EXISTS bm25_impacts_term_idx ON bm25_impacts (term_id, impact DESC)",
+    "bm25_impacts_term_idx": (
+        "CREATE INDEX IF NOT EXISTS bm25_impacts_term_idx ON bm25_impacts (term_id, impact DESC) "
+        "INCLUDE (chunk_key, tf_text, tf_title, tf_section, len_text, len_title, len_section)"
+    ),
     "bm25_impacts_chunk_idx": "CREATE INDEX IF NOT EXISTS bm25_impacts_chunk_idx ON bm25_impacts (chunk_key)",
 }
 

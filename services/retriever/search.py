@@ -24,7 +24,15 @@ import asyncpg
 import numpy as np
 
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
-from services.retriever.lexical_store import CorpusCounts, LexicalHit, bm25_rank, corpus_counts, fts_rank
+from services.retriever.lexical_store import (
+    CorpusCounts,
+    LexicalHit,
+    bm25_rank,
+    bm25_rank_filter_first,
+    corpus_counts,
+    filtered_chunks_at_most,
+    fts_rank,
+)
 from services.retriever.mmr import mmr_select
 from services.retriever.store import VectorIndex, hit_rows, nearest_chunks, vectors_of
 from shared.models import SearchFilters, SearchHit
@@ -103,8 +111,10 @@ class CorpusStats:
         self._value = None
 
 
-#: How much deeper each retry of a filtered BM25 query reads when the first pass found fewer than k chunks.
+#: How much deeper the retry of a filtered BM25 query reads when the first pass found fewer than k chunks.
 TOP_M_ESCALATION = 8
+#: A filter passing at most this many chunks is answered filter-first (exact BM25 over those chunks' postings).
+FILTER_FIRST_MAX_CHUNKS = 20_000
 
 
 async def bm25_search(
@@ -121,28 +131,34 @@ async def bm25_search(
     (statistics over every chunk), the filters only restrict which chunks are returned. With
     ``params.top_m`` each query term contributes its ``top_m`` highest-impact postings; when that leaves
     fewer than ``k`` chunks through the filters, the query is repeated reading ``TOP_M_ESCALATION`` times
-    deeper, then every posting (exact), so a selective filter still gets its k results.
+    deeper; still short, a filter passing at most ``FILTER_FIRST_MAX_CHUNKS`` chunks is answered
+    filter-first (exact over those chunks), anything else exactly, so a selective filter still gets its k.
     """
     counts = await stats.get(pool)
-    depths: list[int | None] = [None]
-    if params.top_m:
-        depths = [params.top_m, params.top_m * TOP_M_ESCALATION, None]
+    weights = {
+        "k1": params.k1,
+        "b": params.b,
+        "title_weight": params.title_weight,
+        "section_weight": params.section_weight,
+        "counts": counts,
+    }
     hits: list[LexicalHit] = []
-    for depth in depths:
-        hits = await bm25_rank(
-            pool,
-            query,
-            k,
-            filters,
-            k1=params.k1,
-            b=params.b,
-            title_weight=params.title_weight,
-            section_weight=params.section_weight,
-            counts=counts,
-            top_m=depth,
-        )
-        if len(hits) >= k:
-            break
+    if params.top_m:
+        for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
+            hits = await bm25_rank(pool, query, k, filters, top_m=depth, **weights)  # type: ignore[arg-type]
+            if len(hits) >= k:
+                return [Scored(h.chunk_id, h.score) for h in hits]
+        if await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None:
+            hits = await bm25_rank_filter_first(
+                pool,
+                query,
+                k,
+                filters,
+                max_chunks=FILTER_FIRST_MAX_CHUNKS,
+                **weights,  # type: ignore[arg-type]
+            )
+            return [Scored(h.chunk_id, h.score) for h in hits]
+    hits = await bm25_rank(pool, query, k, filters, top_m=None, **weights)  # type: ignore[arg-type]
     return [Scored(h.chunk_id, h.score) for h in hits]
 
 
