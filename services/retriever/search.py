@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import asyncpg
 import numpy as np
 
+from services.retriever.filters import where_clause
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.lexical_store import (
     CorpusCounts,
@@ -113,8 +114,9 @@ class CorpusStats:
 
 #: How much deeper the retry of a filtered BM25 query reads when the first pass found fewer than k chunks.
 TOP_M_ESCALATION = 8
-#: A filter passing at most this many chunks is answered filter-first (exact BM25 over those chunks' postings).
-FILTER_FIRST_MAX_CHUNKS = 20_000
+#: A filter passing at most this many chunks is answered filter-first (exact BM25 over those chunks' postings,
+#: about 100 postings a chunk): cheaper than walking the top-M candidates through a filter few of them pass.
+FILTER_FIRST_MAX_CHUNKS = 2_000
 
 
 async def bm25_search(
@@ -129,10 +131,10 @@ async def bm25_search(
 
     The query is analysed like the stored text (``to_tsvector('english')``); scores are corpus-wide BM25
     (statistics over every chunk), the filters only restrict which chunks are returned. With
-    ``params.top_m`` each query term contributes its ``top_m`` highest-impact postings; when that leaves
-    fewer than ``k`` chunks through the filters, the query is repeated reading ``TOP_M_ESCALATION`` times
-    deeper; still short, a filter passing at most ``FILTER_FIRST_MAX_CHUNKS`` chunks is answered
-    filter-first (exact over those chunks), anything else exactly, so a selective filter still gets its k.
+    ``params.top_m`` each query term contributes its ``top_m`` highest-impact postings. A filter (beyond
+    the retracted flag) that passes at most ``FILTER_FIRST_MAX_CHUNKS`` chunks is answered filter-first
+    (exact BM25 over those chunks). Otherwise, when the top M leave fewer than ``k`` chunks through the
+    filters, the query is repeated ``TOP_M_ESCALATION`` times deeper, then exactly: k results either way.
     """
     counts = await stats.get(pool)
     weights = {
@@ -144,11 +146,9 @@ async def bm25_search(
     }
     hits: list[LexicalHit] = []
     if params.top_m:
-        for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
-            hits = await bm25_rank(pool, query, k, filters, top_m=depth, **weights)  # type: ignore[arg-type]
-            if len(hits) >= k:
-                return [Scored(h.chunk_id, h.score) for h in hits]
-        if await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None:
+        if where_clause(filters, 1)[1] and (
+            await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None
+        ):
             hits = await bm25_rank_filter_first(
                 pool,
                 query,
@@ -158,6 +158,10 @@ async def bm25_search(
                 **weights,  # type: ignore[arg-type]
             )
             return [Scored(h.chunk_id, h.score) for h in hits]
+        for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
+            hits = await bm25_rank(pool, query, k, filters, top_m=depth, **weights)  # type: ignore[arg-type]
+            if len(hits) >= k:
+                return [Scored(h.chunk_id, h.score) for h in hits]
     hits = await bm25_rank(pool, query, k, filters, top_m=None, **weights)  # type: ignore[arg-type]
     return [Scored(h.chunk_id, h.score) for h in hits]
 
