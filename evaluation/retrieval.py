@@ -388,14 +388,16 @@ async def evaluate(
             timings["store"] = time.perf_counter() - t
             rows = await pool.fetch("SELECT chunk_id, document_id, embedding_text FROM chunks ORDER BY chunk_id")
             progress(f"stored {len(rows)} chunks ({timings['store']:.1f}s); embedding with {embedder.name}")
+            # Only lexical runs asked for: no encoder, an empty vector index (the searcher needs one).
+            dense = needs_vectors(config)
             t = time.perf_counter()
-            texts = [r["embedding_text"] for r in rows]
+            texts = [r["embedding_text"] for r in rows] if dense else []
             vectors = await asyncio.to_thread(cache.encode, "passage", texts, embedder.encode_passages)
             timings["embed_passages"] = time.perf_counter() - t
             cache.save()
             t = time.perf_counter()
             index = await create_index(pool, embedder.name, embedder.dim, db, activate=True)
-            for i in range(0, len(rows), 2000):
+            for i in range(0, len(rows) if dense else 0, 2000):
                 part = rows[i : i + 2000]
                 await upsert_vectors(
                     pool, index, [r["chunk_id"] for r in part], [r["document_id"] for r in part], vectors[i : i + 2000]
@@ -405,8 +407,10 @@ async def evaluate(
             progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s HNSW)")
             t = time.perf_counter()
             qvecs = await asyncio.to_thread(
-                cache.encode, "query", [ds.queries[q] for q in query_ids], embedder.encode_queries
+                cache.encode, "query", [ds.queries[q] for q in query_ids] if dense else [], embedder.encode_queries
             )
+            if not dense:
+                qvecs = np.zeros((len(query_ids), embedder.dim), dtype=np.float32)
             timings["embed_queries"] = time.perf_counter() - t
             cache.save()
             searcher = HybridSearcher.from_settings(
@@ -450,6 +454,12 @@ async def evaluate(
             return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results)
         finally:
             await pool.close()
+
+
+def needs_vectors(config: EvalConfig) -> bool:
+    """Whether any run asked for reads the dense index (every mode but ``bm25`` does)."""
+    modes = list(config.modes) + [str(v.get("mode", "hybrid")) for v in config.variants.values()]
+    return any(m != "bm25" for m in modes)
 
 
 async def _reranker_for(mode: str, settings: Settings, config: EvalConfig) -> Reranker | None:

@@ -277,6 +277,14 @@ class RetrievalSettings(BaseSettings):
     bm25_b: float = Field(0.4, ge=0, le=1, description="BM25 length normalisation `b`.")
     bm25_title_weight: float = Field(1.0, ge=0, description="BM25F weight of a title term (text terms weigh 1).")
     bm25_section_weight: float = Field(0.0, ge=0, description="BM25F weight of a section-heading term.")
+    bm25_top_m: int = Field(
+        0,
+        ge=0,
+        description=(
+            "BM25 postings read per query term, highest impact first (bounded work at any corpus size; a chunk "
+            "outside a term's top M loses that term's score); 0: every posting (exact BM25)."
+        ),
+    )
     fusion: Literal["rrf", "convex"] = Field(
         "rrf",
         description=(

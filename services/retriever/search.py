@@ -2,8 +2,9 @@
 
 Pipeline of :meth:`HybridSearcher.search`:
 
-1. dense (pgvector HNSW, iterative scans under filters) and/or lexical (BM25 over the store's term
-   statistics, or Postgres full-text ``ts_rank_cd``) rankings, each ``max(top_k, fusion_depth)`` deep;
+1. dense (pgvector HNSW, iterative scans under filters) and/or lexical (BM25 over the store's
+   impact-ordered postings, ``lexical_store``, or Postgres full-text ``ts_rank_cd``) rankings, each
+   ``max(top_k, fusion_depth)`` deep;
 2. reciprocal rank fusion with weights (hybrid modes);
 3. at most ``max_chunks_per_document`` passages of one paper;
 4. ``hybrid+rerank``: the first ``top_k`` candidates reranked (cross-encoder or Claude);
@@ -24,16 +25,22 @@ import numpy as np
 
 from services.retriever.filters import where_clause
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
+from services.retriever.lexical_store import (
+    CorpusCounts,
+    LexicalHit,
+    bm25_rank,
+    bm25_rank_filter_first,
+    corpus_counts,
+    filtered_chunks_at_most,
+    fts_rank,
+)
 from services.retriever.mmr import mmr_select
-from services.retriever.store import VectorIndex
+from services.retriever.store import VectorIndex, hit_rows, nearest_chunks, vectors_of
 from shared.models import SearchFilters, SearchHit
 
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
     from shared.settings import RetrievalSettings
-
-_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level"""
 
 Mode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
 
@@ -52,10 +59,12 @@ class Bm25Params:
     b: float = 0.4
     title_weight: float = 1.0
     section_weight: float = 0.0
+    top_m: int | None = None
+    """Postings read per query term, highest impact first; None: all of them (exact BM25)."""
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
-        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
+        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_top_m or None)
 
 
 async def dense_search(
@@ -68,59 +77,33 @@ async def dense_search(
 ) -> list[Scored]:
     """Nearest chunks by cosine similarity (1 - cosine distance); iterative HNSW scans keep
     filtered queries at k results."""
-    where, params = where_clause(filters, 3)
-    sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> $1) AS score
-              FROM {index.table_name} v
-              JOIN chunks c ON c.chunk_id = v.chunk_id
-              JOIN documents d ON d.document_id = c.document_id
-              WHERE {where}
-              ORDER BY v.embedding <=> $1
-              LIMIT $2"""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), k)}")
-        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        rows = await conn.fetch(sql, query_vector.astype(np.float32), k, *params)
+    rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search)
     # relaxed_order may return near-ties out of order: sort by the exact score.
-    out = [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+    out = [Scored(chunk_id, score) for chunk_id, score in rows]
     return sorted(out, key=lambda s: -s.score)
 
 
 async def fts_search(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
     """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
-    where, params = where_clause(filters, 3)
-    sql = f"""WITH q AS (
-                  SELECT NULLIF(replace(plainto_tsquery('english', $1)::text, ' & ', ' | '), '')::tsquery AS tsq)
-              SELECT c.chunk_id, ts_rank_cd(c.tsv, q.tsq, 32) AS score
-              FROM q, chunks c JOIN documents d ON d.document_id = c.document_id
-              WHERE q.tsq IS NOT NULL AND c.tsv @@ q.tsq AND {where}
-              ORDER BY score DESC, c.chunk_id
-              LIMIT $2"""
-    rows = await pool.fetch(sql, query, k, *params)
-    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+    return [Scored(h.chunk_id, h.score) for h in await fts_rank(pool, query, k, filters)]
 
 
 @dataclass
 class CorpusStats:
-    """N and the average BM25F length of the chunks, cached for ``ttl_s`` (BM25 barely moves with them)."""
+    """N and the mean field lengths of the chunks, cached for ``ttl_s`` (BM25 barely moves with them)."""
 
     ttl_s: float = 60.0
-    _value: tuple[int, float, float, float] | None = None
+    _value: CorpusCounts | None = None
     _at: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def get(self, pool: asyncpg.Pool) -> tuple[int, float, float, float]:
-        """(N, mean title length, mean section length, mean text length)."""
+    async def get(self, pool: asyncpg.Pool) -> CorpusCounts:
         now = time.monotonic()
         if self._value is not None and now - self._at < self.ttl_s:
             return self._value
         async with self._lock:
             if self._value is None or time.monotonic() - self._at >= self.ttl_s:
-                row = await pool.fetchrow(
-                    "SELECT count(*) AS n, coalesce(avg(len_title), 0) AS t, coalesce(avg(len_section), 0) AS s, "
-                    "coalesce(avg(len_text), 0) AS x FROM bm25_chunk_len"
-                )
-                assert row is not None
-                self._value = (int(row["n"]), float(row["t"]), float(row["s"]), float(row["x"]))
+                self._value = await corpus_counts(pool)
                 self._at = time.monotonic()
         assert self._value is not None
         return self._value
@@ -129,25 +112,11 @@ class CorpusStats:
         self._value = None
 
 
-_BM25_SQL = """
-WITH q AS (SELECT DISTINCT t.lexeme AS term FROM unnest(to_tsvector('english', $1::text)) AS t),
-     p AS (SELECT p.term, p.chunk_id, p.tf_text + $5::float8 * p.tf_title + $6::float8 * p.tf_section AS tf
-           FROM bm25_postings p JOIN q ON q.term = p.term),
-     df AS (SELECT term, count(*) AS df FROM p GROUP BY term),
-     s AS (SELECT p.chunk_id,
-                  sum(ln(1 + ($7::float8 - df.df + 0.5) / (df.df + 0.5))
-                      * p.tf * ($3::float8 + 1)
-                      / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8
-                         * (l.len_text + $5::float8 * l.len_title + $6::float8 * l.len_section) / $8::float8)))
-                      AS score
-           FROM p JOIN df ON df.term = p.term JOIN bm25_chunk_len l ON l.chunk_id = p.chunk_id
-           WHERE p.tf > 0
-           GROUP BY p.chunk_id)
-SELECT s.chunk_id, s.score
-FROM s JOIN chunks c ON c.chunk_id = s.chunk_id JOIN documents d ON d.document_id = c.document_id
-WHERE {where}
-ORDER BY s.score DESC, s.chunk_id
-LIMIT $2"""
+#: How much deeper the retry of a filtered BM25 query reads when the first pass found fewer than k chunks.
+TOP_M_ESCALATION = 8
+#: A filter passing at most this many chunks is answered filter-first (exact BM25 over those chunks' postings,
+#: about 100 postings a chunk): cheaper than walking the top-M candidates through a filter few of them pass.
+FILTER_FIRST_MAX_CHUNKS = 2_000
 
 
 async def bm25_search(
@@ -158,50 +127,47 @@ async def bm25_search(
     params: Bm25Params,
     stats: CorpusStats,
 ) -> list[Scored]:
-    """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over the store's postings.
+    """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over the store's impact-ordered postings.
 
     The query is analysed like the stored text (``to_tsvector('english')``); scores are corpus-wide BM25
-    (statistics over every chunk), the filters only restrict which chunks are returned.
+    (statistics over every chunk), the filters only restrict which chunks are returned. With
+    ``params.top_m`` each query term contributes its ``top_m`` highest-impact postings. A filter (beyond
+    the retracted flag) that passes at most ``FILTER_FIRST_MAX_CHUNKS`` chunks is answered filter-first
+    (exact BM25 over those chunks). Otherwise, when the top M leave fewer than ``k`` chunks through the
+    filters, the query is repeated ``TOP_M_ESCALATION`` times deeper, then exactly: k results either way.
     """
-    n, len_title, len_section, len_text = await stats.get(pool)
-    if n == 0:
-        return []
-    avgdl = len_text + params.title_weight * len_title + params.section_weight * len_section
-    where, fparams = where_clause(filters, 9)
-    rows = await pool.fetch(
-        _BM25_SQL.format(where=where),
-        query,
-        k,
-        params.k1,
-        params.b,
-        params.title_weight,
-        params.section_weight,
-        float(n),
-        max(avgdl, 1e-6),
-        *fparams,
-    )
-    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+    counts = await stats.get(pool)
+    weights = {
+        "k1": params.k1,
+        "b": params.b,
+        "title_weight": params.title_weight,
+        "section_weight": params.section_weight,
+        "counts": counts,
+    }
+    hits: list[LexicalHit] = []
+    if params.top_m:
+        if where_clause(filters, 1)[1] and (
+            await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None
+        ):
+            hits = await bm25_rank_filter_first(
+                pool,
+                query,
+                k,
+                filters,
+                max_chunks=FILTER_FIRST_MAX_CHUNKS,
+                **weights,  # type: ignore[arg-type]
+            )
+            return [Scored(h.chunk_id, h.score) for h in hits]
+        for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
+            hits = await bm25_rank(pool, query, k, filters, top_m=depth, **weights)  # type: ignore[arg-type]
+            if len(hits) >= k:
+                return [Scored(h.chunk_id, h.score) for h in hits]
+    hits = await bm25_rank(pool, query, k, filters, top_m=None, **weights)  # type: ignore[arg-type]
+    return [Scored(h.chunk_id, h.score) for h in hits]
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
-    rows = await pool.fetch(
-        f"SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.document_id = c.document_id "
-        "WHERE c.chunk_id = ANY($1::text[])",
-        list(chunk_ids),
-    )
-    return {r["chunk_id"]: r for r in rows}
-
-
-async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
-    rows = await pool.fetch(
-        f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
-    )
-    return {r["chunk_id"]: _as_array(r["embedding"]) for r in rows}
-
-
-def _as_array(value: object) -> np.ndarray:
-    to_numpy = getattr(value, "to_numpy", None)  # pgvector >= 0.4 decodes to a Vector object
-    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)
+    return await hit_rows(pool, chunk_ids)
 
 
 def _url(r: asyncpg.Record) -> str | None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 
+from services.retriever.filters import where_clause
+from shared.models import SearchFilters
 from shared.settings import DatabaseSettings
 
 
@@ -49,6 +51,14 @@ async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
     return _row(row) if row else None
 
 
+def hnsw_index_sql(table: str, db: DatabaseSettings) -> str:
+    """The HNSW index of a vector table (cosine distance, ``m``/``ef_construction`` from the settings)."""
+    return (
+        f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
+        f"WITH (m = {int(db.hnsw_m)}, ef_construction = {int(db.hnsw_ef_construction)})"
+    )
+
+
 async def create_index(
     pool: asyncpg.Pool,
     model: str,
@@ -79,10 +89,7 @@ async def create_index(
                         created_at  timestamptz NOT NULL DEFAULT now())"""
             )
             await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
-            await conn.execute(
-                f"CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
-                f"WITH (m = {int(db.hnsw_m)}, ef_construction = {int(db.hnsw_ef_construction)})"
-            )
+            await conn.execute(hnsw_index_sql(table, db))
             await conn.execute(
                 "INSERT INTO vector_indexes (name, model, dim, table_name, state) VALUES ($1,$2,$3,$4,'building')",
                 name,
@@ -155,3 +162,56 @@ async def complete_documents(pool: asyncpg.Pool, index: VectorIndex, document_id
 
 async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
     return int(await pool.fetchval(f"SELECT count(*) FROM {index.table_name}"))
+
+
+# ----------------------------------------------------------------------------------------- reading (search)
+
+_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
+    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level"""
+
+
+async def nearest_chunks(
+    pool: asyncpg.Pool,
+    index: VectorIndex,
+    query_vector: np.ndarray,
+    k: int,
+    filters: SearchFilters,
+    ef_search: int,
+) -> list[tuple[str, float]]:
+    """(chunk id, 1 - cosine distance) of the nearest chunks passing ``filters``, by HNSW with iterative
+    scans (``relaxed_order``: near-ties may come out of order)."""
+    where, params = where_clause(filters, 3)
+    sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> $1) AS score
+              FROM {index.table_name} v
+              JOIN chunks c ON c.chunk_id = v.chunk_id
+              JOIN documents d ON d.document_id = c.document_id
+              WHERE {where}
+              ORDER BY v.embedding <=> $1
+              LIMIT $2"""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), k)}")
+        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        rows = await conn.fetch(sql, query_vector.astype(np.float32), k, *params)
+    return [(r["chunk_id"], float(r["score"])) for r in rows]
+
+
+async def hit_rows(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
+    """What a search hit shows (chunk and document columns), by chunk id."""
+    rows = await pool.fetch(
+        f"SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.document_id = c.document_id "
+        "WHERE c.chunk_id = ANY($1::text[])",
+        list(chunk_ids),
+    )
+    return {r["chunk_id"]: r for r in rows}
+
+
+async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    rows = await pool.fetch(
+        f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
+    )
+    return {r["chunk_id"]: _as_array(r["embedding"]) for r in rows}
+
+
+def _as_array(value: object) -> np.ndarray:
+    to_numpy = getattr(value, "to_numpy", None)  # pgvector >= 0.4 decodes to a Vector object
+    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)

@@ -157,9 +157,15 @@ async def test_bm25_postings_follow_chunk_changes(store: tuple) -> None:  # type
     hits = await bm25_search(pool, "quetiapine", 5, SearchFilters(include_retracted=True), Bm25Params(), CorpusStats())
     assert [h.chunk_id.split("#")[0] for h in hits] == ["pubmed:10003"]
     orphans = await pool.fetchval(
-        "SELECT count(*) FROM bm25_postings p LEFT JOIN chunks c USING (chunk_id) WHERE c.chunk_id IS NULL"
+        "SELECT count(*) FROM bm25_chunks b LEFT JOIN chunks c USING (chunk_id) WHERE c.chunk_id IS NULL"
     )
     assert orphans == 0
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM bm25_impacts i LEFT JOIN bm25_chunks b USING (chunk_key) WHERE b.chunk_key IS NULL"
+        )
+        == 0
+    )
 
 
 async def test_hybrid_filters_mesh_descendants_and_per_document_limit(store: tuple) -> None:  # type: ignore[type-arg]

@@ -1,0 +1,766 @@
+"""Scale benchmark (issue 14): build stores of given sizes reproducibly and measure search, writes and bytes.
+
+    python bench/scale.py --chunks 10000,100000 [--json] [--clients 1,8] [--duration 10]
+    python bench/scale.py --chunks 100000 --corpus ../shared/data/beir_scifact --root /tmp/scale   # keep the store
+
+What it builds. One PostgreSQL (and, for the gateway path, Kafka + the retriever + the gateway) on free
+loopback ports, in ``--root`` (a temp folder by default). The store grows to each size in turn; chunk i is
+always the same whatever the sizes asked for (a seeded generator per chunk), so a store of N chunks is the
+first N of any larger one.
+
+* **Text: real sentences, recombined.** Each document takes a real abstract of the corpus (``--corpus``: the
+  bundled PubMedQA sample ``data/samples/pubmedqa500.jsonl`` by default, or a BEIR folder such as SciFact) as
+  its primary source: its title, 60-70 % of its sentences in order, the rest sentences of other abstracts of the
+  corpus. Two chunks per document; the document's abstract is its two chunks' text.
+* **Vectors: derived from real vectors.** Embedding a million chunks on two CPU cores is unaffordable, so
+  ``--real-vectors`` abstracts are embedded with the configured model (cached), and a chunk's vector is its
+  primary abstract's real vector, mixed with those of the abstracts its other sentences came from (when
+  embedded), plus Gaussian noise, normalised. Queries are embedded with the real model at search time.
+* **Metadata** for filters: the source abstract's year and MeSH descriptors where the corpus has them (else
+  drawn), a study type and evidence level drawn from a fixed distribution, 0.1 % retracted.
+
+What it measures at each size: ``POST /v1/search`` p50/p95/p99 per mode (lexical, dense, hybrid) at each
+client count through the gateway, the same in process (``HybridSearcher`` + the embedder, as the retriever
+runs them), filtered searches (year, study type, evidence level, MeSH) in process, the write rate of the
+production path (the parser's ``store_document`` one document at a time, with the lexical index kept by the
+store's triggers, then the retriever's ``upsert_vectors`` in its batch size), the bulk build rate, bytes per
+chunk (database and each table), index build times and the retriever's RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT, ROOT / "bench"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from load import Failure, _env, drive, free_port, percentile  # noqa: E402
+
+SAMPLE = ROOT / "data" / "samples" / "pubmedqa500.jsonl"
+STUDY_TYPES = [
+    ("randomized-controlled-trial", 0.12, 0.9),
+    ("systematic-review", 0.05, 1.0),
+    ("meta-analysis", 0.03, 1.0),
+    ("cohort", 0.15, 0.7),
+    ("case-control", 0.08, 0.6),
+    ("case-report", 0.07, 0.3),
+    ("review", 0.15, 0.5),
+    (None, 0.35, None),
+]
+MODES = ("lexical", "dense", "hybrid")
+TARGETS = {
+    "hybrid_p95_ms_at_1m": 150.0,
+    "lexical_p95_ms_at_1m": 100.0,
+    "hybrid_p95_ms_at_100k": 80.0,
+    "bytes_per_chunk": 8192,
+    "write_chunks_per_s": 1000.0,
+    "rps_8_clients_at_100k": 20.0,
+}
+
+
+# ----------------------------------------------------------------------------------------- the corpus
+
+
+@dataclass
+class Abstract:
+    title: str
+    sentences: list[str]
+    year: int | None
+    mesh: list[str]
+
+
+@dataclass
+class Source:
+    name: str
+    abstracts: list[Abstract]
+    queries: list[str]
+    mesh_pool: list[str] = field(default_factory=list)
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 20]
+
+
+def _open(path: Path) -> Any:
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def load_source(corpus: Path | None) -> Source:
+    """The bundled PubMedQA sample (titles are questions: the queries), or a BEIR folder (its queries)."""
+    if corpus is None:
+        abstracts, queries, mesh = [], [], []
+        with SAMPLE.open(encoding="utf-8") as fh:
+            for line in fh:
+                d = json.loads(line)
+                terms = [m["descriptor"] for m in d.get("mesh") or []]
+                abstracts.append(Abstract(d["title"], _sentences(d.get("abstract") or ""), d.get("year"), terms))
+                queries.append(d["title"])
+                mesh.extend(terms)
+        return Source("pubmedqa500 sample (bundled)", [a for a in abstracts if a.sentences], queries, sorted(set(mesh)))
+    path = next(p for p in (corpus / "corpus.jsonl", corpus / "corpus.jsonl.gz") if p.exists())
+    abstracts = []
+    with _open(path) as fh:
+        for line in fh:
+            d = json.loads(line)
+            sents = _sentences(d.get("text") or "")
+            if sents:
+                abstracts.append(Abstract(d.get("title") or "", sents, None, []))
+    qpath = next(p for p in sorted(corpus.glob("queries*.jsonl")))
+    with qpath.open(encoding="utf-8") as fh:
+        queries = [json.loads(line)["text"] for line in fh if line.strip()]
+    # MeSH descriptors for the filters come from the bundled sample (the BEIR corpus has none).
+    mesh = sorted({m for a in load_source(None).abstracts for m in a.mesh})
+    return Source(f"{corpus.name} ({path.name})", abstracts, queries, mesh)
+
+
+@dataclass
+class GeneratedDoc:
+    source_id: str
+    title: str
+    year: int
+    study_type: str | None
+    evidence_level: float | None
+    mesh: list[str]
+    retracted: bool
+    chunks: list[str]
+    vectors: np.ndarray
+
+
+class Generator:
+    """Document j (chunks 2j and 2j+1) from a generator seeded by (seed, j) alone: reproducible by index."""
+
+    def __init__(self, source: Source, basis: np.ndarray, seed: int = 14, noise: float = 0.35):
+        self.source = source
+        self.basis = basis  # real vectors of the first len(basis) abstracts
+        self.seed = seed
+        self.noise = noise
+
+    def doc(self, j: int) -> GeneratedDoc:
+        rng = random.Random(self.seed * 1_000_003 + j)
+        nrng = np.random.default_rng(self.seed * 1_000_003 + j)
+        abstracts = self.source.abstracts
+        primary = rng.randrange(len(self.basis))
+        a = abstracts[primary]
+        chunks: list[str] = []
+        vectors: list[np.ndarray] = []
+        for _ in range(2):
+            n = rng.randint(5, 9)
+            own = max(1, round(n * rng.uniform(0.6, 0.7)))
+            start = rng.randrange(max(1, len(a.sentences) - own + 1))
+            parts = a.sentences[start : start + own]
+            others = [rng.randrange(len(abstracts)) for _ in range(n - len(parts))]
+            parts += [rng.choice(abstracts[o].sentences) for o in others]
+            vec = self.basis[primary] * len(parts[:own])
+            for o in others:
+                if o < len(self.basis):
+                    vec = vec + self.basis[o]
+            vec = vec / np.linalg.norm(vec)
+            vec = vec + nrng.normal(0, self.noise / np.sqrt(vec.shape[0]), vec.shape[0])
+            vectors.append((vec / np.linalg.norm(vec)).astype(np.float32))
+            chunks.append(" ".join(parts))
+        r = rng.random()
+        acc = 0.0
+        study, level = None, None
+        for name, p, lvl in STUDY_TYPES:
+            acc += p
+            if r < acc:
+                study, level = name, lvl
+                break
+        mesh = a.mesh or rng.sample(self.source.mesh_pool, k=min(6, len(self.source.mesh_pool)))
+        return GeneratedDoc(
+            source_id=f"scale{j}",
+            title=a.title,
+            year=a.year or rng.randint(1990, 2025),
+            study_type=study,
+            evidence_level=level,
+            mesh=mesh,
+            retracted=rng.random() < 0.001,
+            chunks=chunks,
+            vectors=np.stack(vectors),
+        )
+
+
+def real_basis(source: Source, count: int, cache_dir: Path) -> tuple[np.ndarray, str]:
+    """Real vectors of the first ``count`` abstracts (title + text, as passages) with the configured model."""
+    from evaluation.retrieval import EmbeddingCache
+    from shared.embedding import get_embedder
+    from shared.settings import Settings
+
+    texts = [f"{a.title}\n{' '.join(a.sentences)}" for a in source.abstracts[:count]]
+    if OFFLINE_MODEL:
+        # No encoder here (see --offline-model): the vectors an earlier run cached for the same texts.
+        cache = EmbeddingCache(cache_dir, OFFLINE_MODEL)
+
+        def missing(_texts: list[str]) -> np.ndarray:
+            raise SystemExit(f"--offline-model: {len(_texts)} texts have no cached {OFFLINE_MODEL} vector")
+
+        return cache.encode("passage", texts, missing), OFFLINE_MODEL
+    embedder = get_embedder(Settings().embedding)
+    cache = EmbeddingCache(cache_dir, embedder.name)
+    vectors = cache.encode("passage", texts, embedder.encode_passages)
+    cache.save()
+    return vectors, embedder.name
+
+
+OFFLINE_MODEL: str | None = None
+"""Set by --offline-model: no encoder is loaded; query vectors are cached real passage vectors."""
+
+
+class QueryEncoder:
+    """The configured model's ``encode_queries`` (what the retriever runs per request), or, offline, a real
+    cached vector per query (chosen by the query's hash; the encoder's own time is then not included)."""
+
+    def __init__(self, basis: np.ndarray):
+        self.basis = basis
+        self.embedder: Any = None
+        if OFFLINE_MODEL is None:
+            from shared.embedding import get_embedder
+            from shared.settings import Settings
+
+            self.embedder = get_embedder(Settings().embedding)
+
+    def encode(self, query: str) -> np.ndarray:
+        if self.embedder is not None:
+            return np.asarray(self.embedder.encode_queries([query])[0])
+        return np.asarray(self.basis[int(hashlib.sha256(query.encode()).hexdigest(), 16) % len(self.basis)])
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+_DOCS_SQL = """
+INSERT INTO documents (document_id, source, source_id, pmid, title, abstract, year, study_type, evidence_level,
+                       mesh_terms, retracted, content_hash)
+SELECT 'pubmed:' || s, 'pubmed', s, s, t, a, y, st, ev, string_to_array(m, '|'), r, md5(a)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::real[], $7::text[], $8::bool[])
+     AS x(s, t, a, y, st, ev, m, r)"""
+
+_CHUNKS_SQL = """
+INSERT INTO chunks (chunk_id, document_id, ordinal, section, doc_title, content, embedding_text, token_count)
+SELECT c, d, o, 'Abstract', t, x, t || E'\\n' || x, 200
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) AS u(c, d, o, t, x)"""
+
+
+def _chunk_id(source_id: str, ordinal: int) -> str:
+    return f"pubmed:{source_id}#{source_id[-12:]:0>12}#{ordinal}"
+
+
+async def bulk_write(pool: Any, index: Any, docs: list[GeneratedDoc]) -> tuple[float, float]:
+    """Documents + chunks in one statement each (the lexical index follows by the store's triggers), then
+    the vectors through the retriever's ``upsert_vectors`` (HNSW maintained). (lexical s, vector s)."""
+    from services.retriever.store import upsert_vectors
+
+    t0 = time.perf_counter()
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            _DOCS_SQL,
+            [d.source_id for d in docs],
+            [d.title for d in docs],
+            [" ".join(d.chunks) for d in docs],
+            [d.year for d in docs],
+            [d.study_type for d in docs],
+            [d.evidence_level for d in docs],
+            ["|".join(d.mesh) for d in docs],
+            [d.retracted for d in docs],
+        )
+        ids = [_chunk_id(d.source_id, o) for d in docs for o in range(len(d.chunks))]
+        await conn.execute(
+            _CHUNKS_SQL,
+            ids,
+            [f"pubmed:{d.source_id}" for d in docs for _ in d.chunks],
+            [o for d in docs for o in range(len(d.chunks))],
+            [d.title for d in docs for _ in d.chunks],
+            [c for d in docs for c in d.chunks],
+        )
+    t1 = time.perf_counter()
+    vectors = np.concatenate([d.vectors for d in docs])
+    doc_ids = [f"pubmed:{d.source_id}" for d in docs for _ in d.chunks]
+    for i in range(0, len(ids), 512):
+        await upsert_vectors(pool, index, ids[i : i + 512], doc_ids[i : i + 512], vectors[i : i + 512])
+    return t1 - t0, time.perf_counter() - t1
+
+
+async def production_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc]) -> dict[str, float]:
+    """The production write path: the parser's ``store_document`` per document (chunks + lexical index),
+    then the retriever's ``upsert_vectors`` in batches of 512 (the retriever's consumer batch)."""
+    from services.parser.store import store_document
+    from services.retriever.store import upsert_vectors
+    from shared.models import Chunk, MeshHeading, ParsedDocument
+
+    t0 = time.perf_counter()
+    stored: list[tuple[str, str, np.ndarray]] = []
+    for d in docs:
+        pd = ParsedDocument(
+            source="pubmed",
+            source_id=d.source_id,
+            pmid=d.source_id,
+            title=d.title,
+            abstract=" ".join(d.chunks),
+            year=d.year,
+            study_type=d.study_type,
+            evidence_level=d.evidence_level,
+            mesh=[MeshHeading(descriptor=m) for m in d.mesh],
+            retracted=d.retracted,
+            chunks=[
+                Chunk(section="Abstract", ordinal=o, text=c, token_count=200, char_start=0, char_end=len(c))
+                for o, c in enumerate(d.chunks)
+            ],
+        )
+        result = await store_document(pool, pd)
+        stored.extend((c.chunk_id, pd.document_id, v) for c, v in zip(result.chunks, d.vectors, strict=True))
+    t1 = time.perf_counter()
+    for i in range(0, len(stored), 512):
+        part = stored[i : i + 512]
+        await upsert_vectors(
+            pool, index, [c for c, _, _ in part], [d for _, d, _ in part], np.stack([v for *_, v in part])
+        )
+    t2 = time.perf_counter()
+    n = len(stored)
+    return {
+        "chunks": n,
+        "store_chunks_per_s": round(n / (t1 - t0), 1),
+        "vectors_chunks_per_s": round(n / (t2 - t1), 1),
+        "write_chunks_per_s": round(n / (t2 - t0), 1),
+    }
+
+
+# ----------------------------------------------------------------------------------------- measuring
+
+
+TABLES = ("documents", "chunks", "bm25_terms", "bm25_chunks", "bm25_impacts")
+
+
+async def sizes(pool: Any, index: Any, chunks: int) -> dict[str, Any]:
+    tables = (*TABLES, index.table_name)
+    rows = await pool.fetch(
+        "SELECT t AS name, pg_total_relation_size(t::regclass) AS total, pg_relation_size(t::regclass) AS heap "
+        "FROM unnest($1::text[]) t",
+        list(tables),
+    )
+    db = int(await pool.fetchval("SELECT pg_database_size(current_database())"))
+    return {
+        "database_bytes": db,
+        "bytes_per_chunk": round(db / chunks),
+        "tables": {
+            ("vectors" if r["name"] == index.table_name else r["name"]): {
+                "bytes": int(r["total"]),
+                "bytes_per_chunk": round(int(r["total"]) / chunks),
+                "heap_bytes_per_chunk": round(int(r["heap"]) / chunks),
+            }
+            for r in rows
+        },
+    }
+
+
+def _summary(r: Any) -> dict[str, Any]:
+    s: dict[str, Any] = r.summary()
+    return {k: s[k] for k in ("clients", "requests", "errors", "rps", "p50_ms", "p95_ms", "p99_ms")}
+
+
+async def in_process(
+    pool: Any, index: Any, encoder: QueryEncoder, queries: list[str], clients_list: list[int], duration: float
+) -> dict[str, dict[str, Any]]:
+    from services.retriever.search import CorpusStats, HybridSearcher
+    from shared.models import SearchFilters
+    from shared.settings import Settings
+
+    settings = Settings()
+    searcher = HybridSearcher.from_settings(
+        pool, index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for mode in MODES:
+
+        async def call(query: str, mode: str = mode) -> None:
+            vector = None if mode == "lexical" else await asyncio.to_thread(encoder.encode, query)
+            await searcher.search(query, vector, mode=mode, top_k=20, top_n=10, filters=SearchFilters())
+
+        await drive("warmup", call, queries, 1, min(2.0, duration))
+        out[mode] = {}
+        for clients in clients_list:
+            r = await drive(f"in-process {mode}", call, queries, clients, duration)
+            out[mode][str(clients)] = _summary(r)
+            print(f"    in-process {mode:<8} K={clients}: {_fmt(out[mode][str(clients)])}", flush=True)
+    return out
+
+
+def filter_sets(source: Source) -> dict[str, dict[str, Any]]:
+    return {
+        "year 2015-2016": {"year_from": 2015, "year_to": 2016},
+        "study type rct": {"study_types": ["randomized-controlled-trial"]},
+        "evidence >= 0.9": {"min_evidence_level": 0.9},
+        "mesh Humans": {"mesh": ["Humans"]},
+        "mesh rare + year": {"mesh": [source.mesh_pool[len(source.mesh_pool) // 3]], "year_from": 2000},
+    }
+
+
+async def filtered(
+    pool: Any, index: Any, encoder: QueryEncoder, source: Source, queries: list[str], duration: float
+) -> dict[str, dict[str, Any]]:
+    from services.retriever.search import CorpusStats, HybridSearcher
+    from shared.models import SearchFilters
+    from shared.settings import Settings
+
+    settings = Settings()
+    searcher = HybridSearcher.from_settings(
+        pool, index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for label, spec in filter_sets(source).items():
+        filters = SearchFilters.model_validate(spec)
+        matching = await pool.fetchval(
+            "SELECT count(*) FROM chunks c JOIN documents d USING (document_id) WHERE " + _filter_sql(filters),
+            *_filter_args(filters),
+        )
+        out[label] = {"filter": spec, "matching_chunks": int(matching)}
+        for mode in MODES:
+            hits: list[int] = []
+
+            async def call(query: str, mode: str = mode, hits: list[int] = hits, filters: Any = filters) -> None:
+                vector = None if mode == "lexical" else await asyncio.to_thread(encoder.encode, query)
+                res = await searcher.search(query, vector, mode=mode, top_k=20, top_n=10, filters=filters)
+                hits.append(len(res.hits))
+
+            r = await drive(f"filtered {mode}", call, queries, 1, duration)
+            out[label][mode] = {**_summary(r), "mean_hits": round(sum(hits) / max(1, len(hits)), 2)}
+        print(
+            f"    filter {label:<18} ({matching} chunks): "
+            + "  ".join(f"{m} p50 {out[label][m]['p50_ms']} p95 {out[label][m]['p95_ms']}" for m in MODES),
+            flush=True,
+        )
+    return out
+
+
+def _filter_sql(filters: Any) -> str:
+    from services.retriever.filters import where_clause
+
+    return where_clause(filters, 1)[0]
+
+
+def _filter_args(filters: Any) -> list[Any]:
+    from services.retriever.filters import where_clause
+
+    return where_clause(filters, 1)[1]
+
+
+def _fmt(s: dict[str, Any]) -> str:
+    return (
+        f"{s['rps']:>6.1f} req/s  p50 {s['p50_ms']:>7.1f}  p95 {s['p95_ms']:>7.1f}  p99 {s['p99_ms']:>7.1f} ms"
+        f"  errors {s['errors']}"
+    )
+
+
+async def through_gateway(url: str, queries: list[str], clients_list: list[int], duration: float) -> dict[str, Any]:
+    import httpx
+
+    out: dict[str, dict[str, Any]] = {}
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=url, timeout=60.0, limits=limits) as http:
+        for mode in MODES:
+
+            async def call(query: str, mode: str = mode) -> None:
+                r = await http.post("/v1/search", json={"query": query, "mode": mode, "top_k": 20, "top_n": 10})
+                if r.status_code != 200:
+                    raise Failure(f"HTTP {r.status_code}")
+
+            await drive("warmup", call, queries, 1, min(2.0, duration))
+            out[mode] = {}
+            for clients in clients_list:
+                r = await drive(f"gateway {mode}", call, queries, clients, duration)
+                out[mode][str(clients)] = _summary(r)
+                print(f"    gateway    {mode:<8} K={clients}: {_fmt(out[mode][str(clients)])}", flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- the stack
+
+
+@contextmanager
+def database(root: Path) -> Iterator[str]:
+    from devstack.postgres import LocalPostgres
+
+    pg = LocalPostgres(root / "postgres", port=free_port())
+    pg.start()
+    try:
+        yield pg.url
+    finally:
+        pg.stop()
+
+
+@contextmanager
+def services(root: Path, database_url: str, env_extra: dict[str, str]) -> Iterator[tuple[str, Any]]:
+    """Kafka + the retriever + the gateway (the search path only) on free ports."""
+    from devstack.kafka import LocalKafka
+    from devstack.processes import ServiceStack
+    from shared.topics import ensure_topics, standard_topics
+
+    kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
+    kafka.ensure_libs()
+    kafka.start(timeout=180)
+    stack: ServiceStack | None = None
+    try:
+        asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(3)))
+        env = dict(os.environ)
+        env.pop("ANTHROPIC_API_KEY", None)
+        env.update(
+            {
+                "EVIDENTIA_KAFKA_BOOTSTRAP": kafka.bootstrap,
+                "EVIDENTIA_DATABASE_URL": database_url,
+                "EVIDENTIA_LOG_LEVEL": "WARNING",
+                "EVIDENTIA_GATEWAY_RATE_LIMIT_PER_MINUTE": "0",
+                **env_extra,
+            }
+        )
+        stack = ServiceStack(
+            log_dir=root / "logs",
+            env=env,
+            services=("retriever", "gateway"),
+            ports={"retriever": free_port(), "gateway": free_port()},
+        )
+        stack.start(timeout=300)
+        yield f"http://127.0.0.1:{stack.processes['gateway'].port}", stack
+    finally:
+        if stack is not None:
+            stack.stop()
+        kafka.stop()
+
+
+def rss_mb(stack: Any) -> float | None:
+    import psutil
+
+    proc = stack.processes["retriever"].proc
+    if proc is None:
+        return None
+    rss: int = psutil.Process(proc.pid).memory_info().rss
+    return round(rss / 2**20, 1)
+
+
+# ----------------------------------------------------------------------------------------- the run
+
+
+async def grow(
+    url: str, gen: Generator, model: str, dim: int, target_chunks: int, batch_docs: int, bulk: bool
+) -> dict[str, Any]:
+    """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the
+    lexical B-trees and the HNSW index dropped during the load and built once after it)."""
+    from services.retriever.lexical_store import LEXICAL_INDEXES
+    from services.retriever.store import ensure_active_index, hnsw_index_sql
+    from shared.db import create_pool
+    from shared.settings import DatabaseSettings
+
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url})
+    pool = await create_pool(db)
+    try:
+        index = await ensure_active_index(pool, model, dim, db)
+        have = int(await pool.fetchval("SELECT count(*) FROM documents WHERE source_id LIKE 'scale%'"))
+        lexical_s = vector_s = 0.0
+        j = have
+        if bulk and 2 * j < target_chunks:
+            # Bulk load: the B-trees and the HNSW graph are built once at the end (timed: the index build).
+            names = ", ".join([*LEXICAL_INDEXES, f"{index.table_name}_hnsw"])
+            await pool.execute(f"DROP INDEX IF EXISTS {names}")
+        t0 = time.perf_counter()
+        while 2 * j < target_chunks:
+            n = min(batch_docs, (target_chunks - 2 * j + 1) // 2)
+            docs = [gen.doc(i) for i in range(j, j + n)]
+            lx, vx = await bulk_write(pool, index, docs)
+            lexical_s += lx
+            vector_s += vx
+            j += n
+            if j % 5000 < n:
+                print(f"    built {2 * j} chunks ({time.perf_counter() - t0:.0f}s)", flush=True)
+        added = 2 * (j - have)
+        built: dict[str, Any] = {}
+        async with pool.acquire() as conn:
+            await conn.execute("SET maintenance_work_mem = '1GB'")
+            t = time.perf_counter()
+            for ddl in LEXICAL_INDEXES.values():
+                await conn.execute(ddl)
+            built["lexical_index_build_s"] = round(time.perf_counter() - t, 1)
+            t = time.perf_counter()
+            await conn.execute(hnsw_index_sql(index.table_name, db))
+            built["hnsw_index_build_s"] = round(time.perf_counter() - t, 1)
+        await pool.execute("VACUUM ANALYZE")
+        return {
+            **built,
+            "bulk_indexes_deferred": bool(bulk and added),
+            "chunks_added": added,
+            "lexical_build_s": round(lexical_s, 1),
+            "vector_build_s": round(vector_s, 1),
+            "bulk_chunks_per_s": round(added / (lexical_s + vector_s), 1) if added else None,
+            "next_doc": j,
+        }
+    finally:
+        await pool.close()
+
+
+async def measure(
+    url: str, gen: Generator, model: str, dim: int, next_doc: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    from services.retriever.store import ensure_active_index
+    from shared.db import create_pool
+    from shared.settings import DatabaseSettings
+
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url, "EVIDENTIA_DATABASE_POOL_MAX": "20"})
+    pool = await create_pool(db)
+    try:
+        index = await ensure_active_index(pool, model, dim, db)
+        chunks = int(await pool.fetchval("SELECT count(*) FROM chunks"))
+        out: dict[str, Any] = {"chunks": chunks}
+        out.update(await sizes(pool, index, chunks))
+        queries = gen.source.queries[: args.queries]
+        encoder = QueryEncoder(gen.basis)
+        out["in_process"] = await in_process(pool, index, encoder, queries, args.clients_list, args.duration)
+        out["filters"] = await filtered(pool, index, encoder, gen.source, queries, args.filter_duration)
+        # The production write path, on fresh documents past the generated ones (then removed again).
+        docs = [gen.doc(i) for i in range(next_doc + 1_000_000, next_doc + 1_000_000 + args.write_docs)]
+        out["write"] = await production_write_rate(pool, index, docs)
+        await pool.execute("DELETE FROM documents WHERE source_id = ANY($1::text[])", [d.source_id for d in docs])
+        print(f"    write path: {out['write']}", flush=True)
+        return out
+    finally:
+        await pool.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="evidentia-scale-"))
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    env_extra = {}
+    if args.top_m is not None:
+        env_extra["EVIDENTIA_RETRIEVAL_BM25_TOP_M"] = str(args.top_m)
+    result: dict[str, Any] = {
+        "sizes": [],
+        "corpus": None,
+        "cpus": os.cpu_count(),
+        "targets": TARGETS,
+        "settings": env_extra,
+        "offline_model": args.offline_model,
+    }
+    try:
+        with _env(env_extra):
+            source = load_source(Path(args.corpus) if args.corpus else None)
+            result["corpus"] = source.name
+            basis, model = real_basis(source, min(args.real_vectors, len(source.abstracts)), Path(args.cache_dir))
+            print(f"corpus: {source.name}, {len(source.abstracts)} abstracts; {len(basis)} real {model} vectors")
+            result["model"] = model
+            result["real_vectors"] = len(basis)
+            gen = Generator(source, basis)
+            with database(root) as url:
+                for n in args.chunks_list:
+                    print(f"size {n}: building", flush=True)
+                    built = asyncio.run(grow(url, gen, model, basis.shape[1], n, args.batch_docs, not args.incremental))
+                    print(f"  built: {built}", flush=True)
+                    size = asyncio.run(measure(url, gen, model, basis.shape[1], built["next_doc"], args))
+                    size["build"] = built
+                    if not args.no_gateway:
+                        try:
+                            with services(root, url, env_extra) as (gw, stack):
+                                size["gateway"] = asyncio.run(
+                                    through_gateway(
+                                        gw, gen.source.queries[: args.queries], args.clients_list, args.duration
+                                    )
+                                )
+                                size["retriever_rss_mb"] = rss_mb(stack)
+                        except Exception as exc:  # the in-process figures still stand; say why these are missing
+                            size["gateway_error"] = f"{type(exc).__name__}: {exc}"
+                            print(f"  gateway path failed: {size['gateway_error']}", flush=True)
+                    primary = size.get("gateway") or size["in_process"]
+                    first = str(args.clients_list[0])
+                    size["modes"] = {
+                        m: {
+                            "p50_ms": primary[m][first]["p50_ms"],
+                            "p95_ms": primary[m][first]["p95_ms"],
+                            "p99_ms": primary[m][first]["p99_ms"],
+                            "path": "gateway" if "gateway" in size else "in-process",
+                            "clients": int(first),
+                        }
+                        for m in MODES
+                    }
+                    size["write_chunks_per_s"] = size["write"]["write_chunks_per_s"]
+                    result["sizes"].append(size)
+                    print(f"  size {n}: modes {size['modes']}  bytes/chunk {size['bytes_per_chunk']}", flush=True)
+    finally:
+        if not args.root:
+            shutil.rmtree(root, ignore_errors=True)
+    result["load_avg"] = os.getloadavg()
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--chunks", default="10000,100000", help="Store sizes, ascending, e.g. 10000,100000,1000000.")
+    p.add_argument(
+        "--corpus", default=None, help="A BEIR folder (corpus.jsonl[.gz], queries*.jsonl); default the bundled sample."
+    )
+    p.add_argument("--real-vectors", type=int, default=600, help="Abstracts embedded with the real model.")
+    p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "evidentia" / "scale"))
+    p.add_argument("--clients", default="1,8")
+    p.add_argument("--duration", type=float, default=10.0, help="Seconds per mode and client count.")
+    p.add_argument("--filter-duration", type=float, default=4.0, help="Seconds per filter and mode.")
+    p.add_argument("--queries", type=int, default=60)
+    p.add_argument("--write-docs", type=int, default=500, help="Documents (2 chunks each) through the write path.")
+    p.add_argument("--batch-docs", type=int, default=1000, help="Documents per bulk-load statement.")
+    p.add_argument("--top-m", type=int, default=None, help="EVIDENTIA_RETRIEVAL_BM25_TOP_M for this run.")
+    p.add_argument("--root", default=None, help="Keep PostgreSQL here (reused: a later run grows the same store).")
+    p.add_argument(
+        "--incremental",
+        action="store_true",
+        help="Build with every index in place (default: drop the lexical B-trees and HNSW, build them after).",
+    )
+    p.add_argument(
+        "--offline-model",
+        default=None,
+        help="No encoder (e.g. no torch): this model's cached vectors, query vectors drawn from them; in process only.",
+    )
+    p.add_argument("--no-gateway", action="store_true", help="In-process only (no Kafka, retriever, gateway).")
+    p.add_argument("--json", action="store_true", help="Print one JSON object at the end.")
+    p.add_argument("--json-out", type=Path, default=None, help="Also write the JSON here.")
+    args = p.parse_args(argv)
+    global OFFLINE_MODEL
+    OFFLINE_MODEL = args.offline_model
+    if args.offline_model:
+        args.no_gateway = True
+    args.chunks_list = sorted(int(c) for c in args.chunks.split(",") if c.strip())
+    args.clients_list = [int(c) for c in args.clients.split(",") if c.strip()]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run(args)
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(result, indent=2))
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+__all__ = ["Generator", "load_source", "main", "percentile"]
+
+if __name__ == "__main__":
+    sys.exit(main())
