@@ -21,11 +21,11 @@ from prometheus_client import make_asgi_app
 
 from shared import metrics
 from shared.logs import configure_logging
+from shared.registry import DEFAULT_PORTS as DEFAULT_PORTS
 from shared.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = {"fetcher": 9101, "parser": 9102, "embedder": 9103, "retriever": 9104, "synthesizer": 9105}
 
 Hook = Callable[[], Awaitable[Any]]
 ReadyCheck = Callable[[], Awaitable[bool]]

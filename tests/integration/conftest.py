@@ -23,6 +23,7 @@ import pytest
 from devstack.kafka import LocalKafka
 from devstack.postgres import LocalPostgres
 from devstack.processes import ServiceStack
+from shared.registry import SERVICES
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.eutils_server import FakeEutils
 
@@ -119,8 +120,7 @@ def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
         }
     )
     env.pop("ANTHROPIC_API_KEY", None)
-    names = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
-    ports = {name: free_port() for name in names}
+    ports = {name: free_port() for name in SERVICES}
     services = ServiceStack(log_dir=infra.root / "logs", env=env, ports=ports)
     services.start(timeout=300)
     try:
