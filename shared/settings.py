@@ -40,6 +40,13 @@ class KafkaSettings(BaseSettings):
     request_timeout_s: float = Field(
         30.0, gt=0, description="How long the gateway waits for a retriever/synthesizer reply (then HTTP 504)."
     )
+    request_resend_after_s: float = Field(
+        10.0,
+        ge=0,
+        description="With no reply by then, the gateway publishes a search request once more (same correlation "
+        "id, first reply wins): a search taken by a retriever that was then killed is answered by the restarted "
+        "or another one. Searches only (idempotent); never a synthesis, which calls a model. 0: never.",
+    )
     request_concurrency: int = Field(
         8,
         ge=1,
