@@ -12,9 +12,10 @@ no rate limit) and then, for ``--duration`` seconds, at the same time:
 * **queries**: ``--query-rate`` requests per second, open loop (each on its own schedule, so a slow
   answer does not hide the ones behind it): ``POST /v1/search``, and every ``--ask-every``-th a
   ``POST /v1/ask``;
-* **chaos**: every 20-60 s (``--chaos-min``/``--chaos-max``) a random service gets SIGKILL and is
-  started again (the gateway included: clients then retry their connection, as behind a load
-  balancer; an HTTP answer is never retried).
+* **chaos**: every 20-60 s (``--chaos-min``/``--chaos-max``) a random service process gets SIGKILL and
+  is started again. The retriever and the synthesizer run two instances each (``--replicas``), as an
+  operator runs the services that answer requests; the others one. The gateway is killed too: clients
+  then retry their connection, as behind a load balancer; an HTTP answer is never retried.
 
 Then it waits for every accepted job and checks, in PostgreSQL: every document sent stored once, each
 with one chunk version with contiguous ordinals, every chunk exactly one vector, every job ``done`` with
@@ -132,6 +133,7 @@ class Call:
 @dataclass
 class Kill:
     service: str
+    replica: int
     at: float
     ready_at: float | None = None
     restart_s: float | None = None
@@ -233,17 +235,18 @@ async def query_loop(
             await asyncio.wait(tasks)
 
 
-def chaos_loop(stack: Any, args: argparse.Namespace, record: Record, stop: threading.Event) -> None:
+def chaos_loop(stacks: list[Any], args: argparse.Namespace, record: Record, stop: threading.Event) -> None:
+    """Every 20-60 s: SIGKILL one service process (any replica) chosen at random, then start it again."""
     from devstack.processes import ServiceStartError
 
     rng = random.Random(args.seed + 2)
-    names = [n for n in stack.services if n in args.kill]
+    targets = [(i + 1, st, n) for i, st in enumerate(stacks) for n in st.services if n in args.kill]
     while not stop.wait(rng.uniform(args.chaos_min, args.chaos_max)):
-        name = rng.choice(names)
-        kill = Kill(name, time.monotonic())
+        replica, stack, name = rng.choice(targets)
+        kill = Kill(name, replica, time.monotonic())
         record.kills.append(kill)
         stack.processes[name].kill()
-        print(f"[{time.strftime('%H:%M:%S')}] kill -9 {name}", flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] kill -9 {name} (replica {replica})", flush=True)
         for attempt in range(5):
             try:
                 stack.start(timeout=300, names=[name])
@@ -395,12 +398,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="fetcher,parser,embedder,retriever,synthesizer,gateway",
         help="Services the chaos loop may kill (comma separated).",
     )
+    p.add_argument(
+        "--replicas",
+        default="retriever=2,synthesizer=2",
+        help="Instances of the services that answer requests (as an operator runs them; a single one killed "
+        "leaves searches unanswered until it is back). Default retriever=2,synthesizer=2.",
+    )
     p.add_argument("--drain-timeout", type=float, default=1200.0, help="Seconds to wait for the jobs at the end.")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--root", type=Path, default=None, help="Work directory (default: a temporary one).")
     p.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
     args = p.parse_args(argv)
     args.kill = [s.strip() for s in str(args.kill).split(",") if s.strip()]
+    args.replicas = {
+        k.strip(): int(v) for k, v in (item.split("=", 1) for item in str(args.replicas).split(",") if item.strip())
+    }
     return args
 
 
@@ -441,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         kafka.ensure_libs()
         print(f"starting Kafka and PostgreSQL in {root}", flush=True)
         kafka.start(timeout=180)
-        stack: ServiceStack | None = None
+        stacks: list[ServiceStack] = []
         try:
             postgres.start()
             env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "EVIDENTIA_ANTHROPIC_API_KEY")}
@@ -457,12 +469,21 @@ def main(argv: list[str] | None = None) -> int:
             )
             asyncio.run(_prepare(kafka.bootstrap, postgres.url, 3))
             stack = ServiceStack(log_dir=root / "logs", env=env, ports={n: free_port() for n in SERVICES})
-            print("starting the six services", flush=True)
-            stack.start(timeout=600)
+            stacks.append(stack)
+            for r in range(2, max(args.replicas.values(), default=1) + 1):
+                extra = [n for n, count in args.replicas.items() if count >= r]
+                stacks.append(
+                    ServiceStack(
+                        log_dir=root / f"logs-{r}", env=env, services=extra, ports={n: free_port() for n in extra}
+                    )
+                )
+            print(f"starting the services ({', '.join(f'{n} x{c}' for n, c in args.replicas.items())})", flush=True)
+            for st in stacks:
+                st.start(timeout=600)
             base = f"http://127.0.0.1:{stack.processes['gateway'].port}"
             record = Record()
             stop_chaos = threading.Event()
-            chaos = threading.Thread(target=chaos_loop, args=(stack, args, record, stop_chaos), daemon=True)
+            chaos = threading.Thread(target=chaos_loop, args=(stacks, args, record, stop_chaos), daemon=True)
             t0 = time.monotonic()
             print(f"[{time.strftime('%H:%M:%S')}] load and chaos for {args.duration:.0f}s", flush=True)
             chaos.start()
@@ -470,9 +491,10 @@ def main(argv: list[str] | None = None) -> int:
             stop_chaos.set()
             chaos.join()  # a restart under way finishes first
             wall = time.monotonic() - t0
-            for name, proc in stack.processes.items():  # nothing left dead by the last kill
-                if not proc.alive():
-                    stack.start(timeout=300, names=[name])
+            for st in stacks:  # nothing left dead by the last kill
+                for name, proc in st.processes.items():
+                    if not proc.alive():
+                        st.start(timeout=300, names=[name])
             print(f"[{time.strftime('%H:%M:%S')}] waiting for {len(record.jobs)} jobs", flush=True)
             jobs = asyncio.run(wait_jobs(base, record.jobs, args.drain_timeout))
             checks = asyncio.run(store_checks(postgres.url, record.sent))
@@ -490,8 +512,8 @@ def main(argv: list[str] | None = None) -> int:
             print("soak passed", flush=True)
             return 0
         finally:
-            if stack is not None:
-                stack.stop()
+            for st in reversed(stacks):
+                st.stop()
             kafka.stop()
             postgres.stop()
 
