@@ -250,15 +250,18 @@ def chaos_loop(stacks: list[Any], args: argparse.Namespace, record: Record, stop
         for attempt in range(5):
             try:
                 stack.start(timeout=300, names=[name])
-                break
             except ServiceStartError as e:
                 kill.error = str(e)[-400:]
                 print(f"restart of {name} failed (attempt {attempt + 1}): {str(e)[:300]}", flush=True)
                 stack.processes[name].kill()
                 time.sleep(5)
-        kill.ready_at = time.monotonic()
-        kill.restart_s = kill.ready_at - kill.at
-        print(f"[{time.strftime('%H:%M:%S')}] {name} ready again after {kill.restart_s:.1f}s", flush=True)
+                continue
+            kill.ready_at = time.monotonic()
+            kill.restart_s = kill.ready_at - kill.at
+            print(f"[{time.strftime('%H:%M:%S')}] {name} ready again after {kill.restart_s:.1f}s", flush=True)
+            break
+        else:
+            print(f"[{time.strftime('%H:%M:%S')}] {name} could not be restarted: left down", flush=True)
 
 
 # ----------------------------------------------------------------------------------------- checks
@@ -370,6 +373,8 @@ def summarise(record: Record, checks: dict[str, Any], jobs: dict[str, dict[str, 
     problems = []
     if five:
         problems.append(f"{five} answers were 5xx")
+    if any(k.ready_at is None for k in record.kills):
+        problems.append("a killed service could not be restarted")
     if out["jobs_done"] != len(record.jobs):
         problems.append(f"{len(record.jobs) - out['jobs_done']} jobs not done")
     if out["jobs_with_failures"]:
