@@ -20,7 +20,7 @@ TORCH_SPEC := torch==2.13.0+cpu
 TORCH_PIP_ARGS ?= --find-links ../shared/wheels
 
 .PHONY: help venv kafka kafka-libs postgres stack stack-stop stack-status require-venv demo test test-unit \
-	test-integration chaos load lint typecheck check docs up down models browser-deps
+	test-integration chaos load soak lint typecheck check docs up down models browser-deps
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -82,6 +82,11 @@ chaos: venv ## Fault tests (kill -9, Kafka/Postgres restarts, poison, timeouts) 
 
 load: venv ## Load test: own stack with the sample, K clients on /v1/search and /v1/ask vs in-process search
 	$(PY) bench/load.py --start-stack --clients 1,8 --duration 15
+
+# Not part of `make test`: 30 minutes by default.  SOAK_ARGS='--duration 300' for a short run.
+SOAK_ARGS ?=
+soak: venv ## Soak: 30 min of ingestion + queries while a random service is kill -9'd every 20-60 s (bench/soak.py)
+	$(PY) bench/soak.py $(SOAK_ARGS)
 
 lint: venv ## ruff (lint and format check) and the import contract (import-linter); fails on any finding
 	$(VENV)/bin/ruff check $(LINT_PATHS)

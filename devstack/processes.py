@@ -2,7 +2,12 @@
 
 Each service runs as ``python -m services.<name>`` with its own log file; :class:`ServiceStack`
 starts them, waits until each answers its readiness probe, and stops them (SIGTERM, then SIGKILL).
-``kill(name)`` sends SIGKILL to one service, for the fault tests.
+``kill(name)`` sends SIGKILL to one service, for the fault tests and the soak.
+
+Ports belong to services (``shared.registry``), not to their position in the list started: starting
+any subset gives each service its own port. A port already in use is refused before the service
+starts (otherwise another process's readiness probe would answer for it), and a service that exits
+while starting fails the start with its last log lines.
 """
 
 from __future__ import annotations
@@ -18,7 +23,18 @@ from pathlib import Path
 
 import httpx
 
-SERVICES: tuple[str, ...] = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
+from devstack.common import port_accepts
+from shared.registry import DEFAULT_PORTS, SERVICES
+
+__all__ = ["SERVICES", "ServiceProcess", "ServiceStack", "ServiceStartError"]
+
+
+class ServiceStartError(RuntimeError):
+    """Some services did not start: ``failed`` maps each to what went wrong (with its last log lines)."""
+
+    def __init__(self, failed: Mapping[str, str]) -> None:
+        self.failed = dict(failed)
+        super().__init__("\n".join(f"service {name}: {why}" for name, why in self.failed.items()))
 
 
 @dataclass
@@ -32,6 +48,10 @@ class ServiceProcess:
     @property
     def ready_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/readyz"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,56 +99,91 @@ class ServiceProcess:
 
 @dataclass
 class ServiceStack:
-    """The six services, configured by environment variables (``EVIDENTIA_*``)."""
+    """Some or all of the six services, configured by environment variables (``EVIDENTIA_*``).
+
+    ``ports`` overrides the registry's port of a service (tests use free ports); ``gateway_port``
+    overrides the gateway's alone (``EVIDENTIA_GATEWAY_PORT`` of ``evidentia demo``).
+    """
 
     log_dir: Path
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    base_port: int = 9101
-    gateway_port: int = 8000
+    gateway_port: int | None = None
     services: Sequence[str] = SERVICES
     ports: Mapping[str, int] = field(default_factory=dict)
     processes: dict[str, ServiceProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for i, name in enumerate(self.services):
+        unknown = [n for n in self.services if n not in DEFAULT_PORTS]
+        if unknown:
+            raise ValueError(f"unknown services {unknown}; known: {', '.join(SERVICES)}")
+        for name in self.services:
             env = dict(self.env)
+            port = self.port_of(name)
             if name == "gateway":
-                port = self.ports.get(name, self.gateway_port)
                 env["EVIDENTIA_GATEWAY_PORT"] = str(port)
                 env["EVIDENTIA_GATEWAY_URL"] = f"http://127.0.0.1:{port}"
             else:
-                port = self.ports.get(name, self.base_port + i)
                 env["EVIDENTIA_METRICS_PORT"] = str(port)
             env.setdefault("PYTHONUNBUFFERED", "1")
             env.setdefault("HF_HUB_OFFLINE", "1")
             env.setdefault("TOKENIZERS_PARALLELISM", "false")
             self.processes[name] = ServiceProcess(name, port, self.log_dir / f"{name}.log", env)
 
+    def port_of(self, name: str) -> int:
+        if name in self.ports:
+            return self.ports[name]
+        if name == "gateway" and self.gateway_port is not None:
+            return self.gateway_port
+        return DEFAULT_PORTS[name]
+
     def start(self, timeout: float = 180.0, names: Sequence[str] | None = None) -> None:
+        """Start ``names`` (default: all) and wait until each is ready.
+
+        Raises :class:`ServiceStartError` naming every service whose port was taken, that exited
+        while starting or that was not ready in time; the others are left running.
+        """
         chosen = [self.processes[n] for n in (names or self.services)]
+        failed: dict[str, str] = {}
         for p in chosen:
-            p.start()
-        self.wait_ready(timeout, [p.name for p in chosen])
+            if port_accepts("127.0.0.1", p.port):
+                failed[p.name] = f"port {p.port} is already in use (is {p.name} already running?)"
+        for p in chosen:
+            if p.name not in failed:
+                p.start()
+        try:
+            self.wait_ready(timeout, [p.name for p in chosen if p.name not in failed])
+        except ServiceStartError as e:
+            failed.update(e.failed)
+        if failed:
+            raise ServiceStartError(failed)
 
     def wait_ready(self, timeout: float = 180.0, names: Sequence[str] | None = None) -> None:
-        pending = {n: self.processes[n] for n in (names or self.services)}
+        pending = {n: self.processes[n] for n in (names if names is not None else self.services)}
+        failed: dict[str, str] = {}
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
             for name, p in list(pending.items()):
                 if not p.alive():
-                    raise RuntimeError(f"service {name} exited during start-up:\n{p.tail()}")
-                if p.ready():
+                    code = p.proc.returncode if p.proc is not None else None
+                    failed[name] = f"exited during start-up (exit code {code}); last log lines:\n{p.tail()}"
                     del pending[name]
-            time.sleep(0.5)
-        if pending:
-            details = "\n".join(f"--- {n}:\n{p.tail()}" for n, p in pending.items())
-            raise TimeoutError(f"services not ready after {timeout:.0f}s: {sorted(pending)}\n{details}")
+                elif p.ready():
+                    del pending[name]
+            if pending:
+                time.sleep(0.5)
+        for name, p in pending.items():
+            failed[name] = f"not ready after {timeout:.0f}s; last log lines:\n{p.tail()}"
+        # Ready, then gone (it lost a race for its port, or crashed right after the probe).
+        for name in names if names is not None else self.services:
+            if name not in failed and not self.processes[name].alive():
+                failed[name] = f"exited right after start-up; last log lines:\n{self.processes[name].tail()}"
+        if failed:
+            raise ServiceStartError(failed)
 
     def restart(self, name: str, timeout: float = 120.0) -> None:
         p = self.processes[name]
         p.stop()
-        p.start()
-        self.wait_ready(timeout, [name])
+        self.start(timeout, [name])
 
     def stop(self) -> None:
         for name in reversed(self.services):

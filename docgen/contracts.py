@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from shared.events import PIPELINE_EVENTS, Event
+from shared.registry import EVENT_SERVICES
 
-SERVICES = ("fetcher", "parser", "embedder", "retriever", "synthesizer")
+SERVICES = EVENT_SERVICES
 
 
 def version_of(model: type[Event]) -> int:

@@ -598,6 +598,12 @@ class ReplyClient:
         cid = uuid.uuid4().hex
         queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
         self._pending[cid] = queue
+        await self._publish(topic, event, key, cid)
+        return cid, queue
+
+    async def _publish(
+        self, topic: str, event: Event, key: str | None, cid: str, timestamp_ms: int | None = None
+    ) -> None:
         await self.broker.publish(
             event,
             topic=topic,
@@ -605,18 +611,45 @@ class ReplyClient:
             correlation_id=cid,
             reply_to=self.reply_topic,
             headers=event_headers(event),
+            timestamp_ms=timestamp_ms,
         )
-        return cid, queue
 
     async def request(
-        self, topic: str, event: Event, reply_model: type[E], timeout: float, key: str | None = None
+        self,
+        topic: str,
+        event: Event,
+        reply_model: type[E],
+        timeout: float,
+        key: str | None = None,
+        *,
+        resend_after: float | None = None,
     ) -> E:
+        """Publish ``event`` and wait ``timeout`` seconds for its reply.
+
+        ``resend_after`` (for idempotent requests only): with no reply by then, publish the request once
+        more, with the same correlation id and the original timestamp (the server's budget and staleness
+        check still count from the first), and take whichever reply comes first. A request taken by a
+        server that was then killed is lost (requests are acknowledged on receipt); the copy is answered
+        by the restarted or another instance.
+        """
         start = time.perf_counter()
+        sent_ms = int(time.time() * 1000)
         cid, queue = await self._send(topic, event, key)
         outcome = "ok"
+        resend_at = start + resend_after if resend_after and resend_after < timeout else None
         try:
             while True:
-                kind, body = await asyncio.wait_for(queue.get(), timeout)
+                now = time.perf_counter()
+                wait = start + timeout - now if resend_at is None else resend_at - now
+                try:
+                    kind, body = await asyncio.wait_for(queue.get(), max(0.0, wait))
+                except TimeoutError:
+                    if resend_at is None:
+                        raise
+                    resend_at = None
+                    metrics.REQUEST_RESENDS.labels(topic).inc()
+                    await self._publish(topic, event, key, cid, timestamp_ms=sent_ms)
+                    continue
                 if kind in ("", reply_model.__name__):
                     reply = reply_model.model_validate_json(body)
                     error = getattr(reply, "error", None)

@@ -33,6 +33,16 @@ REQUEST_LATENCY = Histogram(
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 REQUEST_TIMEOUTS = Counter("evidentia_request_timeouts_total", "Request/reply calls that timed out.", ["topic"])
+REQUEST_RESENDS = Counter(
+    "evidentia_request_resends_total",
+    "Idempotent requests published a second time after no reply in EVIDENTIA_KAFKA_REQUEST_RESEND_AFTER_S.",
+    ["topic"],
+)
+REQUESTS_ABANDONED = Counter(
+    "evidentia_requests_abandoned_total",
+    "Requests a service stopped (and whose SQL it cancelled) because the caller's timeout ran out.",
+    ["topic"],
+)
 BATCH_SIZE = Histogram(
     "evidentia_batch_size",
     "Events per batch taken by a batch consumer.",

@@ -8,9 +8,26 @@ contract of the JSON-lines document import (see ``docs/contracts.md``): absent v
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_QUERY_TERM = re.compile(r"\w+")
+
+
+def query_terms(text: str) -> list[str]:
+    """The terms of a query as the term cap (``EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS``) counts them."""
+    return _QUERY_TERM.findall(text)
+
+
+def truncate_terms(text: str, max_terms: int) -> str:
+    """``text`` up to the end of its ``max_terms``-th term (unchanged when it has no more)."""
+    for i, match in enumerate(_QUERY_TERM.finditer(text), start=1):
+        if i == max_terms:
+            return text[: match.end()]
+    return text
+
 
 Source = Literal["pubmed", "pmc", "bookshelf"]
 StudyType = Literal[

@@ -22,11 +22,11 @@ from prometheus_client import make_asgi_app
 from shared import metrics
 from shared.broker import make_broker
 from shared.logs import configure_logging
+from shared.registry import DEFAULT_PORTS as DEFAULT_PORTS
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = {"fetcher": 9101, "parser": 9102, "embedder": 9103, "retriever": 9104, "synthesizer": 9105}
 
 Hook = Callable[[], Awaitable[Any]]
 ReadyCheck = Callable[[], Awaitable[bool]]

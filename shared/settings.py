@@ -41,6 +41,13 @@ class KafkaSettings(BaseSettings):
     request_timeout_s: float = Field(
         30.0, gt=0, description="How long the gateway waits for a retriever/synthesizer reply (then HTTP 504)."
     )
+    request_resend_after_s: float = Field(
+        10.0,
+        ge=0,
+        description="With no reply by then, the gateway publishes a search request once more (same correlation "
+        "id, first reply wins): a search taken by a retriever that was then killed is answered by the restarted "
+        "or another one. Searches only (idempotent); never a synthesis, which calls a model. 0: never.",
+    )
     request_concurrency: int = Field(
         8,
         ge=1,
@@ -126,6 +133,13 @@ class DatabaseSettings(BaseSettings):
     hnsw_m: int = Field(16, ge=2, description="HNSW `m` of new vector indexes.")
     hnsw_ef_construction: int = Field(64, ge=4, description="HNSW `ef_construction` of new vector indexes.")
     hnsw_ef_search: int = Field(100, ge=1, description="Default HNSW `ef_search` of a query.")
+    statement_timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="Longest one SQL statement may run on any pool (PostgreSQL `statement_timeout`; 0: no limit). "
+        "The pools that answer requests (gateway, retriever searches) use the shorter of this and "
+        "`EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S`: no query outlives the caller waiting for it.",
+    )
 
 
 class EmbeddingSettings(BaseSettings):
@@ -318,6 +332,13 @@ class RetrievalSettings(BaseSettings):
     rerank_max_chars: int = Field(1500, ge=100, description="Passage characters shown to a reranker.")
     mmr_lambda: float = Field(
         0.7, ge=0, le=1, description="MMR trade-off when diversity is asked for: 1 = relevance only, 0 = novelty."
+    )
+    max_query_terms: int = Field(
+        200,
+        ge=1,
+        description="Most terms (runs of letters and digits) in a search query or question; longer ones get HTTP "
+        "422. The embedding models read at most 256-512 word pieces (about 200 words), so longer text adds "
+        "nothing to the dense ranking and only makes the lexical query slower.",
     )
 
 

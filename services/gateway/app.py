@@ -50,7 +50,8 @@ class Gateway:
         self._pool: asyncpg.Pool | None = None
 
     async def start(self) -> None:
-        self._pool = await create_pool(self.settings.database)
+        # No statement of the gateway outlives the request timeout its own callers are held to.
+        self._pool = await create_pool(self.settings.database, caller_timeout_s=self.settings.kafka.request_timeout_s)
         await self.kafka.start()
 
     async def stop(self) -> None:

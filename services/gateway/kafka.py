@@ -55,8 +55,13 @@ class GatewayKafka:
         await self.broker.publish(event, topic=topic, key=key.encode())
 
     async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        k = self.settings.kafka
         return await self.replies.request(
-            RETRIEVAL_REQUESTS, request, RetrievalReply, self.settings.kafka.request_timeout_s
+            RETRIEVAL_REQUESTS,
+            request,
+            RetrievalReply,
+            k.request_timeout_s,
+            resend_after=k.request_resend_after_s or None,
         )
 
     async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:

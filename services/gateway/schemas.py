@@ -7,7 +7,19 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from shared.events import Citation, CitationCheck, EvidenceSummary
-from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode
+from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, query_terms
+from shared.settings import get_settings
+
+
+def check_query_terms(text: str, what: str) -> None:
+    """Refuse a query longer than the longest useful one (``EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS``)."""
+    cap = get_settings().retrieval.max_query_terms
+    n = len(query_terms(text))
+    if n > cap:
+        raise ValueError(
+            f"{what} has {n} terms; at most {cap} are searched (EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS): "
+            "shorten it to the question or the key terms"
+        )
 
 
 class IngestRequest(BaseModel):
@@ -57,7 +69,8 @@ class SearchRequest(BaseModel):
         None,
         min_length=1,
         max_length=10_000,
-        description="A question or search terms. May be left out when `query_form` is given.",
+        description="A question or search terms, at most 200 terms (`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; "
+        "longer: 422). May be left out when `query_form` is given.",
     )
     query_form: QueryForm | None = Field(
         None,
@@ -100,6 +113,8 @@ class SearchRequest(BaseModel):
             raise ValueError("text may not contain NUL (\\u0000) characters")
         if self.query is not None and not self.query.strip():
             raise ValueError("query is blank")
+        if self.query is not None:
+            check_query_terms(self.query, "query")
         return self
 
     @property
@@ -127,7 +142,8 @@ class AskRequest(BaseModel):
         min_length=1,
         max_length=10_000,
         validation_alias=AliasChoices("question", "message"),
-        description="The question (alias: `message`), 1..10,000 characters.",
+        description="The question (alias: `message`), 1..10,000 characters and at most 200 terms "
+        "(`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; longer: 422).",
     )
     conversation_id: str | None = Field(
         None,
@@ -149,6 +165,7 @@ class AskRequest(BaseModel):
             raise ValueError("question is blank")
         if "\x00" in self.question:
             raise ValueError("question may not contain NUL (\\u0000) characters")
+        check_query_terms(self.question, "question")
         f = self.filters
         if f.year_from is not None and f.year_to is not None and f.year_from > f.year_to:
             raise ValueError(f"filters.year_from ({f.year_from}) is after filters.year_to ({f.year_to})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import asyncpg
@@ -14,7 +15,7 @@ from faststream.middlewares import AckPolicy
 
 from services.retriever.queries import render
 from services.retriever.rerank import build_reranker
-from services.retriever.search import CorpusStats, HybridSearcher
+from services.retriever.search import CorpusStats, HybridSearcher, SearchResult
 from services.retriever.store import (
     IndexModelMismatch,
     VectorIndex,
@@ -38,6 +39,7 @@ from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
+from shared.models import query_terms, truncate_terms
 from shared.settings import Settings
 from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 
@@ -49,12 +51,21 @@ class RetrieverState:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._pool: asyncpg.Pool | None = None
+        self._search_pool: asyncpg.Pool | None = None
         self._embedder: Embedder | None = None
         self._index: VectorIndex | None = None
         self._stats = CorpusStats()
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
+        # Searches get their own pool: ingestion writes cannot starve them, and no search statement
+        # runs longer than the caller waits for its reply (statement_timeout = the request timeout).
+        self._search_pool = await create_pool(
+            self.settings.database,
+            run_migrations=False,
+            caller_timeout_s=self.settings.kafka.request_timeout_s,
+            max_size=self.settings.kafka.request_concurrency,
+        )
         add_dead_letter_hook(fail_documents_hook(self._pool))
         embedder = get_embedder(self.settings.embedding)
         await asyncio.to_thread(embedder.warm_up)
@@ -64,8 +75,9 @@ class RetrieverState:
         log.info("vector index ready", extra={"index": self._index.name, "model": self._index.model})
 
     async def stop(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
+        for pool in (self._search_pool, self._pool):
+            if pool is not None:
+                await pool.close()
 
     async def ready(self) -> bool:
         return self._index is not None and bool(await self.pool.fetchval("SELECT 1"))
@@ -74,6 +86,11 @@ class RetrieverState:
     def pool(self) -> asyncpg.Pool:
         assert self._pool is not None, "retriever not started"
         return self._pool
+
+    @property
+    def search_pool(self) -> asyncpg.Pool:
+        assert self._search_pool is not None, "retriever not started"
+        return self._search_pool
 
     @property
     def embedder(self) -> Embedder:
@@ -96,7 +113,7 @@ class RetrieverState:
 
     def searcher(self) -> HybridSearcher:
         return HybridSearcher.from_settings(
-            self.pool,
+            self.search_pool,
             self.index,
             self.settings.retrieval,
             ef_search=self.settings.database.hnsw_ef_search,
@@ -179,32 +196,12 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         description="A RetrievalRequest; the RetrievalReply goes to the reply_to topic.",
     )
     async def on_request(request: RetrievalRequest, msg: KafkaMessage) -> None:
+        # The caller (the gateway) waits request_timeout_s from publishing; past that nobody reads the
+        # reply, so the search (and its SQL, cancelled with the task) stops there too.
+        budget_s = remaining_budget_s(msg, state.settings.kafka.request_timeout_s)
         try:
-            q = render(request.query, request.query_form)
-            reranker = None
-            if request.mode == "hybrid+rerank":
-                try:
-                    reranker = build_reranker(state.settings, request.reranker)
-                except ValueError as exc:
-                    raise _BadRequest(str(exc)) from exc
-            vector = None
-            if request.mode != "lexical":
-                vector = (await asyncio.to_thread(state.embedder.encode_queries, [q.dense]))[0]
-            result = await state.searcher().search(
-                request.query,
-                vector,
-                mode=request.mode,
-                top_k=request.top_k,
-                top_n=request.top_n,
-                filters=request.filters,
-                ef_search=request.ef_search,
-                extra_chunk_ids=request.extra_chunk_ids,
-                lexical_query=q.lexical,
-                rerank_query=q.rerank,
-                reranker=reranker,
-                mmr=request.mmr,
-                mmr_lambda=request.mmr_lambda,
-            )
+            async with asyncio.timeout(budget_s):
+                result = await _search(state, request)
             answer = RetrievalReply(
                 trace_id=request.trace_id, hits=result.hits, model=state.index.model, took_ms=result.took_ms
             )
@@ -212,12 +209,64 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
             answer = RetrievalReply(
                 trace_id=request.trace_id, error=ErrorInfo(type="BadRequest", message=str(exc), status=400)
             )
+        except TimeoutError:
+            metrics.REQUESTS_ABANDONED.labels(RETRIEVAL_REQUESTS).inc()
+            log.warning("search abandoned: its caller stopped waiting", extra={"budget_s": round(budget_s, 3)})
+            answer = RetrievalReply(
+                trace_id=request.trace_id,
+                error=ErrorInfo(
+                    type="Timeout", message=f"search cancelled after the caller's {budget_s:.1f}s budget", status=504
+                ),
+            )
         except Exception as exc:  # the caller gets the error instead of a timeout
             log.exception("search failed")
             answer = RetrievalReply(
                 trace_id=request.trace_id, error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=500)
             )
         await reply(broker, msg, answer)
+
+
+def remaining_budget_s(msg: KafkaMessage, timeout_s: float) -> float:
+    """What is left of the caller's ``timeout_s`` (counted from the request's Kafka timestamp); at least 0."""
+    records = records_of(msg)
+    if not records or records[0].timestamp is None:
+        return timeout_s
+    age_s = time.time() - float(records[0].timestamp) / 1000
+    return max(0.0, timeout_s - max(0.0, age_s))
+
+
+async def _search(state: RetrieverState, request: RetrievalRequest) -> SearchResult:
+    query = request.query
+    max_terms = state.settings.retrieval.max_query_terms
+    if len(query_terms(query)) > max_terms:
+        # The gateway answers 422 before this; another publisher's overlong query is cut, not run whole.
+        log.warning("query cut to the term cap", extra={"max_terms": max_terms})
+        query = truncate_terms(query, max_terms)
+    q = render(query, request.query_form)
+    reranker = None
+    if request.mode == "hybrid+rerank":
+        try:
+            reranker = build_reranker(state.settings, request.reranker)
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from exc
+    vector = None
+    if request.mode != "lexical":
+        vector = (await asyncio.to_thread(state.embedder.encode_queries, [q.dense]))[0]
+    return await state.searcher().search(
+        query,
+        vector,
+        mode=request.mode,
+        top_k=request.top_k,
+        top_n=request.top_n,
+        filters=request.filters,
+        ef_search=request.ef_search,
+        extra_chunk_ids=request.extra_chunk_ids,
+        lexical_query=q.lexical,
+        rerank_query=q.rerank,
+        reranker=reranker,
+        mmr=request.mmr,
+        mmr_lambda=request.mmr_lambda,
+    )
 
 
 class _BadRequest(ValueError):

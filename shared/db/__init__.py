@@ -73,15 +73,36 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
-async def create_pool(settings: DatabaseSettings, *, run_migrations: bool = True) -> asyncpg.Pool:
-    """A pool whose connections know the ``vector`` type; migrations applied first by default."""
+def effective_statement_timeout(settings: DatabaseSettings, caller_timeout_s: float | None = None) -> float:
+    """The statement timeout of a pool in seconds (0: none): the setting, capped by the caller's timeout."""
+    limits = [t for t in (settings.statement_timeout_s, caller_timeout_s) if t]
+    return min(limits) if limits else 0.0
+
+
+async def create_pool(
+    settings: DatabaseSettings,
+    *,
+    run_migrations: bool = True,
+    caller_timeout_s: float | None = None,
+    max_size: int | None = None,
+) -> asyncpg.Pool:
+    """A pool whose connections know the ``vector`` type; migrations applied first by default.
+
+    Every statement on it is bounded by PostgreSQL's ``statement_timeout``
+    (:func:`effective_statement_timeout`): a pool that answers a caller waiting ``caller_timeout_s``
+    never runs a query longer than that caller waits. Migrations run on their own connection,
+    without that limit.
+    """
     if run_migrations:
         await migrate(settings.url)
+    timeout_s = effective_statement_timeout(settings, caller_timeout_s)
+    server_settings = {"statement_timeout": str(int(timeout_s * 1000))} if timeout_s else {}
     pool = await asyncpg.create_pool(
         settings.url,
-        min_size=settings.pool_min,
-        max_size=settings.pool_max,
+        min_size=min(settings.pool_min, max_size or settings.pool_max),
+        max_size=max_size or settings.pool_max,
         init=_init_connection,
+        server_settings=server_settings,
     )
     assert pool is not None
     return pool

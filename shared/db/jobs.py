@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
 import asyncpg
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, computed_field, model_validator
 
 Stage = Literal["discovered", "fetched", "parsed", "embedded", "failed", "deleted"]
 STAGES: tuple[Stage, ...] = ("discovered", "fetched", "parsed", "embedded", "failed", "deleted")
@@ -195,7 +195,10 @@ class JobStatus(BaseModel):
 
     job_id: str
     kind: str
-    state: str = Field(description="running (discovering), discovered (every document published), failed.")
+    state: str = Field(
+        description="running (discovering documents), discovered (every document published, work in progress), "
+        "done (every document embedded, failed or deleted), failed (discovery itself failed)."
+    )
     error: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     total: int
@@ -204,15 +207,19 @@ class JobStatus(BaseModel):
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
+    @model_validator(mode="after")
+    def _done_when_every_document_is_terminal(self) -> JobStatus:
+        # The stored state says how far discovery went; the job is done once every document it
+        # found reached a final stage. A finished job must never read "discovered" with done: true.
+        if self.state == "discovered" and sum(self.counts.get(s, 0) for s in TERMINAL) >= self.total:
+            self.state = "done"
+        return self
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def done(self) -> bool:
-        """Discovery is over and every document reached embedded, failed or deleted."""
-        if self.state == "failed":
-            return True
-        if self.state != "discovered":
-            return False
-        return sum(self.counts.get(s, 0) for s in TERMINAL) >= self.total
+        """Discovery is over and every document reached embedded, failed or deleted (or discovery failed)."""
+        return self.state in ("done", "failed")
 
     def reached(self, stage: Stage) -> int:
         """Documents at ``stage`` or past it on the normal path (for progress bars)."""

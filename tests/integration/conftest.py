@@ -24,6 +24,7 @@ from devstack.common import free_port
 from devstack.kafka import LocalKafka
 from devstack.postgres import LocalPostgres
 from devstack.processes import ServiceStack
+from shared.registry import SERVICES
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.eutils_server import FakeEutils
 
@@ -114,8 +115,7 @@ def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
         }
     )
     env.pop("ANTHROPIC_API_KEY", None)
-    names = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
-    ports = {name: free_port() for name in names}
+    ports = {name: free_port() for name in SERVICES}
     services = ServiceStack(log_dir=infra.root / "logs", env=env, ports=ports)
     services.start(timeout=300)
     try:

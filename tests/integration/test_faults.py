@@ -5,6 +5,11 @@ from it and served by the fake E-utilities), breaks something in the middle, rep
 exact count check (:func:`assert_exactly_once`): every document stored once, with exactly the chunks the
 parser makes of it, every chunk with exactly one vector, the job done with no failure.
 
+None can pass vacuously: each asserts that the faulted service still had work when the fault struck
+(its own output short of the total at that moment, and work done after it), and duplicates are counted
+on side effects, not only primary keys (:func:`assert_side_effects`: ``chunks.embedded`` events per chunk,
+``documents.fetched`` events per document).
+
 The tests that stop the Kafka broker or PostgreSQL are marked ``disruptive``: ``conftest.py`` runs them
 after every other test of the session, and each leaves the stack ready again.
 """
@@ -30,7 +35,7 @@ from aiokafka import AIOKafkaProducer
 from services.fetcher.bulk import iter_jsonl
 from services.parser.chunking import Chunker, build_chunker
 from services.parser.core import chunk_document, parse_content
-from shared.events import DeadLetter, DocumentFetched
+from shared.events import ChunkEmbedded, DeadLetter, DocumentFetched
 from shared.models import ParsedDocument
 from shared.settings import Settings
 from shared.topics import (
@@ -46,6 +51,7 @@ from tests.integration.conftest import Stack
 from tests.integration.db import active_vector_table, db_fetch, db_try
 from tests.integration.dead_letters import read_dead_letters
 from tests.integration.gateways import extra_gateway
+from tests.integration.side_effects import per_key, read_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -242,6 +248,56 @@ def assert_exactly_once(stack: Stack, job_id: str, expected: dict[str, int]) -> 
     assert total["n"] == total["d"] == sum(expected.values())
 
 
+def db_now(stack: Stack) -> object:
+    """PostgreSQL's clock now (the timestamps the tests compare are the server's own)."""
+    return db_fetch(stack.infra.postgres.url, "SELECT now() AS t")[0]["t"]
+
+
+def vectors_since(stack: Stack, ids: list[str], since: object) -> int:
+    """Vectors of ``ids`` written after ``since``: work that was still to do when a fault struck."""
+    table = active_vector_table(stack.infra.postgres.url)
+    rows = db_fetch(
+        stack.infra.postgres.url,
+        f"SELECT count(*) AS n FROM {table} WHERE document_id = ANY($1::text[]) AND created_at > $2",
+        ids,
+        since,
+    )
+    return int(rows[0]["n"])
+
+
+def embedded_events(stack: Stack, ids: list[str]) -> Counter[str]:
+    """``chunks.embedded`` events per chunk of the documents ``ids`` so far."""
+    wanted = set(ids)
+    events = asyncio.run(
+        read_events(stack.infra.kafka.bootstrap, CHUNKS_EMBEDDED, ChunkEmbedded, lambda e: e.document_id in wanted)
+    )
+    return per_key(events, lambda e: e.chunk_id)
+
+
+def fetched_events(stack: Stack, ids: list[str]) -> Counter[str]:
+    """``documents.fetched`` events per document of ``ids`` so far."""
+    wanted = set(ids)
+    events = asyncio.run(
+        read_events(stack.infra.kafka.bootstrap, DOCUMENTS_FETCHED, DocumentFetched, lambda e: e.document_id in wanted)
+    )
+    return per_key(events, lambda e: e.document_id)
+
+
+def assert_side_effects(stack: Stack, expected: dict[str, int], *, redone_at_most: int) -> Counter[str]:
+    """Every chunk embedded (one ``chunks.embedded`` event at least), none more than twice, and at most
+    ``redone_at_most`` chunks embedded twice: only work in flight at the fault may be redone."""
+    ids = sorted(expected)
+    rows = db_fetch(stack.infra.postgres.url, "SELECT chunk_id FROM chunks WHERE document_id = ANY($1::text[])", ids)
+    chunk_ids = {r["chunk_id"] for r in rows}
+    assert len(chunk_ids) == sum(expected.values())
+    events = embedded_events(stack, ids)
+    assert set(events) == chunk_ids, f"chunks never embedded: {sorted(chunk_ids - set(events))[:5]}"
+    twice = {c: n for c, n in events.items() if n > 1}
+    assert max(events.values()) <= 2, sorted(twice.items(), key=lambda kv: -kv[1])[:5]
+    assert len(twice) <= redone_at_most, f"{len(twice)} chunks embedded twice, at most {redone_at_most} allowed"
+    return events
+
+
 def aiokafka_lines(log_path: Path) -> list[str]:
     """The messages aiokafka logged so far (first 60 characters each)."""
     try:
@@ -308,13 +364,25 @@ def test_kill_9_consumer_mid_ingest_stores_everything_exactly_once(stack: Stack,
 
     wait_until(f"{service} to start working", busy, 60)
     stack.services.processes[service].kill()
+    killed_at = db_now(stack)
     before = progress(stack, ids)
     assert before is not None
-    assert before.vectors < total_chunks, f"the ingest finished before {service} was killed: {before}"
+    # Its own output fell short of the total when it died: it still had work in flight.
+    if service == "parser":
+        assert before.documents < len(ids), f"the parser had stored everything before it was killed: {before}"
+    elif service == "embedder":
+        done = sum(embedded_events(stack, ids).values())
+        assert done < total_chunks, f"the embedder had embedded every chunk before it was killed: {done}"
+    else:
+        assert before.vectors < total_chunks, f"the retriever had stored every vector before it was killed: {before}"
     time.sleep(1.0)
     stack.services.processes[service].start()
     stack.services.wait_ready(120, [service])
     assert_exactly_once(stack, job_id, expected)
+    assert vectors_since(stack, ids, killed_at) >= total_chunks - before.vectors > 0
+    # Side effects: the retriever is downstream of every chunks.embedded event, so killing it must not
+    # make the embedder embed anything twice; a killed parser or embedder may redo only what was in flight.
+    assert_side_effects(stack, expected, redone_at_most=0 if service == "retriever" else total_chunks - before.vectors)
 
 
 def test_kill_9_fetcher_mid_efetch_stores_everything_exactly_once(stack: Stack) -> None:
@@ -337,12 +405,20 @@ def test_kill_9_fetcher_mid_efetch_stores_everything_exactly_once(stack: Stack) 
         stack.services.processes["fetcher"].kill()
         before = progress(stack, sorted(expected))
         assert before is not None and before.documents < len(expected), before
+        published = fetched_events(stack, sorted(expected))
+        assert sum(published.values()) < len(expected), f"the fetcher had published everything: {published}"
     finally:
         stack.fake.delay_s = 0.0
     time.sleep(1.0)
     stack.services.processes["fetcher"].start()
     stack.services.wait_ready(120, ["fetcher"])
     assert_exactly_once(stack, job_id, expected)
+    # Side effects: each document fetched (published) at most twice, only the ones in flight twice.
+    after = fetched_events(stack, sorted(expected))
+    assert set(after) == set(expected) and max(after.values()) <= 2, after
+    refetched = [d for d, n in after.items() if n > 1]
+    assert len(refetched) <= len(expected) - sum(published.values()), (refetched, published)
+    assert_side_effects(stack, expected, redone_at_most=sum(expected.values()) - before.vectors)
 
 
 # ----------------------------------------------------------------------------------------- poison
@@ -474,6 +550,7 @@ def test_kafka_broker_restart_mid_ingest_resumes_by_itself(stack: Stack) -> None
     kafka = stack.infra.kafka
     logged = {name: aiokafka_lines(p.log_path) for name, p in stack.services.processes.items()}
     outage_start = time.monotonic()
+    struck_at = db_now(stack)
     kafka.stop()
     before = progress(stack, ids)
     assert before is not None and before.vectors < sum(expected.values()), before
@@ -483,6 +560,8 @@ def test_kafka_broker_restart_mid_ingest_resumes_by_itself(stack: Stack) -> None
         kafka.start(timeout=120)
     outage_s = time.monotonic() - outage_start
     assert_exactly_once(stack, job_id, expected)
+    assert vectors_since(stack, ids, struck_at) > 0  # work was in flight when the broker went away
+    assert_side_effects(stack, expected, redone_at_most=sum(expected.values()) - before.vectors)
     # aiokafka's producer used to retry metadata in a busy loop while the broker was away: 1,600-3,700
     # error lines a second in the parser (shared.broker.install_metadata_backoff). Its clients' normal
     # retries every retry_backoff_ms (100 ms) log ~140 lines/s in the fetcher (one producer, two
@@ -507,10 +586,16 @@ def test_postgres_down_10s_mid_ingest_parser_and_retriever_recover(stack: Stack)
     job_id = publish_job(stack, docs)
     wait_until("the first vectors", lambda: (p := progress(stack, ids)) is not None and p.vectors >= 1, 90)
     postgres = stack.infra.postgres
+    struck_at = db_now(stack)
+    before = progress(stack, ids)
     postgres.stop()
     try:
         time.sleep(10.0)
     finally:
         postgres.start()
+    assert before is not None and before.vectors < sum(expected.values()), before
     assert_exactly_once(stack, job_id, expected)
+    # Vectors written after the database came back: the ingest was under way when it went down.
+    assert vectors_since(stack, ids, struck_at) >= sum(expected.values()) - before.vectors > 0
+    assert_side_effects(stack, expected, redone_at_most=sum(expected.values()) - before.vectors)
     stack.services.wait_ready(60)

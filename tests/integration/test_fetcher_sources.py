@@ -144,7 +144,7 @@ def embedded_chunks(url: str, document_id: str) -> list[asyncpg.Record]:
 
 def test_pmc_full_text_is_fetched_with_the_pubmed_record(stack: Stack, pmc_article: None) -> None:
     status = ingest(stack, {"pmids": [PMID], "full_text": True, "refresh": True})
-    assert status["done"] and status["state"] == "discovered", status
+    assert status["done"] and status["state"] == "done", status
     assert status["total"] == 2, status  # pubmed:<pmid> and pmc:<pmcid>
     assert status["counts"]["embedded"] == 2 and not status["failures"], status  # type: ignore[index]
 
@@ -166,7 +166,7 @@ def test_pmc_full_text_is_fetched_with_the_pubmed_record(stack: Stack, pmc_artic
 
 def test_bookshelf_publisher_is_ingested(stack: Stack, bookshelf_book: None) -> None:
     status = ingest(stack, {"bookshelf_publisher": PUBLISHER})
-    assert status["done"] and status["state"] == "discovered", status
+    assert status["done"] and status["state"] == "done", status
     assert status["kind"] == "bookshelf"
     assert status["total"] == 4 and not status["failures"], status  # the book's four chapters
     assert status["counts"]["embedded"] == 4, status  # type: ignore[index]
