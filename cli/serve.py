@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import time
@@ -31,13 +32,19 @@ def run(args: argparse.Namespace) -> int:
 
     names = args.services or list(SERVICES)
     run_dir = _run_dir()
+    as_json = bool(getattr(args, "json", False))
     if args.stop:
+        stopped: dict[str, int] = {}
         for pid_file in sorted(run_dir.glob("*.pid")):
             pid = int(pid_file.read_text())
             if pid_alive(pid):
                 os.kill(pid, signal.SIGTERM)
-                print(f"stopped {pid_file.stem} (pid {pid})")
+                stopped[pid_file.stem] = pid
+                if not as_json:
+                    print(f"stopped {pid_file.stem} (pid {pid})")
             pid_file.unlink()
+        if as_json:
+            print(json.dumps({"stopped": stopped}))
         return 0
     stack = ServiceStack(log_dir=default_root() / "logs", env=dict(os.environ), services=names)
     stack.start(timeout=300)
@@ -46,7 +53,12 @@ def run(args: argparse.Namespace) -> int:
         for name, proc in stack.processes.items():
             assert proc.proc is not None
             (run_dir / f"{name}.pid").write_text(str(proc.proc.pid))
-        print(f"running: {', '.join(names)} (logs in {default_root() / 'logs'}); stop with `evidentia serve --stop`")
+        if as_json:
+            pids = {name: proc.proc.pid for name, proc in stack.processes.items() if proc.proc is not None}
+            print(json.dumps({"running": pids, "logs": str(default_root() / "logs")}))
+        else:
+            logs = default_root() / "logs"
+            print(f"running: {', '.join(names)} (logs in {logs}); stop with `evidentia serve --stop`")
         return 0
     print(f"running: {', '.join(names)}; Ctrl-C stops them")
     try:
