@@ -69,11 +69,12 @@ async def follow_job(
     timeout: float,
     backoff: Backoff | None = None,
     show: bool = True,
+    throttled: Callable[[], bool] | None = None,
 ) -> JobStatus:
     """Show one progress bar per stage until the job is done (or ``timeout``); return the last status.
 
     Polls at ``backoff``'s pace: from its initial interval, growing while nothing changes, back to the
-    initial one as soon as the job moves."""
+    initial one as soon as the job moves, unless ``throttled()`` says the last read was rate limited."""
     backoff = backoff or Backoff(initial=0.5, factor=1.5, maximum=5.0)
     deadline = time.monotonic() + timeout
     last: tuple[object, ...] | None = None
@@ -96,9 +97,9 @@ async def follow_job(
             if status.done or status.state == "failed" or time.monotonic() > deadline:
                 return status
             now = job_progress(status)
-            if now != last:
+            if now != last and not (throttled and throttled()):
                 backoff.reset()
-                last = now
+            last = now
             await asyncio.sleep(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
 

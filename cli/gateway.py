@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.utils
 import json
 import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -162,6 +163,7 @@ class GatewayClient:
         notify: Notify | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        jitter: float = 0.5,
     ):
         headers = {"User-Agent": f"evidentia-cli/{cli_version()}"}
         if api_key:
@@ -171,6 +173,8 @@ class GatewayClient:
         self.max_retry_wait = max_retry_wait
         self.notify = notify or (lambda _msg: None)
         self.sleep = sleep
+        self.jitter = jitter
+        self._random = random.Random()
         self.rate_limited = 0  # 429s waited out, for the summary
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)
 
@@ -184,17 +188,21 @@ class GatewayClient:
         self.http.close()
 
     def _wait_429(self, response: httpx.Response, attempt: int, deadline: float | None, what: str) -> bool:
-        """Sleep as a 429 asks and return True, or False when out of tries or time."""
-        if attempt >= self.max_429_retries:
+        """Sleep as a 429 asks and return True, or False when out of tries or time.
+
+        With a ``deadline`` (a command that follows a job) a 429 is waited out until the deadline; without
+        one, at most ``max_429_retries`` times. The wait is ``Retry-After``, or 1, 2, 4... s for the
+        consecutive refusals if longer, plus up to ``jitter`` of it again at random, so clients refused
+        together do not all come back at once."""
+        if deadline is None and attempt >= self.max_429_retries:
             return False
-        wait = retry_after_seconds(response.headers.get("retry-after"))
-        if wait is None:
-            wait = min(self.max_retry_wait, 2.0**attempt)
-        wait = min(wait, self.max_retry_wait)
+        asked = retry_after_seconds(response.headers.get("retry-after")) or 0.0
+        wait = max(asked, 2.0 ** min(attempt, 10))  # refused again and again: come back ever later
+        wait = min(wait * (1.0 + self._random.uniform(0.0, self.jitter)), max(asked, self.max_retry_wait))
         if deadline is not None and time.monotonic() + wait > deadline:
             return False
         self.rate_limited += 1
-        self.notify(f"{what}: rate limited by the gateway (429); retrying in {wait:.0f} s")
+        self.notify(f"{what}: rate limited by the gateway (429); retrying in {wait:.1f} s")
         self.sleep(wait)
         return True
 

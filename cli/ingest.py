@@ -102,6 +102,12 @@ class JobPoller:
         self.deadline = deadline
         self.outage_s = outage_s
         self.polls = 0
+        self._rate_limited_seen = 0
+
+    def throttled(self) -> bool:
+        """Whether the gateway rate limited the reads since the last call (then polling keeps slowing down)."""
+        seen, self._rate_limited_seen = self._rate_limited_seen, self.gw.rate_limited
+        return self.gw.rate_limited > seen
 
     async def __call__(self) -> JobStatus | None:
         path = f"/v1/ingest/{self.job_id}"
@@ -164,7 +170,9 @@ async def _via_gateway(args: argparse.Namespace, settings: Settings) -> int:
             return exits.OK
         poller = JobPoller(gw, job_id, deadline, args.outage_s)
         backoff = Backoff(initial=args.poll_interval, factor=1.5, maximum=args.max_poll_interval)
-        status = await follow_job(poller, job_id, args.timeout, backoff=backoff, show=not as_json)
+        status = await follow_job(
+            poller, job_id, args.timeout, backoff=backoff, show=not as_json, throttled=poller.throttled
+        )
     return _finish(args, status)
 
 

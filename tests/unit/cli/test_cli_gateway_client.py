@@ -34,7 +34,13 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
 def _client(handler: Any, key: str | None = "k-123", **kw: Any) -> tuple[GatewayClient, list[float]]:
     slept: list[float] = []
     gw = GatewayClient(
-        "http://gateway", key, transport=httpx.MockTransport(handler), sleep=slept.append, max_retry_wait=60, **kw
+        "http://gateway",
+        key,
+        transport=httpx.MockTransport(handler),
+        sleep=slept.append,
+        max_retry_wait=60,
+        jitter=0.0,
+        **kw,
     )
     return gw, slept
 
@@ -75,6 +81,24 @@ def test_a_wait_past_the_deadline_is_not_slept_through() -> None:
     with pytest.raises(GatewayError) as err:
         gw.get_json("/x", deadline=time.monotonic() + 5)
     assert slept == [] and err.value.status == 429
+
+
+def test_with_a_deadline_429s_are_waited_out_past_the_retry_count_and_with_jitter() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls <= 12:
+            return httpx.Response(429, headers={"Retry-After": "2"}, json={"detail": "x"})
+        return httpx.Response(200, json={})
+
+    gw, slept = _client(handler, max_429_retries=3)
+    gw.jitter = 0.5
+    gw.get_json("/x", deadline=time.monotonic() + 3600)
+    assert len(slept) == 12
+    assert all(s >= 2.0 for s in slept) and len(set(slept)) > 1  # spread, never under Retry-After
+    assert 2.0 <= slept[0] <= 3.0 and slept[5] >= 32.0 and max(slept) <= 60.0  # backs off, capped
 
 
 @pytest.mark.parametrize(
