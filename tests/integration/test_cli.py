@@ -74,3 +74,23 @@ def test_cli_against_a_gateway_with_keys_and_a_low_rate_limit(stack: Stack) -> N
     assert json.loads(err)["error"].startswith(f"ask: cannot reach the gateway at {url}")
     assert "Traceback" not in err
     assert os.environ.get("EVIDENTIA_API_KEY") != KEY  # nothing leaked into this process
+
+
+def test_the_one_shot_setup_is_idempotent_on_a_running_stack(stack: Stack) -> None:
+    """``python -m shared.setup`` (compose ``init``, the Kubernetes Jobs, the Helm hook) on a set-up store."""
+    env = {**stack.env, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "shared.setup", "--wait", "30"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "migrate: database is up to date" in done.stdout
+    assert "topics: every topic exists" in done.stdout
+    bad = {**env, "EVIDENTIA_DATABASE_URL": "postgresql://nobody:x@127.0.0.1:9/none"}
+    failed = subprocess.run(
+        [sys.executable, "-m", "shared.setup", "migrate", "--wait", "3"],
+        cwd=ROOT,
+        env=bad,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode == 1 and "migrate: failed:" in failed.stderr
