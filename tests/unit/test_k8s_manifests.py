@@ -359,7 +359,7 @@ def test_deployment(name: str) -> None:
     template_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
     assert c["command"] == ["python", "-m", f"services.{name}"]
-    assert c["image"].split(":")[0] in ("evidentia", "evidentia-embedder")
+    assert c["image"].split(":")[0] == f"evidentia-{name}"  # its own image (Dockerfile SERVICE build-arg)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert port in ports.values()
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
@@ -479,7 +479,9 @@ def test_every_service_has_a_disruption_budget() -> None:
 def test_setup_jobs() -> None:
     jobs = base_docs("Job")
     commands = sorted(container(job)["command"] for job in jobs.values())
-    assert commands == [["evidentia", "db", "migrate"], ["evidentia", "topics", "create"]]
+    # The images carry no CLI: the set-up runs from the runtime library, in a service image.
+    assert commands == [["python", "-m", "shared.setup", "migrate"], ["python", "-m", "shared.setup", "topics"]]
+    assert {container(job)["image"] for job in jobs.values()} == {"evidentia-gateway:latest"}
     for job in jobs.values():
         assert job["spec"]["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
         assert job["spec"]["ttlSecondsAfterFinished"] > 0
