@@ -49,7 +49,7 @@ CUSTOM_KINDS: dict[str, tuple[str, ...]] = {
     "keda.sh/v1alpha1": ("ScaledObject",),
     "kafka.strimzi.io/v1beta2": ("KafkaTopic",),
     "postgresql.cnpg.io/v1": ("Cluster",),
-    "monitoring.coreos.com/v1": ("PodMonitor",),
+    "monitoring.coreos.com/v1": ("PodMonitor", "PrometheusRule"),
     "kustomize.config.k8s.io/v1beta1": ("Kustomization",),
 }
 
@@ -285,6 +285,8 @@ def test_custom_resources_are_well_formed() -> None:
             assert spec["instances"] >= 1 and spec["imageName"] and spec["storage"]["size"], where
         elif doc["kind"] == "PodMonitor":
             assert spec["selector"]["matchLabels"] and spec["podMetricsEndpoints"], where
+        elif doc["kind"] == "PrometheusRule":
+            assert all(g["name"] and g["rules"] for g in spec["groups"]), where
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -595,3 +597,22 @@ def test_dashboard() -> None:
         "kafka_consumergroup_lag",
     ):
         assert metric in exprs, f"the dashboard shows no {metric}"
+
+
+def test_monitoring_carries_the_rules_and_the_exporter_the_dashboard_needs() -> None:
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in load_docs_in(K8S / "monitoring")}
+    rule = docs[("PrometheusRule", "evidentia")]
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]  # the one source, unchanged
+    exporter = docs[("Deployment", "kafka-exporter")]
+    pod = exporter["spec"]["template"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/part-of"] == "evidentia"  # scraped by the PodMonitor
+    c = container(exporter)
+    assert {p["name"] for p in c["ports"]} == {"metrics"}
+    assert any(a.startswith("--kafka.server=") for a in c["args"])
+    assert "--group.filter=^evidentia-.*" in c["args"]  # the groups the alerts and the dashboard select
+    podmonitor = docs[("PodMonitor", "evidentia")]
+    assert "metrics" in {e["port"] for e in podmonitor["spec"]["podMetricsEndpoints"]}
+
+
+def load_docs_in(folder: Path) -> list[dict[str, Any]]:
+    return [doc for path, doc in all_docs() if path.parent == folder and doc["kind"] != "Kustomization"]
