@@ -34,7 +34,8 @@ def prometheus_rule(alerts_text: str) -> str:
         "metadata": {"name": "evidentia", "labels": {"app.kubernetes.io/part-of": "evidentia"}},
         "spec": {"groups": groups},
     }
-    return HEADER + yaml.safe_dump(doc, sort_keys=False, width=10_000, allow_unicode=True)
+    body: str = yaml.safe_dump(doc, sort_keys=False, width=10_000, allow_unicode=True)
+    return HEADER + body
 
 
 def expected() -> dict[Path, str]:
