@@ -24,10 +24,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Dependencies change less often than the code: this layer stays cached across code edits. The lock is
-# complete (every transitive pin), hence --no-deps; torch first, for the services whose lock needs it.
+# complete (every transitive pin, torch's own dependencies included), hence --no-deps; torch first, alone, for
+# the services whose lock needs it.
 COPY requirements/${SERVICE}.lock /tmp/requirements.lock
 RUN if grep -q '^sentence-transformers==' /tmp/requirements.lock; then \
-        pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; \
+        pip install --no-deps --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; \
     fi \
     && pip install --no-deps -r /tmp/requirements.lock
 

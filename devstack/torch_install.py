@@ -12,7 +12,8 @@ comes from, first match wins:
 4. Otherwise PyTorch's CPU index (``--index-url``, default https://download.pytorch.org/whl/cpu):
    ``torch==VERSION+cpu`` with its dependencies, never the multi-GB CUDA build PyPI serves on Linux.
 
-``--dry-run`` prints the pip command instead of running it.
+torch is installed alone (``--no-deps``; not with ``--pip-args``, which are taken as given): its dependencies are
+pinned in requirements/dev.lock, installed next. ``--dry-run`` prints the pip command instead of running it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# torch alone: its dependencies (filelock, sympy, networkx, jinja2, fsspec...) are pinned in the locks
+# (requirements/torch-cpu-deps.in) and installed next, so nothing but torch comes from its index.
+NO_DEPS = ["--no-deps"]
 
 # platform.machine() -> the processor part of a wheel's platform tag
 _WHEEL_MACHINE = {"x86_64": "x86_64", "amd64": "amd64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -67,12 +71,13 @@ def torch_source(
     if pip_args.strip():
         return TorchSource("TORCH_PIP_ARGS", [*shlex.split(pip_args), f"torch=={version}+cpu"])
     if system == "Darwin":
-        return TorchSource("macOS: PyPI's torch is a CPU build (no +cpu build exists)", [f"torch=={version}"])
+        return TorchSource("macOS: PyPI's torch is a CPU build (no +cpu build exists)", [*NO_DEPS, f"torch=={version}"])
     for folder in [wheels, *(Path(f) for f in find_links.split() if "://" not in f)]:
         wheel = local_cpu_wheel(folder, version, python, machine)
         if wheel is not None:
-            return TorchSource(f"local wheel {wheel}", ["--find-links", str(folder), f"torch=={version}+cpu"])
-    return TorchSource(f"PyTorch's CPU index {index_url}", ["--index-url", index_url, f"torch=={version}+cpu"])
+            return TorchSource(f"local wheel {wheel}", [*NO_DEPS, "--find-links", str(folder), f"torch=={version}+cpu"])
+    index_args = [*NO_DEPS, "--index-url", index_url, f"torch=={version}+cpu"]
+    return TorchSource(f"PyTorch's CPU index {index_url}", index_args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(shlex.join(command))
         return 0
-    return subprocess.call(command)
+    status = subprocess.call(command)
+    if status != 0:
+        print(
+            f"could not install torch {args.version} from {source.why}. Point make at a wheel folder "
+            f"(TORCH_WHEELS=DIR holding torch-{args.version}+cpu-*.whl), a mirror of PyTorch's CPU index "
+            "(TORCH_INDEX_URL=URL), or give pip's options yourself (TORCH_PIP_ARGS='...').",
+            file=sys.stderr,
+        )
+    return status
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def _wheels(tmp_path: Path, *names: str) -> Path:
 def test_a_local_cpu_wheel_for_this_python_and_processor_is_used(tmp_path: Path) -> None:
     wheels = _wheels(tmp_path, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
     src = torch_source(version="2.13.0", system="Linux", machine="x86_64", python=(3, 11), wheels=wheels)
-    assert src.pip_args == ["--find-links", str(wheels), "torch==2.13.0+cpu"]
+    assert src.pip_args == ["--no-deps", "--find-links", str(wheels), "torch==2.13.0+cpu"]
 
 
 @pytest.mark.parametrize(
@@ -58,9 +58,9 @@ def test_without_a_matching_wheel_torch_comes_from_the_pytorch_cpu_index(
 ) -> None:
     wheels = _wheels(tmp_path, wheel)
     src = torch_source(version="2.13.0", system="Linux", machine=machine, python=python, wheels=wheels)
-    assert src.pip_args == ["--index-url", CPU_INDEX, "torch==2.13.0+cpu"]
+    assert src.pip_args == ["--no-deps", "--index-url", CPU_INDEX, "torch==2.13.0+cpu"]
     missing = torch_source(version="2.13.0", system="Linux", machine="x86_64", python=(3, 11), wheels=tmp_path / "no")
-    assert missing.pip_args[:2] == ["--index-url", CPU_INDEX]
+    assert missing.pip_args[1:3] == ["--index-url", CPU_INDEX]
 
 
 def test_pip_find_links_folders_are_looked_in_too(tmp_path: Path) -> None:
@@ -73,14 +73,14 @@ def test_pip_find_links_folders_are_looked_in_too(tmp_path: Path) -> None:
         wheels=tmp_path / "absent",
         find_links=f"https://example.invalid/simple {folder}",
     )
-    assert src.pip_args == ["--find-links", str(folder), "torch==2.13.0+cpu"]
+    assert src.pip_args == ["--no-deps", "--find-links", str(folder), "torch==2.13.0+cpu"]
 
 
 def test_macos_gets_plain_torch_from_pypi_where_no_cpu_build_exists(tmp_path: Path) -> None:
     wheels = _wheels(tmp_path, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
     for machine in ("arm64", "x86_64"):
         src = torch_source(version="2.13.0", system="Darwin", machine=machine, python=(3, 11), wheels=wheels)
-        assert src.pip_args == ["torch==2.13.0"]
+        assert src.pip_args == ["--no-deps", "torch==2.13.0"]
 
 
 def test_explicit_pip_args_win(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_the_script_runs_standalone_in_a_bare_interpreter(tmp_path: Path) -> Non
         check=True,
         env={"PATH": "/usr/bin:/bin"},
     )
-    assert out.stdout.strip().endswith(f"-m pip install --index-url {CPU_INDEX} torch==2.13.0+cpu")
+    assert out.stdout.strip().endswith(f"-m pip install --no-deps --index-url {CPU_INDEX} torch==2.13.0+cpu")
     assert "PyTorch's CPU index" in out.stderr
 
 
