@@ -1,12 +1,16 @@
 # syntax=docker/dockerfile:1
-# One image for every Evidentia service; docker-compose.yml picks the service with
-# `command: python -m services.<name>`.
-#
-# Torch comes first, from the PyTorch CPU index, so pip never pulls the multi-GB CUDA build
-# from PyPI. A GPU host builds the embedder with a CUDA index instead, e.g.
-#   EMBEDDER_TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 docker compose build embedder
+# One Dockerfile, one image per service: the SERVICE build-arg (fetcher, parser, embedder, retriever,
+# synthesizer, gateway) picks the pinned dependencies that service imports (requirements/SERVICE.lock, the
+# pyproject extra of that name) and the command (python -m services.SERVICE):
+#   docker build --build-arg SERVICE=gateway -t evidentia-gateway .
+# Only the embedder and the retriever (embedding models) get torch, as a CPU build from PyTorch's index; a GPU
+# host builds the embedder with a CUDA index instead:
+#   docker build --build-arg SERVICE=embedder --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
+# No service image carries the CLI, the dev stack (embedded PostgreSQL) or the test tools. Every image can run
+# the one-shot set-up: python -m shared.setup (migrations, topics).
 FROM python:3.11-slim
 
+ARG SERVICE=gateway
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
@@ -14,29 +18,27 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HF_HUB_OFFLINE=1
+    HF_HUB_OFFLINE=1 \
+    SERVICE=${SERVICE}
 
 WORKDIR /app
 
-RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+# Dependencies change less often than the code: this layer stays cached across code edits. The lock is
+# complete (every transitive pin, torch's own dependencies included), hence --no-deps; torch first, alone, for
+# the services whose lock needs it.
+COPY requirements/${SERVICE}.lock /tmp/requirements.lock
+RUN if grep -q '^sentence-transformers==' /tmp/requirements.lock; then \
+        pip install --no-deps --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; \
+    fi \
+    && pip install --no-deps -r /tmp/requirements.lock
 
-# Dependencies change less often than the code: install them from pyproject.toml alone first
-# so this layer stays cached across code edits.
-COPY pyproject.toml README.md* ./
-RUN mkdir -p shared services \
-    && touch shared/__init__.py services/__init__.py \
-    && pip install . \
-    && pip uninstall -y evidentia \
-    && rm -rf shared services build *.egg-info
-
+COPY pyproject.toml README.md LICENSE ./
 COPY shared ./shared
 COPY services ./services
-# The `evidentia` operator CLI (db migrate, topics create, dlq ...) used by the Kubernetes jobs; the dev stack,
-# docs generation and evaluation stay out of the image.
-COPY cli ./cli
 RUN pip install --no-deps . \
+    && python -c "import importlib, os; importlib.import_module('services.' + os.environ['SERVICE'] + '.app')" \
     && useradd --system --uid 10001 --home-dir /app evidentia
 
 USER evidentia
 EXPOSE 8000
-CMD ["python", "-m", "services.gateway"]
+CMD ["sh", "-c", "exec python -m services.${SERVICE}"]

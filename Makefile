@@ -12,25 +12,30 @@ LINT_PATHS := shared services cli devstack docgen evaluation tests bench
 PY := $(VENV)/bin/python
 DEVSTACK := $(PY) -m devstack
 
-# CPU-only torch, never a CUDA build: the `+cpu` pin only matches a CPU wheel, found in the machine's
-# configured wheel folder ($PIP_FIND_LINKS, which pip reads by itself) or ../shared/wheels; its
-# dependencies come from PyPI.  Elsewhere, e.g.:
-#   make venv TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu'
-TORCH_SPEC := torch==2.13.0+cpu
-TORCH_PIP_ARGS ?= --find-links ../shared/wheels
+# CPU-only torch, never a CUDA build (devstack/torch_install.py decides, first match wins): TORCH_PIP_ARGS if
+# given; on macOS plain torch from PyPI (a CPU build; no +cpu build exists there); a torch-$(TORCH_VERSION)+cpu
+# wheel for this Python in $(TORCH_WHEELS) (default ../shared/wheels: no index but PyPI needed); else
+# PyTorch's CPU index ($(TORCH_INDEX_URL)).  Everything else comes pinned from requirements/dev.lock.
+TORCH_VERSION := 2.13.0
+TORCH_WHEELS ?= ../shared/wheels
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+TORCH_PIP_ARGS ?=
 
 .PHONY: help venv kafka kafka-libs postgres stack stack-stop stack-status require-venv demo test test-unit \
-	test-integration chaos load soak lint typecheck check docs up down models browser-deps
+	test-integration chaos load soak lint typecheck check docs up down models browser-deps lock
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 venv: $(VENV)/.installed ## Create .venv with CPU torch and the project (editable, with dev extras)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements/dev.lock
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) devstack/torch_install.py --version $(TORCH_VERSION) --wheels '$(TORCH_WHEELS)' \
+	  --index-url '$(TORCH_INDEX_URL)' --pip-args '$(TORCH_PIP_ARGS)'
+	$(PY) -m pip install --no-deps -r requirements/dev.lock
+	$(PY) -m pip install --no-deps -e .
+	$(PY) -m pip check
 	$(PY) -c 'import torch, sys; sys.exit("a CUDA build of torch was installed" if torch.version.cuda else 0)'
 	touch $@
 
@@ -108,6 +113,22 @@ up: venv stack ## Start Kafka, Postgres and the six services in the background (
 down: require-venv ## Stop the services started by `make up`, then Kafka and Postgres
 	-$(VENV)/bin/evidentia serve --stop
 	$(DEVSTACK) all stop
+
+# Pinned dependencies: requirements/dev.lock (make venv, CI) and one lock per service (its image: the
+# Dockerfile's SERVICE build-arg). Universal (Linux, macOS, Windows; Python >= 3.11), torch left out (it is
+# installed apart in its CPU build), each service's lock held to dev.lock's versions.
+LOCK_SERVICES := fetcher parser embedder retriever synthesizer gateway
+UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --no-emit-package torch \
+	--no-emit-package evidentia --custom-compile-command "make lock"
+
+lock: require-venv ## Re-pin requirements/*.lock from pyproject.toml (uv, PyPI; keeps the pins it can)
+	$(UV_COMPILE) requirements/torch-cpu-deps.in --extra dev --override requirements/overrides/default.txt \
+	  -o requirements/dev.lock
+	for s in $(LOCK_SERVICES); do \
+	  o=requirements/overrides/$$s.txt; test -f $$o || o=requirements/overrides/default.txt; \
+	  deps=; case $$s in embedder|retriever) deps=requirements/torch-cpu-deps.in;; esac; \
+	  $(UV_COMPILE) $$deps --extra $$s --override $$o -c requirements/dev.lock -o requirements/$$s.lock || exit 1; \
+	done
 
 models: venv ## Fetch the optional ONNX models (bge-small-en-v1.5) from Maven Central
 	$(VENV)/bin/evidentia models fetch bge-small-en-v1.5

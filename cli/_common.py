@@ -1,18 +1,20 @@
-"""Helpers shared by sub-commands: a one-shot Kafka producer, the gateway client, job progress."""
+"""Helpers shared by sub-commands: a one-shot Kafka producer, job progress, JSON output."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from faststream.kafka import KafkaBroker
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cli import exits
+from cli.gateway import Backoff, GatewayError
 from shared.db.jobs import PROGRESS, JobStatus
 from shared.events import Event
 from shared.kafka_security import broker_security
@@ -55,33 +57,29 @@ async def publish_all(
     return n
 
 
-def gateway_client(settings: Settings, timeout: float = 120.0) -> httpx.Client:
-    return httpx.Client(base_url=settings.service.gateway_url, timeout=timeout)
-
-
-def post_gateway(settings: Settings, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """POST ``body`` to the running gateway: its JSON answer, or None (the error printed) unless it is a 200."""
-    with gateway_client(settings) as http:
-        r = http.post(path, json=body)
-    if r.status_code != 200:
-        console.print(f"[red]{r.status_code}[/red] {r.text}")
-        return None
-    data: dict[str, Any] = r.json()
-    return data
-
-
 STAGE_ORDER = PROGRESS
+
+
+def job_progress(status: JobStatus) -> tuple[object, ...]:
+    """What changes while a job makes progress (polling backs off while it stays the same)."""
+    return (status.state, status.done, tuple(sorted(status.counts.items())), len(status.failures))
 
 
 async def follow_job(
     fetch: Callable[[], Awaitable[JobStatus | None]],
     job_id: str,
     timeout: float,
-    poll_s: float = 0.5,
+    backoff: Backoff | None = None,
     show: bool = True,
+    throttled: Callable[[], bool] | None = None,
 ) -> JobStatus:
-    """Show one progress bar per stage until the job is done (or ``timeout``); return the last status."""
+    """Show one progress bar per stage until the job is done (or ``timeout``); return the last status.
+
+    Polls at ``backoff``'s pace: from its initial interval, growing while nothing changes, back to the
+    initial one as soon as the job moves, unless ``throttled()`` says the last read was rate limited."""
+    backoff = backoff or Backoff(initial=0.5, factor=1.5, maximum=5.0)
     deadline = time.monotonic() + timeout
+    last: tuple[object, ...] | None = None
     with Progress(
         TextColumn("{task.description:>10}"),
         BarColumn(),
@@ -95,12 +93,16 @@ async def follow_job(
         while True:
             status = await fetch()
             if status is None:
-                raise SystemExit(f"no ingestion job {job_id}")
+                raise GatewayError(f"no ingestion job {job_id}", exits.NOINPUT)
             for s in STAGE_ORDER:
                 progress.update(tasks[s], total=status.total or None, completed=status.reached(s))
             if status.done or status.state == "failed" or time.monotonic() > deadline:
                 return status
-            await asyncio.sleep(poll_s)
+            now = job_progress(status)
+            if now != last and not (throttled and throttled()):
+                backoff.reset()
+            last = now
+            await asyncio.sleep(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
 
 def print_summary(status: JobStatus) -> None:
@@ -113,3 +115,12 @@ def print_summary(status: JobStatus) -> None:
         out.print(f"  [red]failed[/red] {f.document_id}: {f.error}")
     if len(status.failures) > 20:
         out.print(f"  ... and {len(status.failures) - 20} more failures")
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout (``--json``)."""
+    print(json.dumps(data, indent=2, default=str))
+
+
+def wants_json(args: Any) -> bool:
+    return bool(getattr(args, "json", False))

@@ -1,22 +1,32 @@
-"""``evidentia ask`` and ``evidentia search``: query the running gateway and print cited results."""
+"""``evidentia ask``: ask the running gateway a question; the answer streams in, then the verified answer.
+
+By default the question goes to ``POST /v1/ask/stream``: the model's tokens are shown as they arrive (on
+stderr, so stdout carries only the result), then the verified answer (citations checked, numbered) with its
+reference list is printed on stdout. ``--no-stream`` uses ``POST /v1/ask`` and waits for the whole answer.
+``--json`` prints one JSON object (the answer, citations, citation check, summary, metrics).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from cli._common import out, post_gateway
-from shared.settings import get_settings
+from rich.console import Console
+
+from cli import exits
+from cli._common import out, print_json, wants_json
+from cli.gateway import GatewayError, client_from_args
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("ask", help="Ask a question; prints the cited answer.")
+    p = subparsers.add_parser("ask", help="Ask a question; streams the answer, then prints it verified and cited.")
     p.add_argument("question")
     p.add_argument("--top-n", type=int, default=5)
     p.add_argument("--year-from", type=int)
     p.add_argument("--year-to", type=int)
-    p.add_argument("--json", action="store_true", help="Print the raw JSON response.")
+    p.add_argument("--conversation", metavar="ID", help="Continue a conversation (its id from an earlier answer).")
+    p.add_argument("--no-stream", action="store_true", help="Wait for the whole answer (POST /v1/ask).")
+    p.add_argument("--timeout", type=float, default=300.0, help="Longest wait for the answer, in seconds.")
     p.set_defaults(func=run)
 
 
@@ -30,8 +40,9 @@ def filters(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_answer(data: dict[str, Any]) -> None:
+    """The verified answer: numbered as its citations, with the reference list and the citation check."""
     out.rule(f"Answer ({data['mode']}{', ' + data['model'] if data.get('model') else ''})")
-    out.print(data["answer"], markup=False, highlight=False)
+    out.print(data.get("numbered_answer") or data["answer"], markup=False, highlight=False)
     if data["citations"]:
         out.rule("Citations")
         for c in data["citations"]:
@@ -48,17 +59,55 @@ def print_answer(data: dict[str, Any]) -> None:
         f"\ncitation check: {len(check.get('verified', []))} verified, "
         f"{len(check.get('removed', []))} removed, {len(check.get('uncited_sentences', []))} uncited sentences"
     )
+    if data.get("conversation_id"):
+        out.print(f"conversation: {data['conversation_id']} (continue with --conversation)", style="dim")
     out.print(f"\n{data['disclaimer']}", style="dim")
 
 
+def stream_answer(args: argparse.Namespace, body: dict[str, Any], show_tokens: bool) -> dict[str, Any]:
+    """Follow ``/v1/ask/stream``; tokens go to stderr as they come; returns the final answer's fields."""
+    live = Console(stderr=True, highlight=False)
+    result: dict[str, Any] = {}
+    tokens = 0
+    with client_from_args(args, timeout=args.timeout) as gw:
+        for event, data in gw.stream_events("/v1/ask/stream", body, "ask", timeout=args.timeout):
+            if event == "retrieval_done":
+                result["sources"] = data.get("sources", [])
+                if show_tokens:
+                    live.print(f"[dim]{data.get('count', 0)} passages retrieved; answering…[/dim]")
+            elif event == "token":
+                tokens += 1
+                if show_tokens:
+                    live.file.write(data["text"])
+                    live.file.flush()
+            elif event == "citations":
+                result.update(data)
+            elif event == "summary":
+                result["summary"] = data
+            elif event == "metrics":
+                result["metrics"] = data
+            elif event == "done":
+                break
+    if show_tokens and tokens:
+        live.file.write("\n")
+        live.file.flush()
+    if "answer" not in result:
+        raise GatewayError("ask: the stream ended without an answer", exits.SOFTWARE)
+    return result
+
+
 def run(args: argparse.Namespace) -> int:
-    settings = get_settings()
-    body = {"question": args.question, "top_n": args.top_n, "filters": filters(args)}
-    data = post_gateway(settings, "/v1/ask", body)
-    if data is None:
-        return 1
-    if args.json:
-        print(json.dumps(data, indent=2))
+    body: dict[str, Any] = {"question": args.question, "top_n": args.top_n, "filters": filters(args)}
+    if args.conversation:
+        body["conversation_id"] = args.conversation
+    as_json = wants_json(args)
+    if args.no_stream:
+        with client_from_args(args, timeout=args.timeout) as gw:
+            data: dict[str, Any] = gw.post_json("/v1/ask", body, what="ask")
+    else:
+        data = stream_answer(args, body, show_tokens=not as_json)
+    if as_json:
+        print_json(data)
     else:
         print_answer(data)
-    return 0
+    return exits.OK

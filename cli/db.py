@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from typing import Any
 
 from shared.settings import get_settings
@@ -18,10 +19,16 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from shared.db import list_migrations, migrate
 
+    as_json = bool(getattr(args, "json", False))
     url = get_settings().database.url
     if args.action == "migrate":
         applied = asyncio.run(migrate(url))
-        print(f"applied {applied}" if applied else "database is up to date")
+        if as_json:
+            print(json.dumps({"applied": applied}))
+        else:
+            print(f"applied {applied}" if applied else "database is up to date")
+    elif as_json:
+        print(json.dumps([{"version": m.version, "name": m.name} for m in list_migrations()], indent=2))
     else:
         for m in list_migrations():
             print(f"{m.version:03d} {m.name}")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from cli._common import console, out, print_summary
+from cli._common import console, print_summary
 from cli.ask import print_answer
 
 DEFAULT_QUESTION = "Is telephone counseling more effective than tailored print materials for mammography screening?"
@@ -62,19 +63,20 @@ def run(args: argparse.Namespace) -> int:
         )
         stack.start(timeout=300)
         console.print("[bold]3/5[/bold] ingesting the bundled sample")
-        status = asyncio.run(_ingest(settings, samples))
-        print_summary(status)
+        as_json = bool(getattr(args, "json", False))
+        status = asyncio.run(_ingest(settings, samples, show=not as_json))
+        if not as_json:
+            print_summary(status)
         console.print("[bold]4/5[/bold] asking through the gateway: " + args.question)
-        import httpx
+        from cli.gateway import GatewayClient
 
-        r = httpx.post(
-            f"http://127.0.0.1:{settings.service.gateway_port}/v1/ask",
-            json={"question": args.question, "top_n": 5},
-            timeout=120,
-        )
-        r.raise_for_status()
-        answer = r.json()
-        print_answer(answer)
+        key = getattr(args, "api_key", None) or os.environ.get("EVIDENTIA_API_KEY")
+        with GatewayClient(f"http://127.0.0.1:{settings.service.gateway_port}", key, timeout=120) as gw:
+            answer = gw.post_json("/v1/ask", {"question": args.question, "top_n": 5}, what="ask")
+        if as_json:
+            print(json.dumps({"job": status.model_dump(mode="json"), "answer": answer}, indent=2, default=str))
+        else:
+            print_answer(answer)
         ok = bool(answer["citations"]) and status.done
     finally:
         if not args.keep_running:
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 kafka.stop()
             if started_postgres:
                 postgres.stop()
-    out.print(f"\ndemo finished in {time.perf_counter() - t0:.1f}s")
+    console.print(f"\ndemo finished in {time.perf_counter() - t0:.1f}s")
     return 0 if ok else 1
 
 
@@ -98,7 +100,7 @@ async def _prepare(settings: Any) -> None:
     )
 
 
-async def _ingest(settings: Any, samples: Path) -> Any:
+async def _ingest(settings: Any, samples: Path, show: bool = True) -> Any:
     from cli.ingest import publish_documents
     from services.fetcher import bulk
     from shared.events import DocumentDeleted, DocumentFetched
@@ -113,4 +115,4 @@ async def _ingest(settings: Any, samples: Path) -> Any:
         if isinstance(doc, bulk.BulkProblem):
             raise SystemExit(f"bundled sample unreadable: {doc}")
         events.append(doc)
-    return await publish_documents(settings, events, job_id, str(samples), timeout=900)
+    return await publish_documents(settings, events, job_id, str(samples), timeout=900, show=show)

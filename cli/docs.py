@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from docgen.contracts import write_asyncapi, write_schemas
 
-    for path in write_schemas(args.out) + write_asyncapi(args.out):
+    paths = write_schemas(args.out) + write_asyncapi(args.out)
+    if getattr(args, "json", False):
+        print(json.dumps([str(p) for p in paths], indent=2))
+        return 0
+    for path in paths:
         print(path)
     return 0

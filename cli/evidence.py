@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from cli._common import console, gateway_client, out
-from shared.settings import get_settings
+from cli import exits
+from cli._common import console, out, print_json, wants_json
+from cli.gateway import GatewayError, client_from_args
 
 STEP_TITLES = {
     "normalise": "1/5 disease name",
@@ -39,7 +38,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-per-query", type=int, help="PMIDs taken from each search.")
     p.add_argument("--no-ingest", action="store_true", help="Search only what is stored.")
     p.add_argument("--wait", type=float, help="Longest wait for the ingestion jobs, in seconds.")
-    p.add_argument("--json", action="store_true", help="Print the raw JSON result.")
     p.set_defaults(func=run)
 
 
@@ -94,36 +92,18 @@ def print_summary(data: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = get_settings()
+    as_json = wants_json(args)
     result: dict[str, Any] | None = None
-    with gateway_client(settings, timeout=900.0) as http:
-        try:
-            with http.stream("POST", "/v1/evidence/stream", json=body_of(args)) as r:
-                if r.status_code != 200:
-                    r.read()
-                    console.print(f"[red]{r.status_code}[/red] {r.text}")
-                    return 1
-                event = ""
-                for line in r.iter_lines():
-                    if line.startswith("event:"):
-                        event = line[6:].strip()
-                    elif line.startswith("data:"):
-                        data = json.loads(line[5:])
-                        if event == "step":
-                            show_step(data)
-                        elif event == "result":
-                            result = data
-                        elif event == "error":
-                            console.print(f"[red]error[/red] {data.get('message')}")
-                            return 1
-        except httpx.HTTPError as exc:
-            console.print(f"[red]gateway unreachable:[/red] {exc}")
-            return 1
+    with client_from_args(args, timeout=900.0) as gw:
+        for event, data in gw.stream_events("/v1/evidence/stream", body_of(args), "evidence", timeout=900.0):
+            if event == "step" and not as_json:
+                show_step(data)
+            elif event == "result":
+                result = data
     if result is None:
-        console.print("[red]the gateway sent no result[/red]")
-        return 1
-    if args.json:
-        print(json.dumps(result, indent=2))
+        raise GatewayError("evidence: the gateway sent no result", exits.SOFTWARE)
+    if as_json:
+        print_json(result)
     else:
         print_summary(result)
-    return 0
+    return exits.OK

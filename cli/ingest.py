@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cli._common import console, follow_job, gateway_client, print_summary, producer, publish_all
+from cli import exits
+from cli._common import console, follow_job, print_json, print_summary, producer, publish_all, wants_json
+from cli.gateway import Backoff, GatewayClient, GatewayError, client_from_args
 from shared.db.jobs import JobStatus
 from shared.events import DocumentDeleted, DocumentFetched, Event
 from shared.settings import Settings, get_settings
@@ -44,6 +47,21 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--timeout", type=float, default=1800.0, help="Stop following after this many seconds.")
     p.add_argument("--no-wait", action="store_true", help="Start the job and return its id at once.")
+    p.add_argument(
+        "--poll-interval", type=float, default=1.0, help="First seconds between progress checks (grows to the max)."
+    )
+    p.add_argument(
+        "--max-poll-interval",
+        type=float,
+        default=10.0,
+        help="Longest seconds between progress checks while a job shows no progress.",
+    )
+    p.add_argument(
+        "--outage-s",
+        type=float,
+        default=120.0,
+        help="How long to keep trying while the gateway is unreachable or answers 502/503/504.",
+    )
     p.set_defaults(func=run)
 
 
@@ -51,44 +69,127 @@ def run(args: argparse.Namespace) -> int:
     settings = get_settings()
     if args.full_text and not (args.query or args.pmids):
         console.print("[red]--full-text goes with --query or --pmids[/red]")
-        return 2
+        return exits.USAGE
     if args.query or args.pmids or args.bookshelf_publisher or args.status:
         return asyncio.run(_via_gateway(args, settings))
     return asyncio.run(_from_files(args, settings))
 
 
+def _request_body(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    body: dict[str, Any] = {"refresh": args.refresh}
+    if args.full_text:
+        body["full_text"] = True
+    if args.query:
+        body["query"] = args.query
+        body["max_results"] = args.max or settings.ncbi.search_max_results
+    elif args.bookshelf_publisher:
+        body["bookshelf_publisher"] = args.bookshelf_publisher
+    else:
+        body["pmids"] = [p.strip() for p in args.pmids.split(",") if p.strip()]
+    return body
+
+
+class JobPoller:
+    """Reads a job's status from the gateway for :func:`follow_job`.
+
+    A 429 is waited out by the client (``Retry-After``); a gateway that is briefly unreachable or answering
+    502/503/504 (a restart, a rollout) is tried again with back-off for up to ``outage_s`` seconds, saying so;
+    a 404 is "no such job"; any other refusal ends the command with its reason."""
+
+    def __init__(self, gw: GatewayClient, job_id: str, deadline: float, outage_s: float):
+        self.gw = gw
+        self.job_id = job_id
+        self.deadline = deadline
+        self.outage_s = outage_s
+        self.polls = 0
+        self._rate_limited_seen = 0
+
+    def throttled(self) -> bool:
+        """Whether the gateway rate limited the reads since the last call (then polling keeps slowing down)."""
+        seen, self._rate_limited_seen = self._rate_limited_seen, self.gw.rate_limited
+        return self.gw.rate_limited > seen
+
+    async def __call__(self) -> JobStatus | None:
+        path = f"/v1/ingest/{self.job_id}"
+        backoff = Backoff(initial=1.0, factor=2.0, maximum=15.0)
+        outage_since: float | None = None
+        while True:
+            self.polls += 1
+            try:
+                r = await asyncio.to_thread(
+                    self.gw.request, "GET", path, what=f"job {self.job_id}", deadline=self.deadline
+                )
+            except GatewayError as exc:
+                if exc.status == 404:
+                    raise GatewayError(
+                        f"no ingestion job {self.job_id} at {self.gw.base_url}", exits.NOINPUT, 404, exc.detail
+                    ) from None
+                if exc.exit_code not in (exits.UNAVAILABLE, exits.TEMPFAIL) or exc.status == 429:
+                    raise
+                now = time.monotonic()
+                outage_since = outage_since or now
+                if now - outage_since > self.outage_s or now > self.deadline:
+                    raise GatewayError(
+                        f"{exc.message} (still failing after {now - outage_since:.0f} s; the job may still be "
+                        f"running: follow it with `evidentia ingest --status {self.job_id}`)",
+                        exc.exit_code,
+                        exc.status,
+                        exc.detail,
+                    ) from None
+                wait = backoff.next()
+                console.print(
+                    f"{exc.message}; trying again in {wait:.0f} s", style="yellow", markup=False, highlight=False
+                )
+                await asyncio.sleep(wait)
+                continue
+            return JobStatus.model_validate(r.json())
+
+
 async def _via_gateway(args: argparse.Namespace, settings: Settings) -> int:
-    with gateway_client(settings) as http:
+    as_json = wants_json(args)
+
+    def notify(msg: str) -> None:  # on stderr even with --json: stdout carries only the result
+        console.print(msg, style="yellow", markup=False, highlight=False)
+
+    deadline = time.monotonic() + args.timeout
+    with client_from_args(args, notify=notify) as gw:
         if args.status:
             job_id = args.status
         else:
-            body: dict[str, Any] = {"refresh": args.refresh}
-            if args.full_text:
-                body["full_text"] = True
-            if args.query:
-                body["query"] = args.query
-                body["max_results"] = args.max or settings.ncbi.search_max_results
-            elif args.bookshelf_publisher:
-                body["bookshelf_publisher"] = args.bookshelf_publisher
-            else:
-                body["pmids"] = [p.strip() for p in args.pmids.split(",") if p.strip()]
-            r = http.post("/v1/ingest", json=body)
-            if r.status_code >= 400:
-                console.print(f"[red]ingest refused ({r.status_code}):[/red] {r.text}")
-                return 1
-            job_id = r.json()["job_id"]
-            console.print(f"job {job_id} started")
+            accepted = await asyncio.to_thread(
+                gw.post_json, "/v1/ingest", _request_body(args, settings), what="ingest", deadline=deadline
+            )
+            job_id = accepted["job_id"]
+            if not as_json:
+                console.print(f"job {job_id} started")
         if args.no_wait:
-            print(job_id)
-            return 0
+            if as_json:
+                print_json({"job_id": job_id, "status_url": f"{gw.base_url}/v1/ingest/{job_id}"})
+            else:
+                print(job_id)
+            return exits.OK
+        poller = JobPoller(gw, job_id, deadline, args.outage_s)
+        backoff = Backoff(initial=args.poll_interval, factor=1.5, maximum=args.max_poll_interval)
+        status = await follow_job(
+            poller, job_id, args.timeout, backoff=backoff, show=not as_json, throttled=poller.throttled
+        )
+    return _finish(args, status)
 
-        async def fetch() -> JobStatus | None:
-            r = await asyncio.to_thread(http.get, f"/v1/ingest/{job_id}")
-            return JobStatus.model_validate(r.json()) if r.status_code == 200 else None
 
-        status = await follow_job(fetch, job_id, args.timeout)
-    print_summary(status)
-    return 0 if status.done and not status.failures else 1
+def _finish(args: argparse.Namespace, status: JobStatus) -> int:
+    finished = status.done or status.state == "failed"
+    if wants_json(args):
+        print_json(status.model_dump(mode="json"))
+    else:
+        print_summary(status)
+        if not finished:
+            console.print(
+                f"[yellow]job {status.job_id} still running after {args.timeout:.0f} s; follow it with "
+                f"`evidentia ingest --status {status.job_id}`[/yellow]"
+            )
+    if not finished:
+        return exits.TEMPFAIL
+    return exits.OK if status.done and not status.failures else exits.FAILURE
 
 
 def file_events(args: argparse.Namespace, job_id: str) -> Iterator[DocumentFetched | DocumentDeleted]:
@@ -117,6 +218,7 @@ async def publish_documents(
     *,
     follow: bool = True,
     timeout: float = 1800.0,
+    show: bool = True,
 ) -> JobStatus | None:
     """Record a job for ``events``, publish them to ``documents.fetched``, and follow it until done."""
     from shared.db import create_pool
@@ -133,14 +235,15 @@ async def publish_documents(
         async with producer(settings) as broker:
             n = await publish_all(broker, topics, ((e, e.document_id) for e in events))
         await mark_job(pool, job_id, "discovered")
-        console.print(f"job {job_id}: published {n} documents from {source}")
+        if show:
+            console.print(f"job {job_id}: published {n} documents from {source}")
         if not follow:
             return None
 
         async def fetch() -> JobStatus | None:
             return await job_status(pool, job_id)
 
-        return await follow_job(fetch, job_id, timeout)
+        return await follow_job(fetch, job_id, timeout, show=show)
     finally:
         await pool.close()
 
@@ -170,10 +273,18 @@ async def _from_files(args: argparse.Namespace, settings: Settings) -> int:
     job_id = uuid.uuid4().hex
     source = str(args.jsonl or args.dir or args.file)
     status = await publish_documents(
-        settings, list(file_events(args, job_id)), job_id, source, follow=not args.no_wait, timeout=args.timeout
+        settings,
+        list(file_events(args, job_id)),
+        job_id,
+        source,
+        follow=not args.no_wait,
+        timeout=args.timeout,
+        show=not wants_json(args),
     )
     if status is None:
-        print(job_id)
-        return 0
-    print_summary(status)
-    return 0 if status.done and not status.failures else 1
+        if wants_json(args):
+            print_json({"job_id": job_id})
+        else:
+            print(job_id)
+        return exits.OK
+    return _finish(args, status)

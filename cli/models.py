@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 
@@ -23,7 +24,7 @@ def register(subparsers: Any) -> None:
     fetch.add_argument("--version", help="Artifact version instead of the pinned one (e.g. RELEASE).")
     fetch.add_argument("--force", action="store_true", help="Rewrite the folder even if present.")
     fetch.set_defaults(func=run_fetch)
-    p.set_defaults(func=lambda args: run_list(argparse.Namespace(json=False, models_dir=None)))
+    p.set_defaults(func=lambda args: run_list(argparse.Namespace(json=getattr(args, "json", False), models_dir=None)))
 
 
 def _models_dir(arg: str | None) -> str | None:
@@ -86,6 +87,8 @@ def run_fetch(args: argparse.Namespace) -> int:
 
     models_dir = _models_dir(args.models_dir)
     status = 0
+    results: list[dict[str, Any]] = []
+    as_json = bool(getattr(args, "json", False))
     for name in args.names:
         try:
             folder = fetch_model(
@@ -96,8 +99,14 @@ def run_fetch(args: argparse.Namespace) -> int:
                 force=args.force,
             )
         except FetchError as exc:
-            print(f"error: {exc}")
+            results.append({"name": name, "error": str(exc)})
+            if not as_json:
+                print(f"error: {exc}", file=sys.stderr)
             status = 1
             continue
-        print(f"{name}: {folder}")
+        results.append({"name": name, "folder": str(folder)})
+        if not as_json:
+            print(f"{name}: {folder}")
+    if as_json:
+        print(json.dumps(results, indent=2))
     return status

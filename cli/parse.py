@@ -21,7 +21,9 @@ def register(subparsers: Any) -> None:
         "JSON object per document (keys: docs/parse-contract.md).",
     )
     p.add_argument("file", metavar="FILE", help="File to parse (format detected from its content).")
-    p.add_argument("--format", choices=["jsonl"], default="jsonl", help="Output format (JSON lines).")
+    p.add_argument(
+        "--format", choices=["jsonl"], default="jsonl", help="Output format (JSON lines; --json is the same)."
+    )
     p.set_defaults(func=run)
 
 

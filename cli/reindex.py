@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -108,6 +109,8 @@ async def reindex(args: argparse.Namespace) -> int:
     from shared.settings import get_settings
     from shared.topics import CHUNKS_REINDEX
 
+    as_json = bool(getattr(args, "json", False))
+    say = console.print if as_json else out.print  # with --json, stdout carries only the final JSON object
     settings = get_settings()
     emb_settings = settings.embedding.model_copy(update={"model": args.model})
     try:
@@ -126,21 +129,21 @@ async def reindex(args: argparse.Namespace) -> int:
         active = await active_index(pool)
         if active is not None and active.model == name and active.dim == dim:
             target = active
-            out.print(f"{name} is already the active index ({target.name}): embedding the chunks it lacks")
+            say(f"{name} is already the active index ({target.name}): embedding the chunks it lacks")
         else:
             target = await create_index(pool, name, dim, settings.database, activate=False)
             if target.state == "retired":  # an index of X from before a switch back: reuse its vectors
                 await pool.execute("UPDATE vector_indexes SET state = 'building' WHERE name = $1", target.name)
-            out.print(
+            say(
                 f"building index {target.name} for {name} ({dim}-d) next to "
                 f"{active.name + ' (' + active.model + ')' if active else 'no active index'}"
             )
         if args.spawn_embedder:
             log_path = Path(tempfile.mkstemp(prefix="evidentia-reindex-embedder-", suffix=".log")[1])
             proc = spawn_reindex_embedder(args.model, log_path)
-            out.print(f"started a reindex embedder for {args.model} (pid {proc.pid}, log {log_path})")
+            say(f"started a reindex embedder for {args.model} (pid {proc.pid}, log {log_path})")
         else:
-            out.print(
+            say(
                 f"waiting for a reindex embedder: EVIDENTIA_EMBEDDING_MODEL={args.model} "
                 "python -m services.embedder.reindex"
             )
@@ -210,19 +213,25 @@ async def reindex(args: argparse.Namespace) -> int:
 
         count = int(await pool.fetchval(f"SELECT count(*) FROM {target.table_name}"))
         took = time.monotonic() - start
+        switched_to = None
         if target.state == "active":
-            out.print(f"{target.name} complete ({count} vectors, {took:.0f}s)")
+            say(f"{target.name} complete ({count} vectors, {took:.0f}s)")
         elif args.no_switch:
-            out.print(f"{target.name} complete ({count} vectors, {took:.0f}s); not switched (--no-switch)")
+            say(f"{target.name} complete ({count} vectors, {took:.0f}s); not switched (--no-switch)")
         else:
             switched = await create_index(pool, name, dim, settings.database, activate=True)
-            out.print(
+            switched_to = switched.name
+            say(
                 f"switched: {switched.name} ({name}, {count} vectors) is active"
                 + (f", {active.name} retired" if active else "")
                 + f" after {took:.0f}s. Restart the services "
                 f"with EVIDENTIA_EMBEDDING_MODEL={args.model}, then run this command again to embed chunks "
                 "created in between."
             )
+        if as_json:
+            summary = {"index": target.name, "model": name, "dim": dim, "vectors": count, "seconds": round(took, 1)}
+            retired = active.name if switched_to and active else None
+            print(json.dumps({**summary, "switched_to": switched_to, "retired": retired}))
         return 0
     finally:
         if proc is not None:

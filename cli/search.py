@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, get_args
 
-from cli._common import out, post_gateway
+from cli import exits
+from cli._common import out, print_json, wants_json
 from cli.ask import filters
+from cli.gateway import client_from_args
 from shared.models import SearchMode
-from shared.settings import get_settings
 
 
 def register(subparsers: Any) -> None:
@@ -19,18 +19,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--top-n", type=int, default=10)
     p.add_argument("--year-from", type=int)
     p.add_argument("--year-to", type=int)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     body = {"query": args.query, "mode": args.mode, "top_n": args.top_n, "filters": filters(args)}
-    data = post_gateway(get_settings(), "/v1/search", body)
-    if data is None:
-        return 1
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0
+    with client_from_args(args) as gw:
+        data = gw.post_json("/v1/search", body, what="search")
+    if wants_json(args):
+        print_json(data)
+        return exits.OK
     for h in data["hits"]:
         out.print(f"{h['rank']:>2}. {h['score']:.4f}  {h['document_id']}  {h['title'][:90]}", markup=False)
-    return 0
+    return exits.OK

@@ -16,10 +16,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shared.settings import get_settings, settings_markdown
+    from shared.settings import get_settings, settings_markdown, settings_table
 
     if args.current:
         print(json.dumps(get_settings().public_dump(), indent=2))
+    elif getattr(args, "json", False):
+        rows = [{"variable": v, "default": d, "meaning": m} for v, d, m in settings_table()]
+        print(json.dumps(rows, indent=2))
     else:
         print(settings_markdown(), end="")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from typing import Any
 
 from shared.settings import get_settings
@@ -20,9 +21,16 @@ def run(args: argparse.Namespace) -> int:
 
     k = get_settings().kafka
     specs = standard_topics(k.topic_partitions)
+    as_json = bool(getattr(args, "json", False))
     if args.action == "create":
         created = asyncio.run(ensure_topics(k, specs, k.replication_factor))
-        print(f"created {len(created)} topics" + (f": {', '.join(created)}" if created else ""))
+        if as_json:
+            print(json.dumps({"created": created}))
+        else:
+            print(f"created {len(created)} topics" + (f": {', '.join(created)}" if created else ""))
+    elif as_json:
+        rows = [{"name": s.name, "partitions": s.partitions, "config": s.config} for s in specs]
+        print(json.dumps(rows, indent=2))
     else:
         for s in specs:
             print(f"{s.name}\t{s.partitions} partitions\t{s.config}")

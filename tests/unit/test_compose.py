@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 APP_SERVICES = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
 INFRA_SERVICES = ("kafka", "postgres")
+SETUP_SERVICES = ("init",)
+WORKER_PROBE_PORTS = {"fetcher": 9101, "parser": 9102, "embedder": 9103, "retriever": 9104, "synthesizer": 9105}
 
 
 def compose_binary() -> Path:
@@ -65,7 +67,7 @@ def test_validator_rejects_a_broken_file(tmp_path: Path) -> None:
 
 
 def test_every_service_is_defined(config: dict[str, Any]) -> None:
-    assert set(config["services"]) == set(APP_SERVICES) | set(INFRA_SERVICES)
+    assert set(config["services"]) == set(APP_SERVICES) | set(INFRA_SERVICES) | set(SETUP_SERVICES)
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)
@@ -73,6 +75,9 @@ def test_app_service_runs_its_module_against_kafka_and_postgres(config: dict[str
     service = config["services"][name]
     assert service["command"] == ["python", "-m", f"services.{name}"]
     assert service["build"]["dockerfile"] == "Dockerfile"
+    assert service["build"]["args"]["SERVICE"] == name  # its own image: requirements/NAME.lock
+    assert service["image"] == f"evidentia-{name}:latest"
+    assert service["depends_on"]["init"]["condition"] == "service_completed_successfully"
     env = service["environment"]
     assert env["EVIDENTIA_KAFKA_BOOTSTRAP"] == "kafka:9092"
     assert env["EVIDENTIA_DATABASE_URL"] == "postgresql://evidentia:evidentia@postgres:5432/evidentia"
@@ -169,3 +174,37 @@ def test_postgres_has_pgvector(config: dict[str, Any]) -> None:
     assert postgres["image"].startswith("pgvector/pgvector:pg")
     assert postgres["environment"]["POSTGRES_DB"] == "evidentia"
     assert "CREATE EXTENSION IF NOT EXISTS vector" in config["configs"]["pgvector-init"]["content"]
+
+
+def test_worker_probe_ports_are_the_services_defaults() -> None:
+    from shared.service import DEFAULT_PORTS
+
+    assert DEFAULT_PORTS == WORKER_PROBE_PORTS
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_every_app_service_has_a_readiness_healthcheck(config: dict[str, Any], name: str) -> None:
+    check = config["services"][name]["healthcheck"]
+    port = WORKER_PROBE_PORTS.get(name, 8000)
+    command = " ".join(check["test"])
+    assert check["test"][0] == "CMD" and f"http://127.0.0.1:{port}/readyz" in command
+    assert check["retries"] >= 3 and check["start_period"]
+
+
+def test_the_gateway_waits_for_healthy_retriever_and_synthesizer(config: dict[str, Any]) -> None:
+    depends = config["services"]["gateway"]["depends_on"]
+    assert depends["retriever"]["condition"] == depends["synthesizer"]["condition"] == "service_healthy"
+
+
+def test_init_runs_migrations_and_topics_once_from_a_service_image(config: dict[str, Any]) -> None:
+    init = config["services"]["init"]
+    assert init["command"] == ["python", "-m", "shared.setup", "migrate", "topics"]
+    assert init["restart"] == "no"
+    assert init["image"] == config["services"]["gateway"]["image"]  # no image of its own to build
+    assert init["build"]["args"]["SERVICE"] == "gateway"
+    for infra in INFRA_SERVICES:
+        assert init["depends_on"][infra]["condition"] == "service_healthy"
+    assert (
+        init["environment"]["EVIDENTIA_DATABASE_URL"]
+        == config["services"]["gateway"]["environment"]["EVIDENTIA_DATABASE_URL"]
+    )

@@ -55,7 +55,7 @@ CUSTOM_KINDS: dict[str, tuple[str, ...]] = {
     "keda.sh/v1alpha1": ("ScaledObject", "TriggerAuthentication"),
     "kafka.strimzi.io/v1beta2": ("KafkaTopic", "KafkaUser"),
     "postgresql.cnpg.io/v1": ("Cluster",),
-    "monitoring.coreos.com/v1": ("PodMonitor",),
+    "monitoring.coreos.com/v1": ("PodMonitor", "PrometheusRule"),
     "kustomize.config.k8s.io/v1beta1": ("Kustomization",),
 }
 
@@ -296,6 +296,8 @@ def test_custom_resources_are_well_formed() -> None:
             assert spec["instances"] >= 1 and spec["imageName"] and spec["storage"]["size"], where
         elif doc["kind"] == "PodMonitor":
             assert spec["selector"]["matchLabels"] and spec["podMetricsEndpoints"], where
+        elif doc["kind"] == "PrometheusRule":
+            assert all(g["name"] and g["rules"] for g in spec["groups"]), where
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -370,7 +372,7 @@ def test_deployment(name: str) -> None:
     template_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
     assert c["command"] == ["python", "-m", f"services.{name}"]
-    assert c["image"].split(":")[0] in ("evidentia", "evidentia-embedder")
+    assert c["image"].split(":")[0] == f"evidentia-{name}"  # its own image (Dockerfile SERVICE build-arg)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert port in ports.values()
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
@@ -490,7 +492,9 @@ def test_every_service_has_a_disruption_budget() -> None:
 def test_setup_jobs() -> None:
     jobs = base_docs("Job")
     commands = sorted(container(job)["command"] for job in jobs.values())
-    assert commands == [["evidentia", "db", "migrate"], ["evidentia", "topics", "create"]]
+    # The images carry no CLI: the set-up runs from the runtime library, in a service image.
+    assert commands == [["python", "-m", "shared.setup", "migrate"], ["python", "-m", "shared.setup", "topics"]]
+    assert {container(job)["image"] for job in jobs.values()} == {"evidentia-gateway:latest"}
     for job in jobs.values():
         assert job["spec"]["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
         assert job["spec"]["ttlSecondsAfterFinished"] > 0
@@ -771,3 +775,22 @@ def test_overlay_autoscalers_read_lag_over_sasl_ssl_like_the_pods() -> None:
         params = {e["parameter"]: e["name"] for e in auth["env"]}
         assert params == {"username": "EVIDENTIA_KAFKA_SASL_USERNAME", "password": "EVIDENTIA_KAFKA_SASL_PASSWORD"}
         assert {r["parameter"] for r in auth["secretTargetRef"]} == {"ca"}
+
+
+def test_monitoring_carries_the_rules_and_the_exporter_the_dashboard_needs() -> None:
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in load_docs_in(K8S / "monitoring")}
+    rule = docs[("PrometheusRule", "evidentia")]
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]  # the one source, unchanged
+    exporter = docs[("Deployment", "kafka-exporter")]
+    pod = exporter["spec"]["template"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/part-of"] == "evidentia"  # scraped by the PodMonitor
+    c = container(exporter)
+    assert {p["name"] for p in c["ports"]} == {"metrics"}
+    assert any(a.startswith("--kafka.server=") for a in c["args"])
+    assert "--group.filter=^evidentia-.*" in c["args"]  # the groups the alerts and the dashboard select
+    podmonitor = docs[("PodMonitor", "evidentia")]
+    assert "metrics" in {e["port"] for e in podmonitor["spec"]["podMetricsEndpoints"]}
+
+
+def load_docs_in(folder: Path) -> list[dict[str, Any]]:
+    return [doc for path, doc in all_docs() if path.parent == folder and doc["kind"] != "Kustomization"]

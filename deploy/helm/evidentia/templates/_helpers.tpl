@@ -1,0 +1,37 @@
+{{/* The service names, in pipeline order. */}}
+{{- define "evidentia.services" -}}
+fetcher parser embedder retriever synthesizer gateway
+{{- end -}}
+
+{{- define "evidentia.labels" -}}
+app.kubernetes.io/part-of: evidentia
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* selector labels of one service: (dict "name" NAME "root" $) */}}
+{{- define "evidentia.selector" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: evidentia
+{{- end -}}
+
+{{/* The image of a service: (dict "name" NAME "root" $) */}}
+{{- define "evidentia.image" -}}
+{{- $svc := index .root.Values.services .name -}}
+{{- if $svc.image -}}
+{{ $svc.image }}
+{{- else if .root.Values.image.registry -}}
+{{ printf "%s/evidentia-%s:%s" (trimSuffix "/" .root.Values.image.registry) .name (toString .root.Values.image.tag) }}
+{{- else -}}
+{{ printf "evidentia-%s:%s" .name (toString .root.Values.image.tag) }}
+{{- end -}}
+{{- end -}}
+
+{{- define "evidentia.secretName" -}}
+{{- .Values.secrets.existingSecret | default "evidentia-secrets" -}}
+{{- end -}}
+
+{{- define "evidentia.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "evidentia" -}}
+{{- end -}}

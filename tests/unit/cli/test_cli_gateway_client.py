@@ -1,0 +1,208 @@
+"""The CLI's gateway client: the key on every call, 429 waited out as Retry-After says, readable errors and
+exit statuses, polling that backs off while a job stands still."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import socket
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from cli import exits
+from cli._common import follow_job
+from cli.gateway import Backoff, GatewayClient, GatewayError, retry_after_seconds
+from cli.main import build_parser, main
+from shared.db.jobs import JobStatus
+
+
+def test_retry_after_reads_seconds_and_http_dates() -> None:
+    assert retry_after_seconds("7") == 7.0
+    assert retry_after_seconds(" 0 ") == 0.0
+    now = time.time()
+    date = email.utils.formatdate(now + 30, usegmt=True)
+    wait = retry_after_seconds(date, now=now)
+    assert wait is not None and 29.0 <= wait <= 31.0
+    assert retry_after_seconds(email.utils.formatdate(now - 60, usegmt=True), now=now) == 0.0
+    assert retry_after_seconds(None) is None
+    assert retry_after_seconds("soon") is None
+
+
+def _client(handler: Any, key: str | None = "k-123", **kw: Any) -> tuple[GatewayClient, list[float]]:
+    slept: list[float] = []
+    gw = GatewayClient(
+        "http://gateway",
+        key,
+        transport=httpx.MockTransport(handler),
+        sleep=slept.append,
+        max_retry_wait=60,
+        jitter=0.0,
+        **kw,
+    )
+    return gw, slept
+
+
+def test_429_is_retried_after_the_wait_the_gateway_asks_for_with_the_key_every_time() -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        if len(seen) < 3:
+            return httpx.Response(429, headers={"Retry-After": str(len(seen) * 2)}, json={"detail": "slow down"})
+        return httpx.Response(200, json={"ok": True})
+
+    gw, slept = _client(handler)
+    assert gw.get_json("/v1/ingest/j") == {"ok": True}
+    assert slept == [2.0, 4.0]
+    assert seen == ["Bearer k-123"] * 3
+    assert gw.rate_limited == 2
+
+
+def test_429_without_retry_after_backs_off_exponentially_then_gives_up_with_tempfail() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, json={"detail": "rate limit exceeded"})
+
+    gw, slept = _client(handler, max_429_retries=4)
+    with pytest.raises(GatewayError) as err:
+        gw.get_json("/v1/ingest/j")
+    assert slept == [1.0, 2.0, 4.0, 8.0]
+    assert err.value.exit_code == exits.TEMPFAIL
+    assert "rate limited (429)" in err.value.message
+
+
+def test_a_wait_past_the_deadline_is_not_slept_through() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "50"}, json={"detail": "x"})
+
+    gw, slept = _client(handler)
+    with pytest.raises(GatewayError) as err:
+        gw.get_json("/x", deadline=time.monotonic() + 5)
+    assert slept == [] and err.value.status == 429
+
+
+def test_with_a_deadline_429s_are_waited_out_past_the_retry_count_and_with_jitter() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls <= 12:
+            return httpx.Response(429, headers={"Retry-After": "2"}, json={"detail": "x"})
+        return httpx.Response(200, json={})
+
+    gw, slept = _client(handler, max_429_retries=3)
+    gw.jitter = 0.5
+    gw.get_json("/x", deadline=time.monotonic() + 3600)
+    assert len(slept) == 12
+    assert all(s >= 2.0 for s in slept) and len(set(slept)) > 1  # spread, never under Retry-After
+    assert 2.0 <= slept[0] <= 3.0 and slept[5] >= 32.0 and max(slept) <= 60.0  # backs off, capped
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code", "words"),
+    [
+        (401, {"detail": "missing or invalid API key"}, exits.NOPERM, "does not accept this API key"),
+        (404, {"detail": "no ingestion job j"}, exits.NOINPUT, "no ingestion job j"),
+        (
+            422,
+            {"detail": [{"loc": ["body", "top_n"], "msg": "Input should be less than 100"}]},
+            exits.DATAERR,
+            "top_n: Input should be less than 100",
+        ),
+        (503, {"detail": "message broker unavailable"}, exits.UNAVAILABLE, "cannot answer (503)"),
+        (500, "Internal Server Error", exits.SOFTWARE, "failed (500)"),
+    ],
+)
+def test_refusals_become_one_readable_line_and_an_exit_status(status: int, body: Any, code: int, words: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json=body) if isinstance(body, dict) else httpx.Response(status, text=body)
+
+    gw, _ = _client(handler)
+    with pytest.raises(GatewayError) as err:
+        gw.post_json("/v1/search", {"query": "q"}, what="search")
+    assert err.value.exit_code == code
+    assert words in err.value.message and err.value.message.startswith("search: ")
+    assert "\n" not in err.value.message
+
+
+def test_a_401_without_a_key_says_how_to_send_one() -> None:
+    gw, _ = _client(lambda r: httpx.Response(401, json={"detail": "missing"}), key=None)
+    with pytest.raises(GatewayError) as err:
+        gw.get_json("/v1/ingest/j")
+    assert "--api-key" in err.value.message and "EVIDENTIA_API_KEY" in err.value.message
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_stopped_gateway_is_exit_69_with_a_readable_line_and_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    for argv in (["search", "aspirin"], ["ask", "aspirin?"], ["ingest", "--pmids", "1", "--no-wait"]):
+        assert main(["--gateway-url", url, *argv]) == exits.UNAVAILABLE
+        err = capsys.readouterr().err
+        assert err.startswith("evidentia: error: ") and "cannot reach the gateway at " + url in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main([*["search", "aspirin", "--json"], "--gateway-url", url]) == exits.UNAVAILABLE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert '"exit_code": 69' in captured.err
+
+
+def test_global_options_reach_every_command_before_or_after_it() -> None:
+    parser = build_parser()
+    for argv in (
+        ["--json", "--gateway-url", "http://g:1", "--api-key", "K", "search", "q"],
+        ["search", "q", "--json", "--gateway-url", "http://g:1", "--api-key", "K"],
+    ):
+        args = parser.parse_args(argv)
+        assert (args.json, args.gateway_url, args.api_key) == (True, "http://g:1", "K")
+    for command in (["settings"], ["db", "status"], ["topics", "list"], ["models", "list"], ["parse", "f"]):
+        assert parser.parse_args([*command, "--json"]).json is True
+    assert parser.parse_args(["search", "q"]).json is False
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("evidentia ") and out.strip() != "evidentia"
+
+
+def test_backoff_grows_to_its_cap_and_resets() -> None:
+    b = Backoff(initial=1.0, factor=2.0, maximum=5.0)
+    assert [b.next() for _ in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    b.reset()
+    assert b.next() == 1.0
+
+
+def _status(embedded: int, done: bool) -> JobStatus:
+    return JobStatus(
+        job_id="j", kind="pmids", state="discovered" if done else "running", total=2, counts={"embedded": embedded}
+    )
+
+
+async def test_polling_backs_off_while_a_job_stands_still_and_speeds_up_when_it_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        slept.append(round(s, 3))
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    timeline = [_status(0, False)] * 5 + [_status(1, False)] * 2 + [_status(2, True)]
+
+    async def fetch() -> JobStatus:
+        return timeline.pop(0)
+
+    status = await follow_job(fetch, "j", timeout=3600, backoff=Backoff(1.0, 2.0, 8.0), show=False)
+    assert status.done
+    # stands still: 1, 2, 4, 8, 8; moves: back to 1, then 2
+    assert slept == [1.0, 2.0, 4.0, 8.0, 8.0, 1.0, 2.0]
