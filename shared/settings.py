@@ -15,7 +15,7 @@ import uuid
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -241,6 +241,9 @@ class ServiceSettings(BaseSettings):
     gateway_url: str = Field("http://127.0.0.1:8000", description="Where the CLI finds the gateway.")
 
 
+API_SCOPES = ("read", "ingest", "admin")
+
+
 class GatewaySettings(BaseSettings):
     model_config = _config("EVIDENTIA_GATEWAY_")
 
@@ -248,8 +251,11 @@ class GatewaySettings(BaseSettings):
         "",
         description=(
             "SHA-256 hex digests of the accepted API keys (`Authorization: Bearer <key>`), comma separated; "
-            'make one with `printf %s "$KEY" | sha256sum`. Empty: authentication is OFF and every `/v1` route '
-            "is open (fine on 127.0.0.1, never for a shared deployment)."
+            'make one with `printf %s "$KEY" | sha256sum`. Each digest may name its scopes after a colon, '
+            "joined by `+`: `read` (questions, search, workflows, job status), `ingest` (`POST /v1/ingest`), "
+            "`admin` (`/v1/admin/...`; implies the others), e.g. `<digest>:ingest`; every key can `read`, a bare "
+            "digest only that. Empty: authentication is OFF and every `/v1` route is open with every scope (fine on "
+            "127.0.0.1, never for a shared deployment)."
         ),
     )
     rate_limit_per_minute: float = Field(
@@ -272,8 +278,30 @@ class GatewaySettings(BaseSettings):
         15, ge=0, description="Most chunks cited earlier in a conversation added to a follow-up's retrieval."
     )
 
+    @model_validator(mode="after")
+    def _scopes_known(self) -> GatewaySettings:
+        self.key_scopes()  # a misspelt scope stops the gateway at start-up, with the reason
+        return self
+
     def key_hashes(self) -> frozenset[str]:
-        return frozenset(h.strip().lower() for h in self.api_key_hashes.split(",") if h.strip())
+        return frozenset(self.key_scopes())
+
+    def key_scopes(self) -> dict[str, frozenset[str]]:
+        """{digest: scopes} from ``api_key_hashes`` (every key reads; ``admin`` implies every scope)."""
+        keys: dict[str, frozenset[str]] = {}
+        for entry in self.api_key_hashes.split(","):
+            digest, _, named = entry.strip().partition(":")
+            digest = digest.strip().lower()
+            if not digest:
+                continue
+            scopes = {s.strip().lower() for s in named.split("+") if s.strip()} | {"read"}
+            unknown = scopes - set(API_SCOPES)
+            if unknown:
+                raise ValueError(f"unknown API key scopes {sorted(unknown)} (known: {', '.join(API_SCOPES)})")
+            if "admin" in scopes:
+                scopes = set(API_SCOPES)
+            keys[digest] = keys.get(digest, frozenset()) | frozenset(scopes)
+        return keys
 
     def origins(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]

@@ -25,11 +25,12 @@ from services.gateway.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from shared import metrics
+from shared import metrics, provenance
 from shared.broker import RemoteError, RequestTimeout
 from shared.db import create_pool
 from shared.db.jobs import JobStatus, create_job, job_status
 from shared.events import (
+    DocumentDeleted,
     DocumentFetched,
     IngestRequested,
     RetrievalRequest,
@@ -69,6 +70,22 @@ async def refuse_nul_characters(request: Request) -> None:
     once, with a reason (422) instead of failing later in the database with a 500."""
     if request.method in ("POST", "PUT", "PATCH") and _ESCAPED_NUL.search(await request.body()):
         raise HTTPException(422, "text may not contain NUL (\\u0000) characters")
+
+
+async def check_provenance(pool: asyncpg.Pool, body: IngestRequest) -> None:
+    """Inline documents may not stand for an NCBI record (:mod:`shared.provenance`): 422 for ids that contradict
+    each other, 409 when an id is stored as a record fetched from NCBI. Nothing of the request is accepted then."""
+    problems = [f"{d.document_id}: {why}" for d in body.documents if (why := provenance.inconsistency(d))]
+    if problems:
+        raise HTTPException(422, "; ".join(problems[:20]))
+    claimed = list(dict.fromkeys(i for d in body.documents for i in provenance.claimed_ids(d)))
+    taken = await provenance.ncbi_records(pool, claimed)
+    if taken:
+        raise HTTPException(
+            409,
+            f"{', '.join(taken[:20])}{' ...' if len(taken) > 20 else ''} {provenance.CONFLICT_REASON}; "
+            "nothing of this request was ingested",
+        )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -148,8 +165,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         response_model=IngestAccepted,
         tags=["ingestion"],
         summary="Start an ingestion job (query, PMIDs, Bookshelf publisher or inline documents); returns at once",
+        dependencies=[Depends(security.require("ingest"))],
+        responses={
+            403: {"description": "The API key lacks the `ingest` scope"},
+            409: {"description": "An inline document claims an id stored as a record fetched from NCBI"},
+        },
     )
     async def ingest(body: IngestRequest) -> IngestAccepted:
+        if body.documents:
+            await check_provenance(gateway.pool, body)
         job_id = uuid.uuid4().hex
         kind = "documents" if body.documents else "query" if body.query else "pmids" if body.pmids else "bookshelf"
         await create_job(gateway.pool, job_id, kind, body.model_dump(mode="json", exclude={"documents"}))
@@ -183,6 +207,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if not (body.query or body.pmids or body.bookshelf_publisher):
                 await mark_job(gateway.pool, job_id, "discovered")
         return IngestAccepted(job_id=job_id, status_url=f"/v1/ingest/{job_id}")
+
+    @app.delete(
+        "/v1/admin/documents/{document_id}",
+        status_code=202,
+        tags=["administration"],
+        summary="Remove a stored document with its chunks and vectors (needs the `admin` scope)",
+        dependencies=[Depends(security.require("admin"))],
+        responses={403: {"description": "The API key lacks the `admin` scope"}, 404: {"description": "Not stored"}},
+    )
+    async def delete_document(document_id: str) -> dict[str, str]:
+        if "\x00" in document_id:
+            raise HTTPException(422, "document ids may not contain NUL characters")
+        row = await gateway.pool.fetchrow(
+            "SELECT source, source_id, origin FROM documents WHERE document_id = $1", document_id
+        )
+        if row is None:
+            raise HTTPException(404, f"no stored document {document_id}")
+        event = DocumentDeleted(document_id=document_id, source=row["source"], source_id=row["source_id"])
+        await gateway.kafka.publish(event, DOCUMENTS_FETCHED, document_id)
+        return {"document_id": document_id, "origin": str(row["origin"]), "status": "deletion published"}
 
     @app.get(
         "/v1/ingest/{job_id}",
