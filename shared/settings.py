@@ -336,6 +336,34 @@ class WorkflowSettings(BaseSettings):
     rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one drug interaction API call.")
 
 
+class SafetySettings(BaseSettings):
+    """The emergency guard (``shared.safety``), applied by the gateway and the synthesizer alike."""
+
+    model_config = _config("EVIDENTIA_SAFETY_")
+
+    semantic: bool = Field(
+        True,
+        description=(
+            "Use the guard's semantic model (a sentence embedding and a logistic regression trained on "
+            "labelled messages, `shared/safety_guard.json`) besides its linguistic rules; false: rules only."
+        ),
+    )
+    guard_model: str = Field(
+        "all-MiniLM-L6-v2",
+        description=(
+            "Embedding model of the semantic guard (CPU). Must be the model its weights were trained with "
+            "(`python -m evaluation.emergency_guard` retrains them); otherwise the guard uses its rules only."
+        ),
+    )
+    threshold: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Probability from which the semantic model calls a message an emergency; "
+        "default: the one chosen by cross-validation when the weights were trained.",
+    )
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
@@ -351,6 +379,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)  # type: ignore[arg-type]
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
+    safety: SafetySettings = Field(default_factory=SafetySettings)  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=1)
