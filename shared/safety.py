@@ -370,8 +370,10 @@ def rule_verdict(text: str) -> EmergencyVerdict:
     self_harm = found.get("an intent to die or self-harm")
     if self_harm and not (person or now):  # "suicide prevention in schizophrenia": a topic, no one in it
         return EmergencyVerdict(False, f"{situation} named as a topic, no one in it now", situation, None, rule="topic")
-    if self_harm and first and not clinician and not past:
-        # A stated intent to die in the first person: whatever the rest of the message asks.
+    topic_word = re.fullmatch(r"suicides?|self[- ]harm", self_harm or "", re.IGNORECASE)
+    if self_harm and first and not clinician and not past and not (topic_word and research):
+        # A stated intent to die in the first person, whatever the rest of the message asks (but "I study
+        # suicide in adolescents" names a topic of research).
         return _verdict(True, "intent to die", situation, person, cues, "intent")
     framing = clinician or research
     if framing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -35,6 +36,7 @@ from shared.events import (
     IngestRequested,
     RetrievalRequest,
 )
+from shared.safety import default_guard
 from shared.settings import Settings, get_settings
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 
@@ -50,6 +52,8 @@ class Gateway:
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
         await self.kafka.start()
+        # The emergency guard's model loads now, not on the first question.
+        await asyncio.to_thread(default_guard().warm_up)
 
     async def stop(self) -> None:
         await self.kafka.stop()

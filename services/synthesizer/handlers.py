@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from faststream.kafka import KafkaBroker, KafkaMessage
@@ -22,8 +23,10 @@ class SynthesizerState:
         self._core: Synthesizer | None = None
 
     async def start(self) -> None:
-        self._core = Synthesizer.from_settings(self.settings)
-        log.info("synthesizer mode", extra={"mode": "llm" if self._core.llm else "extractive"})
+        core = Synthesizer.from_settings(self.settings)
+        await asyncio.to_thread(core.guard.warm_up)  # the emergency guard's model loads now, not on a question
+        self._core = core
+        log.info("synthesizer mode", extra={"mode": "llm" if core.llm else "extractive", "guard": core.guard.semantic})
 
     async def ready(self) -> bool:
         return self._core is not None

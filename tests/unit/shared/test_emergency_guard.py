@@ -110,3 +110,5 @@ def test_rules_tell_history_and_topics_from_a_person_in_danger() -> None:
     }
     assert not rule_verdict("Clozapine and suicide prevention in schizophrenia").emergency
     assert rule_verdict("thinking about suicide").emergency
+    assert rule_verdict("I feel suicidal and want to know if the evidence says therapy helps").rule == "intent"
+    assert rule_verdict("I study suicide in adolescents: which risk factors matter most?").rule != "intent"
