@@ -48,12 +48,14 @@ class Gateway:
         self.settings = settings
         self.kafka = GatewayKafka(settings)
         self._pool: asyncpg.Pool | None = None
+        self._warm: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
         await self.kafka.start()
-        # The emergency guard's model loads now, not on the first question.
-        await asyncio.to_thread(default_guard().warm_up)
+        # The emergency guard's model loads now, in the background (start-up and readiness do not wait for it;
+        # a question asked meanwhile waits for the model, it is never let through unchecked).
+        self._warm = asyncio.create_task(asyncio.to_thread(default_guard().warm_up))
 
     async def stop(self) -> None:
         await self.kafka.stop()

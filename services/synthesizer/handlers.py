@@ -21,10 +21,12 @@ class SynthesizerState:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._core: Synthesizer | None = None
+        self._warm: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         core = Synthesizer.from_settings(self.settings)
-        await asyncio.to_thread(core.guard.warm_up)  # the emergency guard's model loads now, not on a question
+        # The emergency guard's model loads in the background: a request meanwhile waits for it (never unchecked).
+        self._warm = asyncio.create_task(asyncio.to_thread(core.guard.warm_up))
         self._core = core
         log.info("synthesizer mode", extra={"mode": "llm" if core.llm else "extractive", "guard": core.guard.semantic})
 
