@@ -126,7 +126,7 @@ lock: require-venv ## Re-pin requirements/*.lock from pyproject.toml (uv, PyPI; 
 	  -o requirements/dev.lock
 	for s in $(LOCK_SERVICES); do \
 	  o=requirements/overrides/$$s.txt; test -f $$o || o=requirements/overrides/default.txt; \
-	  deps=; case $$s in embedder|retriever) deps=requirements/torch-cpu-deps.in;; esac; \
+	  deps=; case $$s in embedder|retriever|synthesizer|gateway) deps=requirements/torch-cpu-deps.in;; esac; \
 	  $(UV_COMPILE) $$deps --extra $$s --override $$o -c requirements/dev.lock -o requirements/$$s.lock || exit 1; \
 	done
 

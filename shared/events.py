@@ -431,6 +431,17 @@ class SynthesisRequest(Event):
     summarize: bool = Field(True, description="Also produce the structured evidence summary.")
 
 
+class EmergencyCheck(BaseModel):
+    """Why the emergency guard answered with the advice to call emergency services (``shared.safety``)."""
+
+    reason: str = Field(description="The guard's reason in words, with the cues it rests on.")
+    situation: str = Field(description='The acute situation recognised, e.g. "signs of a stroke".')
+    person: str = Field(description="Whom it happens to: the writer, someone with the writer, or unknown.")
+    probability: float | None = Field(
+        None, description="The semantic model's probability that this is an emergency (None: rules only)."
+    )
+
+
 class SynthesisReply(Event):
     schema_version: Literal[1] = 1
     answer: str = ""
@@ -446,6 +457,9 @@ class SynthesisReply(Event):
     )
     summary: EvidenceSummary | None = Field(None, description="The structured evidence summary.")
     time_to_first_token_ms: float | None = Field(None, description="From request to the first token (streamed).")
+    emergency: EmergencyCheck | None = Field(
+        None, description="Set when the emergency guard answered (mode `emergency`): the guard's reason."
+    )
 
 
 class SynthesisToken(Event):

@@ -364,6 +364,9 @@ class ServiceSettings(BaseSettings):
     )
 
 
+API_SCOPES = ("read", "ingest", "admin")
+
+
 class GatewaySettings(BaseSettings):
     model_config = _config("EVIDENTIA_GATEWAY_")
 
@@ -371,9 +374,11 @@ class GatewaySettings(BaseSettings):
         "",
         description=(
             "SHA-256 hex digests of the accepted API keys (`Authorization: Bearer <key>`), comma separated; "
-            'make one with `printf %s "$KEY" | sha256sum`. Empty: authentication is OFF and every `/v1` route '
-            "is open, which the gateway allows only on a loopback address unless "
-            "`EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS=true`."
+            'make one with `printf %s "$KEY" | sha256sum`. Each digest may name its scopes after a colon, '
+            "joined by `+`: `read` (questions, search, workflows, job status), `ingest` (`POST /v1/ingest`), "
+            "`admin` (`/v1/admin/...`; implies the others), e.g. `<digest>:ingest`; every key can `read`, a bare "
+            "digest only that. Empty: authentication is OFF and every `/v1` route is open with every scope, which "
+            "the gateway allows only on a loopback address unless `EVIDENTIA_GATEWAY_ALLOW_ANONYMOUS=true`."
         ),
     )
     allow_anonymous: bool = Field(
@@ -403,8 +408,30 @@ class GatewaySettings(BaseSettings):
         15, ge=0, description="Most chunks cited earlier in a conversation added to a follow-up's retrieval."
     )
 
+    @model_validator(mode="after")
+    def _scopes_known(self) -> GatewaySettings:
+        self.key_scopes()  # a misspelt scope stops the gateway at start-up, with the reason
+        return self
+
     def key_hashes(self) -> frozenset[str]:
-        return frozenset(h.strip().lower() for h in self.api_key_hashes.split(",") if h.strip())
+        return frozenset(self.key_scopes())
+
+    def key_scopes(self) -> dict[str, frozenset[str]]:
+        """{digest: scopes} from ``api_key_hashes`` (every key reads; ``admin`` implies every scope)."""
+        keys: dict[str, frozenset[str]] = {}
+        for entry in self.api_key_hashes.split(","):
+            digest, _, named = entry.strip().partition(":")
+            digest = digest.strip().lower()
+            if not digest:
+                continue
+            scopes = {s.strip().lower() for s in named.split("+") if s.strip()} | {"read"}
+            unknown = scopes - set(API_SCOPES)
+            if unknown:
+                raise ValueError(f"unknown API key scopes {sorted(unknown)} (known: {', '.join(API_SCOPES)})")
+            if "admin" in scopes:
+                scopes = set(API_SCOPES)
+            keys[digest] = keys.get(digest, frozenset()) | frozenset(scopes)
+        return keys
 
     def origins(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
@@ -463,6 +490,34 @@ class TracingSettings(BaseSettings):
     export_timeout_s: float = Field(10.0, gt=0, description="Timeout of one export to the collector.")
 
 
+class SafetySettings(BaseSettings):
+    """The emergency guard (``shared.safety``), applied by the gateway and the synthesizer alike."""
+
+    model_config = _config("EVIDENTIA_SAFETY_")
+
+    semantic: bool = Field(
+        True,
+        description=(
+            "Use the guard's semantic model (a sentence embedding and a logistic regression trained on "
+            "labelled messages, `shared/safety_guard.json`) besides its linguistic rules; false: rules only."
+        ),
+    )
+    guard_model: str = Field(
+        "all-MiniLM-L6-v2",
+        description=(
+            "Embedding model of the semantic guard (CPU). Must be the model its weights were trained with "
+            "(`python -m evaluation.emergency_guard` retrains them); otherwise the guard uses its rules only."
+        ),
+    )
+    threshold: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Probability from which the semantic model calls a message an emergency; "
+        "default: the one chosen by cross-validation when the weights were trained.",
+    )
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
@@ -479,6 +534,7 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)  # type: ignore[arg-type]
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
     tracing: TracingSettings = Field(default_factory=TracingSettings)  # type: ignore[arg-type]
+    safety: SafetySettings = Field(default_factory=SafetySettings)  # type: ignore[arg-type]
 
     def public_dump(self) -> dict[str, Any]:
         """Every value in force as JSON-ready data, with secrets masked.

@@ -74,12 +74,15 @@ async def record_search(
 
 
 async def filter_new_pmids(pool: Db, pmids: Sequence[str], refresh: bool = False) -> list[str]:
-    """``pmids`` once each, in order, less those already stored as ``pubmed:<pmid>`` unless ``refresh``."""
+    """``pmids`` once each, in order, less those already stored as ``pubmed:<pmid>`` unless ``refresh``.
+
+    Only a record fetched from NCBI counts as stored: an inline document under the same id is fetched over
+    (see :mod:`shared.provenance`)."""
     unique = dedupe(pmids)
     if refresh or not unique:
         return unique
     rows = await pool.fetch(
-        "SELECT document_id FROM documents WHERE document_id = ANY($1::text[])",
+        "SELECT document_id FROM documents WHERE document_id = ANY($1::text[]) AND origin = 'ncbi'",
         [document_id("pubmed", p) for p in unique],
     )
     stored = {str(r["document_id"]).split(":", 1)[1] for r in rows}
@@ -87,5 +90,8 @@ async def filter_new_pmids(pool: Db, pmids: Sequence[str], refresh: bool = False
 
 
 async def stored_document_ids(pool: Db, document_ids: Sequence[str]) -> set[str]:
-    rows = await pool.fetch("SELECT document_id FROM documents WHERE document_id = ANY($1::text[])", list(document_ids))
+    """Those of ``document_ids`` stored as records fetched from NCBI (inline copies do not count)."""
+    rows = await pool.fetch(
+        "SELECT document_id FROM documents WHERE document_id = ANY($1::text[]) AND origin = 'ncbi'", list(document_ids)
+    )
     return {str(r["document_id"]) for r in rows}

@@ -5,9 +5,9 @@
 - ``POST /v1/admin/dlq/{topic}/replay``: send chosen letters (``refs``, or ``all`` with an optional
   ``error_type``) back to their topic; ``force`` replays letters replayed before.
 
-Access: like every ``/v1`` route these need an API key when keys are configured. There is no separate
-admin role yet; with authentication off (no keys), they answer only clients on this host (loopback),
-because replaying events is not something an anonymous network client may do.
+Access: a key with the ``admin`` scope when keys are configured (403 naming the scope otherwise); with
+authentication off (no keys), only clients on this host (loopback), because replaying events is not
+something an anonymous network client may do.
 """
 
 from __future__ import annotations
@@ -18,15 +18,20 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
+from services.gateway import security
 from shared import dlq
 
 router = APIRouter(prefix="/v1/admin/dlq", tags=["admin"])
 
 
-def require_admin(request: Request) -> None:
+_admin_scope = security.require("admin")
+
+
+async def require_admin(request: Request) -> None:
     gateway = request.app.state.gateway
     if gateway.settings.gateway.key_hashes():
-        return  # the API guard has checked the key already
+        await _admin_scope(request)  # the API guard has checked the key; it must carry the admin scope
+        return
     host = request.client.host if request.client else ""
     try:
         local = ipaddress.ip_address(host).is_loopback

@@ -48,7 +48,7 @@ from shared.events import (
     new_trace_id,
 )
 from shared.models import SearchHit
-from shared.safety import DISCLAIMER, EMERGENCY_ANSWER, is_emergency
+from shared.safety import EmergencyVerdict, acheck_emergency, emergency_reply
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class AnswerService:
     async def _begin(self, body: AskRequest, owner: str | None, start: float) -> Turn:
         ctx = await self._context(body, owner)  # again, under the conversation's lock: it may have moved on
         standalone = body.question.strip()
-        if ctx.turns and not is_emergency(body.question):
+        if ctx.turns and not (await acheck_emergency(body.question)).emergency:
             standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question)
         return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start)
 
@@ -176,14 +176,8 @@ class AnswerService:
         )
 
     @staticmethod
-    def _emergency(turn: Turn) -> SynthesisReply:
-        return SynthesisReply(
-            trace_id=turn.trace_id,
-            answer=EMERGENCY_ANSWER,
-            numbered_answer=EMERGENCY_ANSWER,
-            mode="emergency",
-            disclaimer=DISCLAIMER,
-        )
+    def _emergency(turn: Turn, verdict: EmergencyVerdict) -> SynthesisReply:
+        return emergency_reply(verdict, turn.trace_id)
 
     @staticmethod
     def references(ctx: ConversationContext, reply: SynthesisReply) -> list[Citation]:
@@ -229,6 +223,7 @@ class AnswerService:
             references=self.references(turn.ctx, reply),
             citation_check=reply.citation_check,
             summary=reply.summary,
+            emergency=reply.emergency,
             disclaimer=reply.disclaimer,
             sources=hits if turn.body.return_sources else [],
             timings_ms=timings,
@@ -256,8 +251,9 @@ class AnswerService:
                 turn = await self._begin(body, owner, start)
                 hits: list[SearchHit] = []
                 timings: dict[str, float] = {}
-                if is_emergency(body.question):
-                    reply = self._emergency(turn)
+                verdict = await acheck_emergency(body.question)
+                if verdict.emergency:
+                    reply = self._emergency(turn, verdict)
                 else:
                     hits, timings["retrieval"] = await self._retrieve(turn)
                     t0 = time.perf_counter()
@@ -330,9 +326,12 @@ class AnswerService:
         timings: dict[str, float] = {}
         first: float | None = None
         hits: list[SearchHit] = []
-        if is_emergency(body.question):
-            reply = self._emergency(turn)
-            yield sse("retrieval_done", {**head, "sources": [], "skipped": "emergency"})
+        verdict = await acheck_emergency(body.question)
+        if verdict.emergency:
+            reply = self._emergency(turn, verdict)
+            yield sse(
+                "retrieval_done", {**head, "sources": [], "skipped": "emergency", "emergency_reason": verdict.reason}
+            )
             first = time.perf_counter() - start
             yield sse("token", {"seq": 0, "text": reply.answer})
         else:
@@ -384,6 +383,7 @@ class AnswerService:
                 "citations": [c.model_dump() for c in reply.citations],
                 "references": [c.model_dump() for c in self.references(turn.ctx, reply)],
                 "citation_check": reply.citation_check.model_dump(),
+                "emergency": reply.emergency.model_dump() if reply.emergency else None,
                 "disclaimer": reply.disclaimer,
             },
         )

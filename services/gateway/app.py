@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -27,16 +28,18 @@ from services.gateway.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from shared import metrics, tracing
+from shared import metrics, provenance, tracing
 from shared.broker import RemoteError, RequestTimeout
 from shared.claimcheck import oversized_reason
 from shared.db import create_pool
 from shared.db.jobs import JobStatus, create_job, job_status
 from shared.events import (
+    DocumentDeleted,
     DocumentFetched,
     IngestRequested,
     RetrievalRequest,
 )
+from shared.safety import default_guard
 from shared.settings import Settings, get_settings
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 
@@ -48,11 +51,15 @@ class Gateway:
         self.settings = settings
         self.kafka = GatewayKafka(settings)
         self._pool: asyncpg.Pool | None = None
+        self._warm: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         # No statement of the gateway outlives the request timeout its own callers are held to.
         self._pool = await create_pool(self.settings.database, caller_timeout_s=self.settings.kafka.request_timeout_s)
         await self.kafka.start()
+        # The emergency guard's model loads now, in the background (start-up and readiness do not wait for it;
+        # a question asked meanwhile waits for the model, it is never let through unchecked).
+        self._warm = asyncio.create_task(asyncio.to_thread(default_guard().warm_up))
 
     async def stop(self) -> None:
         await self.kafka.stop()
@@ -83,6 +90,22 @@ def _error_response(body: dict[str, Any], request: Request) -> JSONResponse:
     headers = _error_headers(body) or {}
     headers.update(tracing.response_headers())
     return JSONResponse({k: v for k, v in body.items() if k != "message"}, status_code=body["status"], headers=headers)
+
+
+async def check_provenance(pool: asyncpg.Pool, body: IngestRequest) -> None:
+    """Inline documents may not stand for an NCBI record (:mod:`shared.provenance`): 422 for ids that contradict
+    each other, 409 when an id is stored as a record fetched from NCBI. Nothing of the request is accepted then."""
+    problems = [f"{d.document_id}: {why}" for d in body.documents if (why := provenance.inconsistency(d))]
+    if problems:
+        raise HTTPException(422, "; ".join(problems[:20]))
+    claimed = list(dict.fromkeys(i for d in body.documents for i in provenance.claimed_ids(d)))
+    taken = await provenance.ncbi_records(pool, claimed)
+    if taken:
+        raise HTTPException(
+            409,
+            f"{', '.join(taken[:20])}{' ...' if len(taken) > 20 else ''} {provenance.CONFLICT_REASON}; "
+            "nothing of this request was ingested",
+        )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -179,8 +202,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         response_model=IngestAccepted,
         tags=["ingestion"],
         summary="Start an ingestion job (query, PMIDs, Bookshelf publisher or inline documents); returns at once",
+        dependencies=[Depends(security.require("ingest"))],
+        responses={
+            403: {"description": "The API key lacks the `ingest` scope"},
+            409: {"description": "An inline document claims an id stored as a record fetched from NCBI"},
+        },
     )
     async def ingest(body: IngestRequest) -> IngestAccepted:
+        if body.documents:
+            await check_provenance(gateway.pool, body)
         job_id = uuid.uuid4().hex
         kind = "documents" if body.documents else "query" if body.query else "pmids" if body.pmids else "bookshelf"
         await create_job(gateway.pool, job_id, kind, body.model_dump(mode="json", exclude={"documents"}))
@@ -218,6 +248,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if not (body.query or body.pmids or body.bookshelf_publisher):
                 await mark_job(gateway.pool, job_id, "discovered")
         return IngestAccepted(job_id=job_id, status_url=f"/v1/ingest/{job_id}")
+
+    @app.delete(
+        "/v1/admin/documents/{document_id}",
+        status_code=202,
+        tags=["administration"],
+        summary="Remove a stored document with its chunks and vectors (needs the `admin` scope)",
+        dependencies=[Depends(security.require("admin"))],
+        responses={403: {"description": "The API key lacks the `admin` scope"}, 404: {"description": "Not stored"}},
+    )
+    async def delete_document(document_id: str) -> dict[str, str]:
+        if "\x00" in document_id:
+            raise HTTPException(422, "document ids may not contain NUL characters")
+        row = await gateway.pool.fetchrow(
+            "SELECT source, source_id, origin FROM documents WHERE document_id = $1", document_id
+        )
+        if row is None:
+            raise HTTPException(404, f"no stored document {document_id}")
+        event = DocumentDeleted(document_id=document_id, source=row["source"], source_id=row["source_id"])
+        await gateway.kafka.publish(event, DOCUMENTS_FETCHED, document_id)
+        return {"document_id": document_id, "origin": str(row["origin"]), "status": "deletion published"}
 
     @app.get(
         "/v1/ingest/{job_id}",

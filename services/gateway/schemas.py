@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from shared.events import Citation, CitationCheck, EvidenceSummary
+from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary
 from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, query_terms
 from shared.settings import get_settings
 
@@ -187,6 +187,9 @@ class AskResponse(BaseModel):
     )
     citation_check: CitationCheck
     summary: EvidenceSummary | None = Field(None, description="The structured evidence summary.")
+    emergency: EmergencyCheck | None = Field(
+        None, description="Mode `emergency`: why the emergency guard answered instead of the literature."
+    )
     disclaimer: str
     sources: list[SearchHit] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)

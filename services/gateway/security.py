@@ -3,6 +3,9 @@
 - API keys: ``Authorization: Bearer <key>``; the gateway keeps only SHA-256 digests of the keys
   (``EVIDENTIA_GATEWAY_API_KEY_HASHES``). No digests configured means authentication is off.
   A missing or unknown key gets 401 with ``WWW-Authenticate: Bearer``.
+- Scopes: each digest carries scopes (``read``, ``ingest``, ``admin``; ``<digest>:read+ingest``; a bare
+  digest is ``read``). A route that needs more than ``read`` depends on :func:`require`; a key without the
+  scope gets 403 with the scope it lacks. With authentication off every scope is granted.
 - Rate limit: a token bucket per key (per client address when authentication is off): a steady
   ``rate_limit_per_minute`` with bursts of ``rate_limit_burst``; over it, 429 with ``Retry-After``.
 - Body size: a ``Content-Length`` over ``max_body_bytes`` gets 413 before anything is read; a chunked body
@@ -22,16 +25,18 @@ import logging
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException, Request
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shared.settings import GatewaySettings
+from shared.settings import API_SCOPES, GatewaySettings
 
 GUARDED_PREFIX = "/v1/"
 log = logging.getLogger(__name__)
+ALL_SCOPES = frozenset(API_SCOPES)
 
 
 def key_digest(key: str) -> str:
@@ -70,7 +75,8 @@ class ApiGuard:
 
     def __init__(self, app: ASGIApp, settings: GatewaySettings):
         self.app = app
-        self.hashes = settings.key_hashes()
+        self.scopes = settings.key_scopes()
+        self.hashes = frozenset(self.scopes)
         self.max_body = settings.max_body_bytes
         self.bucket = TokenBucket(settings.rate_limit_per_minute, settings.rate_limit_burst)
 
@@ -108,7 +114,9 @@ class ApiGuard:
         if length is not None and length.isdigit() and int(length) > self.max_body:
             await _refuse(send, 413, f"request body over {self.max_body} bytes")
             return
-        scope.setdefault("state", {})["api_key_id"] = identity if identity.startswith("key:") else None
+        state = scope.setdefault("state", {})
+        state["api_key_id"] = identity if identity.startswith("key:") else None
+        state["api_scopes"] = self._granted(headers) if self.hashes else ALL_SCOPES
 
         received = 0
         started = False
@@ -152,6 +160,27 @@ class ApiGuard:
         for h in self.hashes:  # compare against every digest, in constant time each
             ok |= hmac.compare_digest(digest, h)
         return f"key:{digest[:16]}" if ok else None
+
+    def _granted(self, headers: dict[str, str]) -> frozenset[str]:
+        token = headers.get("authorization", "").partition(" ")[2].strip()
+        return self.scopes.get(key_digest(token), frozenset())
+
+
+def require(scope: str) -> Callable[[Request], Awaitable[None]]:
+    """A route dependency: 403 unless the caller's key has ``scope`` (every scope when auth is off)."""
+    if scope not in ALL_SCOPES:
+        raise ValueError(f"unknown scope {scope!r}")
+
+    async def check(request: Request) -> None:
+        granted: frozenset[str] = request.scope.get("state", {}).get("api_scopes", frozenset())
+        if scope not in granted:
+            raise HTTPException(
+                403,
+                f"this API key lacks the `{scope}` scope (it has: {', '.join(sorted(granted)) or 'none'}); "
+                f"grant it in EVIDENTIA_GATEWAY_API_KEY_HASHES as `<digest>:{scope}`",
+            )
+
+    return check
 
 
 async def _refuse(send: Send, status: int, detail: str, extra: dict[str, str] | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.intelligence.expansion import DrugProfile
-from shared.events import Citation, CitationCheck, EvidenceSummary
+from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary
 from shared.models import SearchFilters, SearchHit, SearchMode
 
 
@@ -150,7 +150,17 @@ class GuidelineResponse(BaseModel):
     population: str | None
     query: str = Field(description="The search query: condition + findings.")
     top_section: str | None = Field(description="Title path of the best-matching guideline section.")
-    assessment: str
+    assessment: str = Field(
+        description="The Assessment: written by Claude from the retrieved sections (citing them) when a key is "
+        "set; otherwise a template, labelled as one."
+    )
+    assessment_mode: Literal["llm", "template"] = Field(
+        "template", description="llm (Claude wrote it from the sections) or template (no model, or it failed)."
+    )
+    assessment_model: str | None = Field(None, description="The model that wrote the assessment, if one did.")
+    assessment_citation_check: CitationCheck = Field(
+        default_factory=CitationCheck, description="The assessment's citations checked against the sections."
+    )
     plan: list[PlanItem] = Field(description="The recommendations, each citing the guideline sections it rests on.")
     sections: list[GuidelineSection]
     answer: str
@@ -254,6 +264,9 @@ class QueryResponse(BaseModel):
     citations: list[Citation]
     citation_check: CitationCheck
     summary: EvidenceSummary | None
+    emergency: EmergencyCheck | None = Field(
+        None, description="Mode `emergency`: why the emergency guard answered instead of the literature."
+    )
     disclaimer: str
     sources: list[SearchHit]
     intelligence: QueryIntelligence

@@ -29,7 +29,13 @@ from services.gateway.intelligence.classify import Classification, QueryClassifi
 from services.gateway.intelligence.disease import DiseaseNormalizer, drug_disease_query, search_clause
 from services.gateway.intelligence.enhance import Enhancement, QueryEnhancer
 from services.gateway.intelligence.expansion import DrugProfile, SearchTermExpander
-from services.gateway.intelligence.guidelines import attribute, condition_query, finding_text, plan_question
+from services.gateway.intelligence.guidelines import (
+    attribute,
+    condition_query,
+    finding_text,
+    plan_question,
+    write_assessment,
+)
 from services.gateway.intelligence.language import Language, detect_language
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import InteractionCheck, RxNavClient
@@ -69,7 +75,7 @@ from shared.events import (
     new_trace_id,
 )
 from shared.models import QueryForm, SearchFilters, SearchHit
-from shared.safety import DISCLAIMER, EMERGENCY_ANSWER
+from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
 from shared.topics import INGEST_REQUESTS, NCBI_REQUESTS
 
@@ -455,18 +461,13 @@ class WorkflowService:
         ]
         plan = [p for p in plan if p.citation_ids] or plan
         top = sections[0].title_path if sections else None
-        described = "; ".join(findings) or "no findings given"
-        who = f" ({body.population.strip()})" if body.population else ""
-        if top:
-            assessment = (
-                f"{body.condition.strip()}{who} with {described}. The guideline section that matches "
-                f"this patient best: {top}."
-            )
-        else:
-            assessment = (
-                f"{body.condition.strip()}{who} with {described}. No stored guideline section matches: "
-                "ingest the relevant guidelines (Bookshelf) first."
-            )
+        t0 = time.perf_counter()
+        assessment = await write_assessment(self.llm, body.condition, findings, body.population, hits)
+        timings["assessment"] = _ms(t0)
+        check = synth.citation_check
+        if assessment.check.removed:  # what the assessment cited and may not is reported with the rest
+            removed = list(dict.fromkeys([*check.removed, *assessment.check.removed]))
+            check = check.model_copy(update={"removed": removed})
         timings["total"] = _ms(start)
         return GuidelineResponse(
             condition=body.condition.strip(),
@@ -474,7 +475,10 @@ class WorkflowService:
             population=body.population,
             query=query,
             top_section=top,
-            assessment=assessment,
+            assessment=assessment.text,
+            assessment_mode=assessment.mode,
+            assessment_model=assessment.model,
+            assessment_citation_check=assessment.check,
             plan=plan,
             sections=sections,
             answer=synth.answer,
@@ -482,7 +486,7 @@ class WorkflowService:
             mode=synth.mode,
             model=synth.model,
             citations=synth.citations,
-            citation_check=synth.citation_check,
+            citation_check=check,
             disclaimer=synth.disclaimer or DISCLAIMER,
             timings_ms=timings,
         )
@@ -533,18 +537,20 @@ class WorkflowService:
         answer_language = language.code if (enh.translated or language.english) else "en"
         if classification.category == "emergency":
             intelligence.route.append("emergency: answered at once, no retrieval and no model")
+            emergency = emergency_reply(await acheck_emergency(question), trace_id)
             timings["total"] = _ms(start)
             return QueryResponse(
                 question=question,
-                answer=EMERGENCY_ANSWER,
-                numbered_answer=EMERGENCY_ANSWER,
+                answer=emergency.answer,
+                numbered_answer=emergency.answer,
                 mode="emergency",
                 model=None,
                 answer_language="en",
                 citations=[],
                 citation_check=CitationCheck(),
                 summary=None,
-                disclaimer=DISCLAIMER,
+                emergency=emergency.emergency,
+                disclaimer=emergency.disclaimer,
                 sources=[],
                 intelligence=intelligence,
                 timings_ms=timings,

@@ -13,6 +13,7 @@ from faststream.middlewares import AckPolicy
 
 from services.parser.chunking import Chunker, build_chunker
 from services.parser.core import chunk_document, parse_content
+from services.parser.imported import server_side
 from services.parser.store import chunks_missing_vectors, delete_document, store_document
 from shared import metrics
 from shared.broker import PoisonEvent, add_dead_letter_hook, decode
@@ -22,6 +23,7 @@ from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding.passage_tokens import PassageTokenizer, passage_tokenizer
 from shared.events import ChunkCreated, DocumentDeleted, DocumentFetched
 from shared.models import ParsedDocument
+from shared.provenance import Origin
 from shared.settings import Settings
 from shared.topics import CHUNKS_CREATED, DOCUMENTS_FETCHED
 
@@ -88,8 +90,7 @@ def parse_event(event: DocumentFetched, chunker: Chunker) -> list[ParsedDocument
     try:
         if event.format == "document-json":
             assert event.document is not None
-            doc = event.document
-            return [doc if doc.chunks else chunk_document(doc, chunker)]
+            return [chunk_document(server_side(event.document), chunker)]
         assert event.content is not None
         return parse_content(event.format, event.content, chunker=chunker)
     except ValueError as exc:  # bad XML, unsafe XML, wrong format: never going to work
@@ -125,9 +126,14 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
             except ClaimMissing as exc:
                 raise PoisonEvent(str(exc)) from exc
         docs = await asyncio.to_thread(parse_event, event, state.chunker)
+        origin: Origin = "inline" if event.format == "document-json" else "ncbi"
         for doc in docs:
-            result = await store_document(state.pool, doc)
+            result = await store_document(state.pool, doc, origin)
             metrics.DOCUMENTS_STORED.labels(result.outcome).inc()
+            if result.outcome == "refused":  # an inline document for an NCBI record: the record stays
+                await set_stage(state.pool, [doc.document_id], "failed", result.reason, force=True)
+                log.warning("inline document refused", extra={"document_id": doc.document_id, "reason": result.reason})
+                continue
             chunks = result.chunks
             if result.outcome == "unchanged":
                 chunks = await chunks_missing_vectors(state.pool, doc.document_id)

@@ -67,7 +67,7 @@ def _book_info(book_meta: etree._Element | None) -> BookInfo:
     )
 
 
-def _classify(book_title: str, chapter_title: str, publisher: str | None, subjects: list[str]) -> StudyType:
+def classify_book(book_title: str, chapter_title: str, publisher: str | None, subjects: list[str]) -> StudyType:
     text = " ".join([book_title, chapter_title, *subjects]).lower()
     if any(w in text for w in GUIDELINE_WORDS) or (publisher or "").lower().startswith("world health organization"):
         return "guideline"
@@ -102,7 +102,7 @@ def parse_part(part: etree._Element, book: BookInfo, root: etree._Element) -> Pa
     pub_date, year = jats_date(meta.find("pub-date")) if meta is not None else (None, None)
     if pub_date is None:
         pub_date, year = book.pub_date, book.year
-    study_type = _classify(book.title, chapter, book.publisher, book.subjects)
+    study_type = classify_book(book.title, chapter, book.publisher, book.subjects)
     contribs = (meta.findall("contrib-group") if meta is not None else []) or book.contrib_groups
     lang = part.get(XML_LANG) or root.get(XML_LANG) or book.language or "en"  # the BITS DTD default
     return ParsedDocument(

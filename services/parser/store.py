@@ -16,8 +16,9 @@ import asyncpg
 
 from services.parser.chunking import embedding_text
 from shared.models import Chunk, ParsedDocument
+from shared.provenance import CONFLICT_REASON, Origin, claimed_ids
 
-Outcome = Literal["inserted", "updated", "unchanged"]
+Outcome = Literal["inserted", "updated", "unchanged", "refused"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class StoreResult:
     document_id: str
     outcome: Outcome
     chunks: list[StoredChunk]
+    reason: str | None = None
 
 
 def chunk_id(document_id: str, content_hash: str, ordinal: int) -> str:
@@ -43,22 +45,40 @@ def _metadata(doc: ParsedDocument) -> str:
     return json.dumps(doc.model_dump(mode="json", exclude={"chunks", "full_text", "abstract"}))
 
 
-async def store_document(pool: asyncpg.Pool, doc: ParsedDocument) -> StoreResult:
-    """Insert or replace ``doc`` and its chunks; tell what happened and which chunks are new."""
+async def store_document(pool: asyncpg.Pool, doc: ParsedDocument, origin: Origin = "ncbi") -> StoreResult:
+    """Insert or replace ``doc`` and its chunks; tell what happened and which chunks are new.
+
+    ``origin`` is where the document came from (:mod:`shared.provenance`): an ``inline`` document that
+    claims an id stored as an NCBI record is ``refused`` (nothing written); an NCBI record replaces an
+    inline document of the same id even when their content is the same.
+    """
     digest = doc.content_hash()
     doc_id = doc.document_id
     async with pool.acquire() as conn, conn.transaction():
-        current = await conn.fetchval("SELECT content_hash FROM documents WHERE document_id = $1 FOR UPDATE", doc_id)
+        row = await conn.fetchrow(
+            "SELECT content_hash, origin FROM documents WHERE document_id = $1 FOR UPDATE", doc_id
+        )
+        if origin == "inline":
+            taken = await conn.fetch(
+                "SELECT document_id FROM documents WHERE document_id = ANY($1::text[]) AND origin = 'ncbi' FOR SHARE",
+                claimed_ids(doc),
+            )
+            if taken:
+                ids = ", ".join(sorted(str(r["document_id"]) for r in taken))
+                return StoreResult(doc_id, "refused", [], f"{ids} {CONFLICT_REASON}")
+        current = None if row is None else row["content_hash"]
         if current == digest:
+            if row is not None and row["origin"] != origin:
+                await conn.execute("UPDATE documents SET origin = $2 WHERE document_id = $1", doc_id, origin)
             return StoreResult(doc_id, "unchanged", [])
         outcome: Outcome = "inserted" if current is None else "updated"
         await conn.execute(
             """
             INSERT INTO documents (document_id, source, source_id, pmid, pmcid, doi, title, abstract,
                 full_text, journal, journal_iso, year, pub_date, language, publication_types, study_type,
-                evidence_level, mesh_terms, retracted, metadata, content_hash, updated_at)
-            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20::jsonb,$21, now())
-            ON CONFLICT (document_id) DO UPDATE SET
+                evidence_level, mesh_terms, retracted, metadata, content_hash, origin, updated_at)
+            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20::jsonb,$21,$22, now())
+            ON CONFLICT (document_id) DO UPDATE SET origin = EXCLUDED.origin,
                 pmid = EXCLUDED.pmid, pmcid = EXCLUDED.pmcid, doi = EXCLUDED.doi, title = EXCLUDED.title,
                 abstract = EXCLUDED.abstract, full_text = EXCLUDED.full_text, journal = EXCLUDED.journal,
                 journal_iso = EXCLUDED.journal_iso, year = EXCLUDED.year, pub_date = EXCLUDED.pub_date,
@@ -88,6 +108,7 @@ async def store_document(pool: asyncpg.Pool, doc: ParsedDocument) -> StoreResult
             doc.retracted,
             _metadata(doc),
             digest,
+            origin,
         )
         await conn.execute("DELETE FROM chunks WHERE document_id = $1", doc_id)
         stored = [_stored(doc_id, digest, doc.title, c) for c in doc.chunks]

@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Sequence
 
 from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
-from services.synthesizer.safety import DISCLAIMER, EMERGENCY_ANSWER, is_emergency
 from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
 from shared.citations import CitationVerifier
 from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.models import SearchHit
+from shared.safety import DISCLAIMER, EmergencyGuard, default_guard, emergency_reply
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,10 +32,11 @@ INSUFFICIENT = (
 
 
 class Synthesizer:
-    def __init__(self, settings: Settings, llm: ClaudeAnswerer | None = None):
+    def __init__(self, settings: Settings, llm: ClaudeAnswerer | None = None, guard: EmergencyGuard | None = None):
         self.settings = settings
         self.llm = llm
         self.extractive = ExtractiveAnswerer()
+        self.guard = guard or default_guard()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Synthesizer:
@@ -51,16 +52,10 @@ class Synthesizer:
         floor = self.settings.retrieval.min_score
         return [h for h in hits if h.dense_score is None or h.dense_score >= floor]
 
-    def _early(self, req: SynthesisRequest, start: float) -> SynthesisReply | None:
-        if is_emergency(req.question):
-            return SynthesisReply(
-                trace_id=req.trace_id,
-                answer=EMERGENCY_ANSWER,
-                numbered_answer=EMERGENCY_ANSWER,
-                mode="emergency",
-                disclaimer=DISCLAIMER,
-                took_ms=_ms(start),
-            )
+    async def _early(self, req: SynthesisRequest, start: float) -> SynthesisReply | None:
+        verdict = await self.guard.acheck(req.question)  # an emergency never reaches the model, whoever asks
+        if verdict.emergency:
+            return emergency_reply(verdict, req.trace_id, _ms(start))
         if not self.relevant(req.passages):
             return self._insufficient(req, start, CitationCheck())
         return None
@@ -144,7 +139,7 @@ class Synthesizer:
 
     async def answer(self, req: SynthesisRequest) -> SynthesisReply:
         start = time.perf_counter()
-        early = self._early(req, start)
+        early = await self._early(req, start)
         if early is not None:
             return early
         hits = self.relevant(req.passages)
@@ -161,7 +156,7 @@ class Synthesizer:
     async def stream(self, req: SynthesisRequest) -> AsyncIterator[SynthesisToken | SynthesisReply]:
         """Token events numbered from 0 in order, then the final verified reply."""
         start = time.perf_counter()
-        early = self._early(req, start)
+        early = await self._early(req, start)
         if early is not None:
             yield SynthesisToken(trace_id=req.trace_id, seq=0, text=early.answer)
             yield early.model_copy(update={"time_to_first_token_ms": early.took_ms})

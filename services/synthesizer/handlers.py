@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from faststream.kafka import KafkaBroker, KafkaMessage
@@ -20,10 +21,14 @@ class SynthesizerState:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._core: Synthesizer | None = None
+        self._warm: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._core = Synthesizer.from_settings(self.settings)
-        log.info("synthesizer mode", extra={"mode": "llm" if self._core.llm else "extractive"})
+        core = Synthesizer.from_settings(self.settings)
+        # The emergency guard's model loads in the background: a request meanwhile waits for it (never unchecked).
+        self._warm = asyncio.create_task(asyncio.to_thread(core.guard.warm_up))
+        self._core = core
+        log.info("synthesizer mode", extra={"mode": "llm" if core.llm else "extractive", "guard": core.guard.semantic})
 
     async def stop(self) -> None:
         self._core = None

@@ -2,7 +2,8 @@
 
 :class:`WorkflowAnthropic` answers the forced tool calls of :mod:`services.gateway.intelligence` with
 plausible inputs (``record_disease_term``, ``record_broader_term``, ``record_organ_term``,
-``record_search_terms``, ``classify_query``, ``rewrite_query``), overridable per tool through
+``record_search_terms``, ``classify_query``, ``rewrite_query``, ``record_assessment``: the sections of
+its prompt plus one id that is not among them), overridable per tool through
 ``tool_answers``, and plays a short agent script when the request offers the agent's tools: first
 ``search_literature``, then ``check_drug_interaction`` for a question about an interaction, then a final
 answer citing the sources the tools returned (plus one hallucinated id, which must be removed). Anything
@@ -20,6 +21,7 @@ from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic, Recor
 
 _CITED = re.compile(r"\[((?:PMID|PMCID|NBK):[A-Za-z0-9]+)\]")
 ToolAnswer = dict[str, Any] | Callable[[RecordedRequest], dict[str, Any]]
+FORGED_SECTION = "NBK:NBK000666"  # cited by the fake's assessment, never a retrieved section
 
 
 def _line(text: str, label: str) -> str:
@@ -49,6 +51,11 @@ def _default(name: str, rec: RecordedRequest) -> dict[str, Any]:
         return {"queries": queries}
     if name == "classify_query":
         return {"category": "guideline" if "guideline" in text.lower() else "other", "reason": "fake"}
+    if name == "record_assessment":
+        # The first two sections' ids the prompt gives, their titles, and one id that is not a section's.
+        sections = re.findall(r'<section id="([^"]+)" title="([^"]*)">', text)
+        said = [f"The patient's findings fall under {title} [{cid}]." for cid, title in sections[:2]]
+        return {"assessment": " ".join([*said, f"Quinine is contraindicated [{FORGED_SECTION}]."])}
     if name == "rewrite_query":
         q = _line(text, "Question")
         english = "What is the treatment of malaria in pregnancy?" if "paludisme" in q else q

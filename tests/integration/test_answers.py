@@ -132,6 +132,12 @@ def test_an_emergency_is_answered_before_any_retrieval(stack: Stack) -> None:
     body = r.json()
     assert r.status_code == 200 and body["mode"] == "emergency"
     assert body["sources"] == [] and "timings_ms" in body and "retrieval" not in body["timings_ms"]
+    # the guard's reason reaches the client; a clinician's question on the same topic is answered
+    assert body["emergency"]["situation"] and "father" in body["emergency"]["reason"]
+    with stack.http() as http:
+        q = "My patient took an overdose of paracetamol; when should acetylcysteine be started?"
+        clinician = http.post("/v1/ask", json={"question": q}).json()
+    assert clinician["mode"] != "emergency" and clinician["emergency"] is None
 
     def retrievals(text: str) -> float:
         total = 0.0

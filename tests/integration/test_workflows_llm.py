@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
-from tests.fakes.workflow_anthropic import WorkflowAnthropic
+from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
 from tests.integration.conftest import Stack
 from tests.integration.workflow_data import DRUG, METFORMIN_PMIDS, ingest_guideline, serve_metformin
 
@@ -91,6 +91,13 @@ def test_guidelines_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, F
     assert body["mode"] == "llm" and "Malaria in pregnancy" in body["top_section"]
     assert body["plan"] and any(p["sections"] for p in body["plan"])
     assert all(c["citation_id"].startswith("NBK:") for c in body["citations"])
+    # the Assessment is Claude's, from the retrieved sections, with the forged id taken out and reported
+    assert body["assessment_mode"] == "llm" and not body["assessment"].startswith("Template")
+    sections = {s["citation_id"] for s in body["sections"]}
+    assert (
+        body["assessment_citation_check"]["verified"] and set(body["assessment_citation_check"]["verified"]) <= sections
+    )
+    assert FORGED_SECTION not in body["assessment"] and FORGED_SECTION in body["citation_check"]["removed"]
 
 
 def test_query_translation_and_agent_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, FakeRxNav]) -> None:

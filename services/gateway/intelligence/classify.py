@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from services.gateway.intelligence.llm import WorkflowLlm
-from shared.safety import is_emergency
+from shared.safety import acheck_emergency, is_emergency
 
 Category = Literal["drug_information", "disease_information", "drug_interaction", "guideline", "emergency", "other"]
 CATEGORIES: tuple[Category, ...] = (
@@ -154,7 +154,7 @@ def drug_pair(text: str) -> list[str]:
 
 def rule_classify(question: str) -> Classification:
     if is_emergency(question):
-        return Classification("emergency", "rules", ["emergency wording"])
+        return Classification("emergency", "guard", ["the emergency guard (shared.safety)"])
     signals: list[str] = []
     drugs = drug_names(question)
     if _INTERACTION.search(question) and (len(drugs) >= 2 or re.search(r"\binteract", question, re.I)):
@@ -176,8 +176,9 @@ class QueryClassifier:
         self.llm = llm
 
     async def classify(self, question: str) -> Classification:
-        if is_emergency(question):  # safety first, whatever a model would say
-            return Classification("emergency", "rules", ["emergency wording"])
+        verdict = await acheck_emergency(question)  # safety first, whatever a model would say
+        if verdict.emergency:
+            return Classification("emergency", "guard", [verdict.reason])
         data = await self.llm.tool(
             CLASSIFY_PROMPT.format(question=question),
             "classify_query",

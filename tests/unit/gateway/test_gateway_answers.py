@@ -139,6 +139,12 @@ async def test_an_emergency_is_answered_without_retrieval_or_model(fake_anthropi
     assert [n for n, _ in streamed] == ["retrieval_done", "token", "citations", "metrics", "done"]
     assert streamed[0][1]["skipped"] == "emergency"
     assert kafka.retrievals == [] and kafka.syntheses == [] and fake_anthropic.requests == []
+    # the guard's reason is in the response, in both channels
+    assert whole["emergency"]["situation"] == "chest pain" and "husband" in whole["emergency"]["reason"]
+    assert whole["emergency"]["person"] == "someone with the writer"
+    citations = dict(streamed)["citations"]
+    assert citations["emergency"]["situation"] == "an overdose or a poison swallowed"
+    assert streamed[0][1]["emergency_reason"] == citations["emergency"]["reason"]
 
 
 async def test_input_rules_give_422_with_the_reason() -> None:

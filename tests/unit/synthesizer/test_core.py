@@ -5,9 +5,9 @@ import functools
 import pytest
 
 from services.synthesizer.core import Synthesizer
-from services.synthesizer.safety import is_emergency
 from shared.events import SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.models import SearchHit
+from shared.safety import is_emergency
 from shared.settings import Settings
 from tests.factories import search_hit
 
