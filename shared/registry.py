@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.topics import (
+    BOOKSHELF_PACKAGES,
     CHUNKS_CREATED,
     CHUNKS_EMBEDDED,
     CHUNKS_REINDEX,
@@ -43,8 +44,8 @@ SERVICE_SPECS: tuple[ServiceSpec, ...] = (
     ServiceSpec(
         "fetcher",
         9101,
-        consumes=(INGEST_REQUESTS, PMIDS_DISCOVERED, NCBI_REQUESTS),
-        produces=(PMIDS_DISCOVERED, DOCUMENTS_FETCHED),
+        consumes=(INGEST_REQUESTS, PMIDS_DISCOVERED, BOOKSHELF_PACKAGES, NCBI_REQUESTS),
+        produces=(PMIDS_DISCOVERED, BOOKSHELF_PACKAGES, DOCUMENTS_FETCHED),
     ),
     ServiceSpec("parser", 9102, consumes=(DOCUMENTS_FETCHED,), produces=(CHUNKS_CREATED,)),
     ServiceSpec("embedder", 9103, consumes=(CHUNKS_CREATED, CHUNKS_REINDEX), produces=(CHUNKS_EMBEDDED,)),

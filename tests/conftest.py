@@ -33,3 +33,14 @@ def bge_folder() -> Path:
         return fetch_model("bge-small-en-v1.5", models_dir=models_dir)
     except FetchError as exc:
         pytest.skip(f"bge-small-en-v1.5 could not be fetched from Maven Central: {exc}")
+
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Everything under tests/integration/ starts Kafka or PostgreSQL: it is marked ``integration`` wherever
+    its module forgot to say so, so ``-m "not integration"`` (make test-unit) never starts either."""
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)

@@ -177,9 +177,9 @@ def test_postgres_has_pgvector(config: dict[str, Any]) -> None:
 
 
 def test_worker_probe_ports_are_the_services_defaults() -> None:
-    from shared.service import DEFAULT_PORTS
+    from shared.registry import DEFAULT_PORTS, EVENT_SERVICES
 
-    assert DEFAULT_PORTS == WORKER_PROBE_PORTS
+    assert {name: DEFAULT_PORTS[name] for name in EVENT_SERVICES} == WORKER_PROBE_PORTS
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)

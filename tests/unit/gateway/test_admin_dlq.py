@@ -8,7 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from services.gateway import admin
+from services.gateway import admin, security
 from shared import dlq
 from shared.events import DeadLetter
 from shared.settings import Settings
@@ -62,11 +62,15 @@ def letters(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
-def client(keys: str = "", host: str = "127.0.0.1") -> TestClient:
+def client(keys: str = "", host: str = "127.0.0.1", key: str | None = None) -> TestClient:
+    """The admin router behind the gateway's real API guard (keys and their scopes), called as ``host``."""
     app = FastAPI()
-    app.state.gateway = FakeGateway(keys)
+    gateway = FakeGateway(keys)
+    app.state.gateway = gateway
     app.include_router(admin.router)
-    return TestClient(app, client=(host, 5000))
+    security.install(app, gateway.settings.gateway)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return TestClient(app, client=(host, 5000), headers=headers)
 
 
 def test_list_and_show(letters: dict[str, Any]) -> None:
@@ -103,5 +107,13 @@ def test_without_api_keys_only_local_clients_may_use_it(letters: dict[str, Any])
         assert http.get("/v1/admin/dlq/documents.fetched").status_code == 403
         assert http.post("/v1/admin/dlq/documents.fetched/replay", json={"all": True}).status_code == 403
     assert letters["replayed"] == []
-    with client(keys="ab" * 32, host="10.1.2.3") as http:  # keys configured: the API guard checks them
+    # Keys configured: the API guard checks them, and the letters need a key with the admin scope.
+    keys = f"{security.key_digest('reader')},{security.key_digest('operator')}:admin"
+    with client(keys=keys, host="10.1.2.3") as http:
+        assert http.get("/v1/admin/dlq/documents.fetched").status_code == 401
+    with client(keys=keys, host="10.1.2.3", key="reader") as http:
+        refused = http.get("/v1/admin/dlq/documents.fetched")
+        assert refused.status_code == 403 and "admin" in refused.json()["detail"]
+    with client(keys=keys, host="10.1.2.3", key="operator") as http:
         assert http.get("/v1/admin/dlq/documents.fetched").status_code == 200
+    assert letters["replayed"] == []
