@@ -38,8 +38,9 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import numpy as np
 
+from evaluation.folds import CrossValidation, cross_validate
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
-from services.retriever.search import CorpusStats, HybridSearcher
+from services.retriever.search import CorpusStats, HybridSearcher, Scored
 from services.retriever.store import create_index, upsert_vectors
 from shared.models import ParsedDocument, SearchFilters
 from shared.settings import Settings
@@ -97,6 +98,23 @@ def compute_metrics_builtin(qrels: Qrels, run: Run, recall_ks: Sequence[int] = (
         for k in recall_ks:
             sums[f"Recall@{k}"] += recall_at_k(qrels[q], ranking, k)
     return {m: (v / len(queries) if queries else 0.0) for m, v in sums.items()}
+
+
+def per_query_metrics(qrels: Qrels, run: Run, recall_ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
+    """Each judged question's nDCG@10, Recall@100, MRR@10 (and Recall@k): what the fold protocol averages."""
+    out: dict[str, dict[str, float]] = {}
+    for q, rels in qrels.items():
+        if not any(g > 0 for g in rels.values()):
+            continue
+        ranking = _ranking(run.get(q, {}))
+        row = {
+            "nDCG@10": ndcg_at_k(rels, ranking, 10),
+            "Recall@100": recall_at_k(rels, ranking, 100),
+            "MRR@10": mrr_at_k(rels, ranking, 10),
+        }
+        row.update({f"Recall@{k}": recall_at_k(rels, ranking, k) for k in recall_ks})
+        out[q] = row
+    return out
 
 
 def compute_metrics(qrels: Qrels, run: Run, recall_ks: Sequence[int] = ()) -> tuple[dict[str, float], str]:
@@ -301,7 +319,11 @@ class EvalConfig:
     limit_queries: int | None = None
     concurrency: int = 4
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Extra runs on the same index: label -> RetrievalSettings overrides plus ``mode`` (fusion sweeps)."""
+    """Extra runs on the same index: label -> RetrievalSettings overrides plus ``mode`` (fusion sweeps) and
+    ``query_prefix`` (the queries encoded again with another prefix)."""
+    folds: int | None = None
+    """Cross-validate the choice among all modes and variants over this many folds of the questions."""
+    fold_seed: int = 0
 
 
 @dataclass
@@ -311,6 +333,7 @@ class ModeResult:
     queries: int
     search_s: float
     reranker: str | None = None
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -322,9 +345,12 @@ class EvalReport:
     metrics_impl: str
     timings_s: dict[str, float]
     results: list[ModeResult]
+    cross_validation: CrossValidation | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        cv = {"cross_validation": self.cross_validation.as_dict()} if self.cross_validation else {}
         return {
+            **cv,
             "dataset": self.dataset,
             "model": self.model,
             "documents": self.documents,
@@ -411,18 +437,18 @@ async def evaluate(
             timings["index"] = time.perf_counter() - t
             progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s HNSW)")
             t = time.perf_counter()
-            qvecs = await asyncio.to_thread(
-                cache.encode, "query", [ds.queries[q] for q in query_ids], embedder.encode_queries
-            )
+            qvecs = await asyncio.to_thread(_encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], None)
             timings["embed_queries"] = time.perf_counter() - t
             cache.save()
-            searcher = HybridSearcher.from_settings(
+            legs: dict[tuple[Any, ...], list[Scored]] = {}
+            searcher = LegCachingSearcher.from_settings(
                 pool,
                 index,
                 settings.retrieval,
                 ef_search=max(settings.database.hnsw_ef_search, 200),
                 stats=CorpusStats(ttl_s=1e9),
             )
+            searcher.legs = legs
             results: list[ModeResult] = []
             impl = "builtin"
             for mode in config.modes:
@@ -430,19 +456,40 @@ async def evaluate(
                 t = time.perf_counter()
                 run = await _run_mode(searcher, ds, query_ids, qvecs, mode, config, reranker)
                 elapsed = time.perf_counter() - t
-                metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
-                results.append(ModeResult(mode, metrics, len(query_ids), elapsed, reranker.name if reranker else None))
+                qrels = {q: ds.qrels[q] for q in query_ids}
+                metrics, impl = compute_metrics(qrels, run, config.recall_ks)
+                results.append(
+                    ModeResult(
+                        mode,
+                        metrics,
+                        len(query_ids),
+                        elapsed,
+                        reranker.name if reranker else None,
+                        per_query_metrics(qrels, run, config.recall_ks),
+                    )
+                )
                 progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
             for label, overrides in config.variants.items():
                 mode = str(overrides.get("mode", "hybrid"))
-                r_settings = settings.retrieval.model_copy(update={k: v for k, v in overrides.items() if k != "mode"})
-                variant = HybridSearcher.from_settings(
+                r_settings = settings.retrieval.model_copy(
+                    update={k: v for k, v in overrides.items() if k not in ("mode", "query_prefix")}
+                )
+                variant = LegCachingSearcher.from_settings(
                     pool, index, r_settings, ef_search=searcher.ef_search, stats=searcher.stats
                 )
+                variant.legs = legs
+                vqvecs = qvecs
+                if "query_prefix" in overrides:
+                    prefix = _prefix_of(str(overrides["query_prefix"]))
+                    vqvecs = await asyncio.to_thread(
+                        _encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], prefix
+                    )
+                    cache.save()
                 reranker = await _reranker_for(mode, settings, config)
                 t = time.perf_counter()
-                run = await _run_mode(variant, ds, query_ids, qvecs, mode, config, reranker)
-                metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
+                run = await _run_mode(variant, ds, query_ids, vqvecs, mode, config, reranker)
+                qrels = {q: ds.qrels[q] for q in query_ids}
+                metrics, impl = compute_metrics(qrels, run, config.recall_ks)
                 results.append(
                     ModeResult(
                         f"{mode} {label}",
@@ -450,13 +497,60 @@ async def evaluate(
                         len(query_ids),
                         time.perf_counter() - t,
                         reranker.name if reranker else None,
+                        per_query_metrics(qrels, run, config.recall_ks),
                     )
                 )
                 progress(f"{mode} {label}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
             timings["total"] = time.perf_counter() - t0
-            return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results)
+            cv = None
+            if config.folds:
+                cv = cross_validate({r.mode: r.per_query for r in results}, config.folds, config.fold_seed)
+            return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results, cv)
         finally:
             await pool.close()
+
+
+def _prefix_of(text: str) -> str:
+    """A variant's ``query_prefix``: ``none`` is no prefix; ``_`` stands for a space (``query:_``)."""
+    return "" if text.lower() in ("", "none") else text.replace("_", " ")
+
+
+def _encode_queries(cache: EmbeddingCache, embedder: Any, texts: list[str], prefix: str | None) -> np.ndarray:
+    """Query vectors through the cache; the prefix is part of the cache key (``None``: the model's own)."""
+    own = embedder.query_prefix
+    use = own if prefix is None else prefix
+    embedder.query_prefix = use
+    try:
+        return cache.encode(f"query\x00{use}", texts, embedder.encode_queries)
+    finally:
+        embedder.query_prefix = own
+
+
+class LegCachingSearcher(HybridSearcher):
+    """The real searcher, whose dense and lexical rankings are memoised for the run: variants that only
+    change the fusion, the feedback or the rerank reuse the legs instead of querying the store again."""
+
+    legs: dict[tuple[Any, ...], list[Scored]]
+
+    async def dense_search(
+        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+    ) -> list[Scored]:
+        key = (
+            "dense",
+            hashlib.sha1(np.asarray(query_vector, np.float32).tobytes()).hexdigest(),
+            k,
+            ef_search,
+            repr(filters),
+        )
+        if key not in self.legs:
+            self.legs[key] = await super().dense_search(query_vector, k, filters, ef_search)
+        return self.legs[key]
+
+    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+        key = ("lexical", self.lexical, self.bm25, query, k, repr(filters))
+        if key not in self.legs:
+            self.legs[key] = await super().lexical_search(query, k, filters)
+        return self.legs[key]
 
 
 async def _reranker_for(mode: str, settings: Settings, config: EvalConfig) -> Reranker | None:
