@@ -396,9 +396,25 @@ async def _store_all(pool: asyncpg.Pool, docs: Sequence[ParsedDocument], concurr
     await asyncio.gather(*(one(d) for d in docs))
 
 
-async def evaluate(
+@dataclass
+class IndexedStore:
+    """A data set loaded, chunked, stored and embedded into a fresh index: what a run searches."""
+
+    pool: asyncpg.Pool
+    index: Any
+    embedder: Any
+    cache: EmbeddingCache
+    documents: int
+    chunks: int
+    timings: dict[str, float]
+
+
+@contextlib.asynccontextmanager
+async def indexed_store(
     ds: Dataset, settings: Settings, config: EvalConfig, progress: Callable[[str], None] = lambda _m: None
-) -> EvalReport:
+) -> AsyncIterator[IndexedStore]:
+    """The corpus through the parser's chunker and store, embedded (through the cache) into a fresh HNSW
+    index of a fresh database, which is dropped on exit."""
     from services.parser.core import chunk_document
     from shared.db import create_pool
     from shared.embedding import get_embedder
@@ -410,7 +426,6 @@ async def evaluate(
     docs = [chunk_document(d, chunker) for d in to_documents(ds)]
     timings["chunk"] = time.perf_counter() - t0
     progress(f"chunked {len(docs)} documents into {sum(len(d.chunks) for d in docs)} chunks ({timings['chunk']:.1f}s)")
-    query_ids = sorted(ds.queries)[: config.limit_queries] if config.limit_queries else sorted(ds.queries)
     cache = EmbeddingCache(config.cache_dir, embedder.name)
     async with fresh_database(config.database_url) as url:
         db = settings.database.model_copy(update={"url": url, "pool_max": config.concurrency + 2})
@@ -436,78 +451,88 @@ async def evaluate(
             await pool.execute("ANALYZE")
             timings["index"] = time.perf_counter() - t
             progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s HNSW)")
-            t = time.perf_counter()
-            qvecs = await asyncio.to_thread(_encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], None)
-            timings["embed_queries"] = time.perf_counter() - t
-            cache.save()
-            legs: dict[tuple[Any, ...], list[Scored]] = {}
-            searcher = LegCachingSearcher.from_settings(
-                pool,
-                index,
-                settings.retrieval,
-                ef_search=max(settings.database.hnsw_ef_search, 200),
-                stats=CorpusStats(ttl_s=1e9),
-            )
-            searcher.legs = legs
-            results: list[ModeResult] = []
-            impl = "builtin"
-            for mode in config.modes:
-                reranker = await _reranker_for(mode, settings, config)
-                t = time.perf_counter()
-                run = await _run_mode(searcher, ds, query_ids, qvecs, mode, config, reranker)
-                elapsed = time.perf_counter() - t
-                qrels = {q: ds.qrels[q] for q in query_ids}
-                metrics, impl = compute_metrics(qrels, run, config.recall_ks)
-                results.append(
-                    ModeResult(
-                        mode,
-                        metrics,
-                        len(query_ids),
-                        elapsed,
-                        reranker.name if reranker else None,
-                        per_query_metrics(qrels, run, config.recall_ks),
-                    )
-                )
-                progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
-            for label, overrides in config.variants.items():
-                mode = str(overrides.get("mode", "hybrid"))
-                r_settings = settings.retrieval.model_copy(
-                    update={k: v for k, v in overrides.items() if k not in ("mode", "query_prefix")}
-                )
-                variant = LegCachingSearcher.from_settings(
-                    pool, index, r_settings, ef_search=searcher.ef_search, stats=searcher.stats
-                )
-                variant.legs = legs
-                vqvecs = qvecs
-                if "query_prefix" in overrides:
-                    prefix = _prefix_of(str(overrides["query_prefix"]))
-                    vqvecs = await asyncio.to_thread(
-                        _encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], prefix
-                    )
-                    cache.save()
-                reranker = await _reranker_for(mode, settings, config)
-                t = time.perf_counter()
-                run = await _run_mode(variant, ds, query_ids, vqvecs, mode, config, reranker)
-                qrels = {q: ds.qrels[q] for q in query_ids}
-                metrics, impl = compute_metrics(qrels, run, config.recall_ks)
-                results.append(
-                    ModeResult(
-                        f"{mode} {label}",
-                        metrics,
-                        len(query_ids),
-                        time.perf_counter() - t,
-                        reranker.name if reranker else None,
-                        per_query_metrics(qrels, run, config.recall_ks),
-                    )
-                )
-                progress(f"{mode} {label}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-            timings["total"] = time.perf_counter() - t0
-            cv = None
-            if config.folds:
-                cv = cross_validate({r.mode: r.per_query for r in results}, config.folds, config.fold_seed)
-            return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results, cv)
+            yield IndexedStore(pool, index, embedder, cache, len(docs), len(rows), timings)
         finally:
             await pool.close()
+
+
+async def evaluate(
+    ds: Dataset, settings: Settings, config: EvalConfig, progress: Callable[[str], None] = lambda _m: None
+) -> EvalReport:
+    t0 = time.perf_counter()
+    query_ids = sorted(ds.queries)[: config.limit_queries] if config.limit_queries else sorted(ds.queries)
+    async with indexed_store(ds, settings, config, progress) as store:
+        pool, index, embedder, cache, timings = store.pool, store.index, store.embedder, store.cache, store.timings
+        t = time.perf_counter()
+        qvecs = await asyncio.to_thread(_encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], None)
+        timings["embed_queries"] = time.perf_counter() - t
+        cache.save()
+        legs: dict[tuple[Any, ...], list[Scored]] = {}
+        searcher = LegCachingSearcher.from_settings(
+            pool,
+            index,
+            settings.retrieval,
+            ef_search=max(settings.database.hnsw_ef_search, 200),
+            stats=CorpusStats(ttl_s=1e9),
+        )
+        searcher.legs = legs
+        results: list[ModeResult] = []
+        impl = "builtin"
+        for mode in config.modes:
+            reranker = await _reranker_for(mode, settings, config)
+            t = time.perf_counter()
+            run = await _run_mode(searcher, ds, query_ids, qvecs, mode, config, reranker)
+            elapsed = time.perf_counter() - t
+            qrels = {q: ds.qrels[q] for q in query_ids}
+            metrics, impl = compute_metrics(qrels, run, config.recall_ks)
+            results.append(
+                ModeResult(
+                    mode,
+                    metrics,
+                    len(query_ids),
+                    elapsed,
+                    reranker.name if reranker else None,
+                    per_query_metrics(qrels, run, config.recall_ks),
+                )
+            )
+            progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
+        for label, overrides in config.variants.items():
+            mode = str(overrides.get("mode", "hybrid"))
+            r_settings = settings.retrieval.model_copy(
+                update={k: v for k, v in overrides.items() if k not in ("mode", "query_prefix")}
+            )
+            variant = LegCachingSearcher.from_settings(
+                pool, index, r_settings, ef_search=searcher.ef_search, stats=searcher.stats
+            )
+            variant.legs = legs
+            vqvecs = qvecs
+            if "query_prefix" in overrides:
+                prefix = _prefix_of(str(overrides["query_prefix"]))
+                vqvecs = await asyncio.to_thread(
+                    _encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], prefix
+                )
+                cache.save()
+            reranker = await _reranker_for(mode, settings, config)
+            t = time.perf_counter()
+            run = await _run_mode(variant, ds, query_ids, vqvecs, mode, config, reranker)
+            qrels = {q: ds.qrels[q] for q in query_ids}
+            metrics, impl = compute_metrics(qrels, run, config.recall_ks)
+            results.append(
+                ModeResult(
+                    f"{mode} {label}",
+                    metrics,
+                    len(query_ids),
+                    time.perf_counter() - t,
+                    reranker.name if reranker else None,
+                    per_query_metrics(qrels, run, config.recall_ks),
+                )
+            )
+            progress(f"{mode} {label}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        timings["total"] = time.perf_counter() - t0
+        cv = None
+        if config.folds:
+            cv = cross_validate({r.mode: r.per_query for r in results}, config.folds, config.fold_seed)
+        return EvalReport(ds.name, embedder.name, store.documents, store.chunks, impl, timings, results, cv)
 
 
 def _prefix_of(text: str) -> str:
