@@ -411,10 +411,16 @@ class IndexedStore:
 
 @contextlib.asynccontextmanager
 async def indexed_store(
-    ds: Dataset, settings: Settings, config: EvalConfig, progress: Callable[[str], None] = lambda _m: None
+    ds: Dataset,
+    settings: Settings,
+    config: EvalConfig,
+    progress: Callable[[str], None] = lambda _m: None,
+    *,
+    embed: bool = True,
 ) -> AsyncIterator[IndexedStore]:
     """The corpus through the parser's chunker and store, embedded (through the cache) into a fresh HNSW
-    index of a fresh database, which is dropped on exit."""
+    index of a fresh database, which is dropped on exit. ``embed=False`` leaves the index empty (lexical
+    runs need no encoder)."""
     from services.parser.core import chunk_document
     from shared.db import create_pool
     from shared.embedding import get_embedder
@@ -437,13 +443,13 @@ async def indexed_store(
             rows = await pool.fetch("SELECT chunk_id, document_id, embedding_text FROM chunks ORDER BY chunk_id")
             progress(f"stored {len(rows)} chunks ({timings['store']:.1f}s); embedding with {embedder.name}")
             t = time.perf_counter()
-            texts = [r["embedding_text"] for r in rows]
+            texts = [r["embedding_text"] for r in rows] if embed else []
             vectors = await asyncio.to_thread(cache.encode, "passage", texts, embedder.encode_passages)
             timings["embed_passages"] = time.perf_counter() - t
             cache.save()
             t = time.perf_counter()
             index = await create_index(pool, embedder.name, embedder.dim, db, activate=True)
-            for i in range(0, len(rows), 2000):
+            for i in range(0, len(texts), 2000):
                 part = rows[i : i + 2000]
                 await upsert_vectors(
                     pool, index, [r["chunk_id"] for r in part], [r["document_id"] for r in part], vectors[i : i + 2000]
@@ -461,10 +467,14 @@ async def evaluate(
 ) -> EvalReport:
     t0 = time.perf_counter()
     query_ids = sorted(ds.queries)[: config.limit_queries] if config.limit_queries else sorted(ds.queries)
-    async with indexed_store(ds, settings, config, progress) as store:
+    lexical_only = all(m == "bm25" for m in config.modes) and all(
+        v.get("mode") == "bm25" for v in config.variants.values()
+    )
+    async with indexed_store(ds, settings, config, progress, embed=not lexical_only) as store:
         pool, index, embedder, cache, timings = store.pool, store.index, store.embedder, store.cache, store.timings
         t = time.perf_counter()
-        qvecs = await asyncio.to_thread(_encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], None)
+        qtexts = [] if lexical_only else [ds.queries[q] for q in query_ids]
+        qvecs = await asyncio.to_thread(_encode_queries, cache, embedder, qtexts, None)
         timings["embed_queries"] = time.perf_counter() - t
         cache.save()
         legs: dict[tuple[Any, ...], list[Scored]] = {}
@@ -630,7 +640,7 @@ async def _run_mode(
         async with sem:
             result = await searcher.search(
                 ds.queries[qid],
-                qvecs[i],
+                qvecs[i] if len(qvecs) else None,
                 mode=_SEARCH_MODE[mode],
                 top_k=top_k,
                 top_n=100,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import snowballstemmer  # type: ignore[import-untyped]
@@ -135,8 +135,8 @@ class ExtractiveAnswerer:
     1. Every sentence of the passages is scored against the question: the IDF-weighted share of the
        question's (stemmed) content words it contains, times a bonus for reporting a finding, times a
        weight that falls with the passage's retrieval rank.
-    2. The *anchor* is the source whose sentences cover the question best (its two best sentences and the
-       words its passages cover, rank-weighted): an answer rests on one paper first.
+    2. The *anchor* is the best-ranked source, unless another source's best sentence matches the question
+       ``anchor_margin`` times as well: an answer rests on one paper first.
     3. Up to ``max_per_source`` anchor sentences above the relevance floor (``min_coverage`` of the
        question, and ``min_relative_score`` of the best anchor sentence) are quoted.
     4. At most ``max_off_source`` sentence of another source is added, and only when it reports a finding
@@ -150,9 +150,10 @@ class ExtractiveAnswerer:
         max_sentences: int = 4,
         max_per_source: int = 3,
         min_relative_score: float = 0.4,
-        min_coverage: float = 0.15,
+        min_coverage: float = 0.1,
         max_off_source: int = 1,
         off_source_ratio: float = 1.0,
+        anchor_margin: float = 3.0,
     ):
         self.max_sentences = max_sentences
         self.max_per_source = max_per_source
@@ -160,6 +161,7 @@ class ExtractiveAnswerer:
         self.min_coverage = min_coverage
         self.max_off_source = max_off_source
         self.off_source_ratio = off_source_ratio
+        self.anchor_margin = anchor_margin
 
     def _candidates(self, hits: Sequence[SearchHit]) -> list[_Candidate]:
         out: list[_Candidate] = []
@@ -200,7 +202,7 @@ class ExtractiveAnswerer:
         if not scored:
             return []
         scored.sort(key=lambda x: -x[0].score)
-        anchor = self._anchor([s for s, _, _ in scored], candidates, coverage)
+        anchor = self._anchor(scored)
         mine = [x for x in scored if x[0].hit.citation_id == anchor]
         best = mine[0][0].score if mine else scored[0][0].score
         best_strength = max((x[2] for x in mine), default=0.0)
@@ -231,27 +233,20 @@ class ExtractiveAnswerer:
                 off += 1
         return chosen
 
-    def _anchor(
-        self,
-        scored: Sequence[ScoredSentence],
-        candidates: Sequence[_Candidate],
-        coverage: Callable[[set[str]], float],
-    ) -> str:
-        """The source that answers best: its two best sentences plus the share of the question its
-        passages cover, weighted by its best rank (ties: the better-ranked source)."""
-        words: dict[str, set[str]] = {}
-        rank: dict[str, int] = {}
-        for c in candidates:
-            cid = c.hit.citation_id
-            words.setdefault(cid, set()).update(c.words)
-            rank[cid] = min(rank.get(cid, c.hit.rank), c.hit.rank)
-        top: dict[str, list[float]] = {}
-        for s in scored:
-            top.setdefault(s.hit.citation_id, [])
-            if len(top[s.hit.citation_id]) < 2:
-                top[s.hit.citation_id].append(s.score)
-        value = {cid: sum(best) + coverage(words[cid]) / (1.0 + 0.15 * (rank[cid] - 1)) for cid, best in top.items()}
-        return max(value, key=lambda cid: (value[cid], -rank[cid]))
+    def _anchor(self, scored: Sequence[tuple[ScoredSentence, float, float]]) -> str:
+        """The source that answers: the best-ranked passage's, unless another source's best sentence
+        matches the question ``anchor_margin`` times as well (retrieval read the whole passage; one
+        sentence outweighs it only clearly)."""
+        best: dict[str, tuple[int, float]] = {}
+        for s, _, strength in scored:
+            cid = s.hit.citation_id
+            rank, top = best.get(cid, (s.hit.rank, 0.0))
+            best[cid] = (min(rank, s.hit.rank), max(top, strength))
+        first = min(best, key=lambda cid: best[cid][0])
+        challenger = max(best, key=lambda cid: best[cid][1])
+        if best[challenger][1] >= self.anchor_margin * best[first][1]:
+            return challenger
+        return first
 
     def answer(self, question: str, hits: Sequence[SearchHit]) -> str:
         chosen = self.select(question, hits)
