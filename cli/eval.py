@@ -55,8 +55,16 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="LABEL:KEY=V,KEY=V",
         help="An extra run on the same index with retrieval settings changed, e.g. "
-        "'w2:mode=hybrid,dense_weight=2,rrf_k=20' (repeatable).",
+        "'w2:mode=hybrid,dense_weight=2,rrf_k=20' (repeatable); query_prefix=none (or a prefix, _ for a "
+        "space) encodes the queries again with another prefix.",
     )
+    r.add_argument(
+        "--folds",
+        type=int,
+        help="Cross-validate: for each of N folds of the questions choose the best of all modes and variants "
+        "on the other folds and report it on this one (mean and spread over the folds).",
+    )
+    r.add_argument("--fold-seed", type=int, default=0, help="Seed of the fold assignment (default 0).")
     r.set_defaults(func=run)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
@@ -80,7 +88,12 @@ def run(args: argparse.Namespace) -> int:
         recall_ks=sorted(set(args.recall_at)),
         limit_queries=args.limit_queries,
         variants=dict(parse_variant(v) for v in args.variant),
+        folds=args.folds,
+        fold_seed=args.fold_seed,
     )
+    if args.folds is not None and args.folds < 2:
+        print("--folds must be at least 2", file=sys.stderr)
+        return 2
     ds = load_dataset(args.dataset, args.split)
 
     def progress(msg: str) -> None:
@@ -106,7 +119,24 @@ def run(args: argparse.Namespace) -> int:
         extra = f"  [{r.reranker}]" if r.reranker else ""
         print(f"{r.mode:<14} {cols}  ({r.search_s:.1f}s){extra}")
     print("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings_s.items()))
+    if report.cross_validation is not None:
+        print_cross_validation(report.cross_validation)
     return 0
+
+
+def print_cross_validation(cv: Any) -> None:
+    """The fold protocol's table: each candidate's held-out figure when fixed, and the tuned figure."""
+    print(f"\n{cv.folds}-fold cross-validation over {cv.queries} questions (seed {cv.seed}); selection by nDCG@10")
+    print(f"{'candidate':<36} {'held-out nDCG@10':>18} {'train nDCG@10':>14}")
+    for c in cv.candidates:
+        s = cv.fixed[c]["nDCG@10"]
+        print(f"{c:<36} {s.mean:>11.4f} ± {s.std:.4f} {cv.train[c]['nDCG@10']:>14.4f}")
+    print("chosen on the other folds: " + ", ".join(f"fold {i + 1}: {c}" for i, c in enumerate(cv.chosen)))
+    print(
+        "TUNED (held-out): "
+        + "  ".join(f"{m} {s.mean:.4f} ± {s.std:.4f}" for m, s in cv.tuned.items())
+        + f"\nchoice on all questions (to ship): {cv.final_choice}"
+    )
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:

@@ -39,8 +39,9 @@ import asyncpg
 import numpy as np
 
 from devstack.common import free_port
+from evaluation.folds import CrossValidation, cross_validate
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
-from services.retriever.search import CorpusStats, HybridSearcher
+from services.retriever.search import CorpusStats, HybridSearcher, Scored
 from services.retriever.store import create_index, upsert_vectors
 from shared.models import ParsedDocument, SearchFilters
 from shared.settings import Settings
@@ -98,6 +99,23 @@ def compute_metrics_builtin(qrels: Qrels, run: Run, recall_ks: Sequence[int] = (
         for k in recall_ks:
             sums[f"Recall@{k}"] += recall_at_k(qrels[q], ranking, k)
     return {m: (v / len(queries) if queries else 0.0) for m, v in sums.items()}
+
+
+def per_query_metrics(qrels: Qrels, run: Run, recall_ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
+    """Each judged question's nDCG@10, Recall@100, MRR@10 (and Recall@k): what the fold protocol averages."""
+    out: dict[str, dict[str, float]] = {}
+    for q, rels in qrels.items():
+        if not any(g > 0 for g in rels.values()):
+            continue
+        ranking = _ranking(run.get(q, {}))
+        row = {
+            "nDCG@10": ndcg_at_k(rels, ranking, 10),
+            "Recall@100": recall_at_k(rels, ranking, 100),
+            "MRR@10": mrr_at_k(rels, ranking, 10),
+        }
+        row.update({f"Recall@{k}": recall_at_k(rels, ranking, k) for k in recall_ks})
+        out[q] = row
+    return out
 
 
 def compute_metrics(qrels: Qrels, run: Run, recall_ks: Sequence[int] = ()) -> tuple[dict[str, float], str]:
@@ -294,7 +312,11 @@ class EvalConfig:
     limit_queries: int | None = None
     concurrency: int = 4
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Extra runs on the same index: label -> RetrievalSettings overrides plus ``mode`` (fusion sweeps)."""
+    """Extra runs on the same index: label -> RetrievalSettings overrides plus ``mode`` (fusion sweeps) and
+    ``query_prefix`` (the queries encoded again with another prefix)."""
+    folds: int | None = None
+    """Cross-validate the choice among all modes and variants over this many folds of the questions."""
+    fold_seed: int = 0
 
 
 @dataclass
@@ -304,6 +326,7 @@ class ModeResult:
     queries: int
     search_s: float
     reranker: str | None = None
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -315,9 +338,12 @@ class EvalReport:
     metrics_impl: str
     timings_s: dict[str, float]
     results: list[ModeResult]
+    cross_validation: CrossValidation | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        cv = {"cross_validation": self.cross_validation.as_dict()} if self.cross_validation else {}
         return {
+            **cv,
             "dataset": self.dataset,
             "model": self.model,
             "documents": self.documents,
@@ -363,9 +389,31 @@ async def _store_all(pool: asyncpg.Pool, docs: Sequence[ParsedDocument], concurr
     await asyncio.gather(*(one(d) for d in docs))
 
 
-async def evaluate(
-    ds: Dataset, settings: Settings, config: EvalConfig, progress: Callable[[str], None] = lambda _m: None
-) -> EvalReport:
+@dataclass
+class IndexedStore:
+    """A data set loaded, chunked, stored and embedded into a fresh index: what a run searches."""
+
+    pool: asyncpg.Pool
+    index: Any
+    embedder: Any
+    cache: EmbeddingCache
+    documents: int
+    chunks: int
+    timings: dict[str, float]
+
+
+@contextlib.asynccontextmanager
+async def indexed_store(
+    ds: Dataset,
+    settings: Settings,
+    config: EvalConfig,
+    progress: Callable[[str], None] = lambda _m: None,
+    *,
+    embed: bool = True,
+) -> AsyncIterator[IndexedStore]:
+    """The corpus through the parser's chunker and store, embedded (through the cache) into a fresh HNSW
+    index of a fresh database, which is dropped on exit. ``embed=False`` leaves the index empty (lexical
+    runs need no encoder)."""
     from services.parser.core import chunk_document
     from shared.db import create_pool
     from shared.embedding import get_embedder
@@ -377,7 +425,6 @@ async def evaluate(
     docs = [chunk_document(d, chunker) for d in to_documents(ds)]
     timings["chunk"] = time.perf_counter() - t0
     progress(f"chunked {len(docs)} documents into {sum(len(d.chunks) for d in docs)} chunks ({timings['chunk']:.1f}s)")
-    query_ids = sorted(ds.queries)[: config.limit_queries] if config.limit_queries else sorted(ds.queries)
     cache = EmbeddingCache(config.cache_dir, embedder.name)
     async with fresh_database(config.database_url) as url:
         db = settings.database.model_copy(update={"url": url, "pool_max": config.concurrency + 2})
@@ -388,16 +435,14 @@ async def evaluate(
             timings["store"] = time.perf_counter() - t
             rows = await pool.fetch("SELECT chunk_id, document_id, embedding_text FROM chunks ORDER BY chunk_id")
             progress(f"stored {len(rows)} chunks ({timings['store']:.1f}s); embedding with {embedder.name}")
-            # Only lexical runs asked for: no encoder, an empty vector index (the searcher needs one).
-            dense = needs_vectors(config)
             t = time.perf_counter()
-            texts = [r["embedding_text"] for r in rows] if dense else []
+            texts = [r["embedding_text"] for r in rows] if embed else []
             vectors = await asyncio.to_thread(cache.encode, "passage", texts, embedder.encode_passages)
             timings["embed_passages"] = time.perf_counter() - t
             cache.save()
             t = time.perf_counter()
             index = await create_index(pool, embedder.name, embedder.dim, db, activate=True)
-            for i in range(0, len(rows) if dense else 0, 2000):
+            for i in range(0, len(texts), 2000):
                 part = rows[i : i + 2000]
                 await upsert_vectors(
                     pool, index, [r["chunk_id"] for r in part], [r["document_id"] for r in part], vectors[i : i + 2000]
@@ -405,61 +450,135 @@ async def evaluate(
             await pool.execute("ANALYZE")
             timings["index"] = time.perf_counter() - t
             progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s HNSW)")
-            t = time.perf_counter()
-            qvecs = await asyncio.to_thread(
-                cache.encode, "query", [ds.queries[q] for q in query_ids] if dense else [], embedder.encode_queries
-            )
-            if not dense:
-                qvecs = np.zeros((len(query_ids), embedder.dim), dtype=np.float32)
-            timings["embed_queries"] = time.perf_counter() - t
-            cache.save()
-            searcher = HybridSearcher.from_settings(
-                pool,
-                index,
-                settings.retrieval,
-                ef_search=max(settings.database.hnsw_ef_search, 200),
-                stats=CorpusStats(ttl_s=1e9),
-            )
-            results: list[ModeResult] = []
-            impl = "builtin"
-            for mode in config.modes:
-                reranker = await _reranker_for(mode, settings, config)
-                t = time.perf_counter()
-                run = await _run_mode(searcher, ds, query_ids, qvecs, mode, config, reranker)
-                elapsed = time.perf_counter() - t
-                metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
-                results.append(ModeResult(mode, metrics, len(query_ids), elapsed, reranker.name if reranker else None))
-                progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
-            for label, overrides in config.variants.items():
-                mode = str(overrides.get("mode", "hybrid"))
-                r_settings = settings.retrieval.model_copy(update={k: v for k, v in overrides.items() if k != "mode"})
-                variant = HybridSearcher.from_settings(
-                    pool, index, r_settings, ef_search=searcher.ef_search, stats=searcher.stats
-                )
-                reranker = await _reranker_for(mode, settings, config)
-                t = time.perf_counter()
-                run = await _run_mode(variant, ds, query_ids, qvecs, mode, config, reranker)
-                metrics, impl = compute_metrics({q: ds.qrels[q] for q in query_ids}, run, config.recall_ks)
-                results.append(
-                    ModeResult(
-                        f"{mode} {label}",
-                        metrics,
-                        len(query_ids),
-                        time.perf_counter() - t,
-                        reranker.name if reranker else None,
-                    )
-                )
-                progress(f"{mode} {label}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-            timings["total"] = time.perf_counter() - t0
-            return EvalReport(ds.name, embedder.name, len(docs), len(rows), impl, timings, results)
+            yield IndexedStore(pool, index, embedder, cache, len(docs), len(rows), timings)
         finally:
             await pool.close()
 
 
-def needs_vectors(config: EvalConfig) -> bool:
-    """Whether any run asked for reads the dense index (every mode but ``bm25`` does)."""
-    modes = list(config.modes) + [str(v.get("mode", "hybrid")) for v in config.variants.values()]
-    return any(m != "bm25" for m in modes)
+async def evaluate(
+    ds: Dataset, settings: Settings, config: EvalConfig, progress: Callable[[str], None] = lambda _m: None
+) -> EvalReport:
+    t0 = time.perf_counter()
+    query_ids = sorted(ds.queries)[: config.limit_queries] if config.limit_queries else sorted(ds.queries)
+    lexical_only = all(m == "bm25" for m in config.modes) and all(
+        v.get("mode") == "bm25" for v in config.variants.values()
+    )
+    async with indexed_store(ds, settings, config, progress, embed=not lexical_only) as store:
+        pool, index, embedder, cache, timings = store.pool, store.index, store.embedder, store.cache, store.timings
+        t = time.perf_counter()
+        qtexts = [] if lexical_only else [ds.queries[q] for q in query_ids]
+        qvecs = await asyncio.to_thread(_encode_queries, cache, embedder, qtexts, None)
+        timings["embed_queries"] = time.perf_counter() - t
+        cache.save()
+        legs: dict[tuple[Any, ...], list[Scored]] = {}
+        searcher = LegCachingSearcher.from_settings(
+            pool,
+            index,
+            settings.retrieval,
+            ef_search=max(settings.database.hnsw_ef_search, 200),
+            stats=CorpusStats(ttl_s=1e9),
+        )
+        searcher.legs = legs
+        results: list[ModeResult] = []
+        impl = "builtin"
+        for mode in config.modes:
+            reranker = await _reranker_for(mode, settings, config)
+            t = time.perf_counter()
+            run = await _run_mode(searcher, ds, query_ids, qvecs, mode, config, reranker)
+            elapsed = time.perf_counter() - t
+            qrels = {q: ds.qrels[q] for q in query_ids}
+            metrics, impl = compute_metrics(qrels, run, config.recall_ks)
+            results.append(
+                ModeResult(
+                    mode,
+                    metrics,
+                    len(query_ids),
+                    elapsed,
+                    reranker.name if reranker else None,
+                    per_query_metrics(qrels, run, config.recall_ks),
+                )
+            )
+            progress(f"{mode}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({elapsed:.1f}s)")
+        for label, overrides in config.variants.items():
+            mode = str(overrides.get("mode", "hybrid"))
+            r_settings = settings.retrieval.model_copy(
+                update={k: v for k, v in overrides.items() if k not in ("mode", "query_prefix")}
+            )
+            variant = LegCachingSearcher.from_settings(
+                pool, index, r_settings, ef_search=searcher.ef_search, stats=searcher.stats
+            )
+            variant.legs = legs
+            vqvecs = qvecs
+            if "query_prefix" in overrides:
+                prefix = _prefix_of(str(overrides["query_prefix"]))
+                vqvecs = await asyncio.to_thread(
+                    _encode_queries, cache, embedder, [ds.queries[q] for q in query_ids], prefix
+                )
+                cache.save()
+            reranker = await _reranker_for(mode, settings, config)
+            t = time.perf_counter()
+            run = await _run_mode(variant, ds, query_ids, vqvecs, mode, config, reranker)
+            qrels = {q: ds.qrels[q] for q in query_ids}
+            metrics, impl = compute_metrics(qrels, run, config.recall_ks)
+            results.append(
+                ModeResult(
+                    f"{mode} {label}",
+                    metrics,
+                    len(query_ids),
+                    time.perf_counter() - t,
+                    reranker.name if reranker else None,
+                    per_query_metrics(qrels, run, config.recall_ks),
+                )
+            )
+            progress(f"{mode} {label}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        timings["total"] = time.perf_counter() - t0
+        cv = None
+        if config.folds:
+            cv = cross_validate({r.mode: r.per_query for r in results}, config.folds, config.fold_seed)
+        return EvalReport(ds.name, embedder.name, store.documents, store.chunks, impl, timings, results, cv)
+
+
+def _prefix_of(text: str) -> str:
+    """A variant's ``query_prefix``: ``none`` is no prefix; ``_`` stands for a space (``query:_``)."""
+    return "" if text.lower() in ("", "none") else text.replace("_", " ")
+
+
+def _encode_queries(cache: EmbeddingCache, embedder: Any, texts: list[str], prefix: str | None) -> np.ndarray:
+    """Query vectors through the cache; the prefix is part of the cache key (``None``: the model's own)."""
+    own = embedder.query_prefix
+    use = own if prefix is None else prefix
+    embedder.query_prefix = use
+    try:
+        return cache.encode(f"query\x00{use}", texts, embedder.encode_queries)
+    finally:
+        embedder.query_prefix = own
+
+
+class LegCachingSearcher(HybridSearcher):
+    """The real searcher, whose dense and lexical rankings are memoised for the run: variants that only
+    change the fusion, the feedback or the rerank reuse the legs instead of querying the store again."""
+
+    legs: dict[tuple[Any, ...], list[Scored]]
+
+    async def dense_search(
+        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+    ) -> list[Scored]:
+        key = (
+            "dense",
+            hashlib.sha1(np.asarray(query_vector, np.float32).tobytes()).hexdigest(),
+            k,
+            ef_search,
+            repr(filters),
+        )
+        if key not in self.legs:
+            self.legs[key] = await super().dense_search(query_vector, k, filters, ef_search)
+        return self.legs[key]
+
+    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+        key = ("lexical", self.lexical, self.bm25, query, k, repr(filters))
+        if key not in self.legs:
+            self.legs[key] = await super().lexical_search(query, k, filters)
+        return self.legs[key]
 
 
 async def _reranker_for(mode: str, settings: Settings, config: EvalConfig) -> Reranker | None:
@@ -514,7 +633,7 @@ async def _run_mode(
         async with sem:
             result = await searcher.search(
                 ds.queries[qid],
-                qvecs[i],
+                qvecs[i] if len(qvecs) else None,
                 mode=_SEARCH_MODE[mode],
                 top_k=top_k,
                 top_n=100,

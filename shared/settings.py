@@ -330,6 +330,16 @@ class RetrievalSettings(BaseSettings):
         None, description="Claude model of the LLM reranker; default: `EVIDENTIA_LLM_MODEL`."
     )
     rerank_max_chars: int = Field(1500, ge=100, description="Passage characters shown to a reranker.")
+    prf_docs: int = Field(
+        0,
+        ge=0,
+        le=50,
+        description=(
+            "Dense pseudo-relevance feedback: the query vector moves towards the mean vector of the first "
+            "ranking's best `prf_docs` chunks and the dense search runs again (0 = off)."
+        ),
+    )
+    prf_weight: float = Field(0.5, ge=0, description="Weight of the feedback vector in dense PRF (Rocchio beta).")
     mmr_lambda: float = Field(
         0.7, ge=0, le=1, description="MMR trade-off when diversity is asked for: 1 = relevance only, 0 = novelty."
     )

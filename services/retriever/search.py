@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Self
 
 import asyncpg
 import numpy as np
@@ -218,6 +218,8 @@ class HybridSearcher:
         stats: CorpusStats | None = None,
         mmr_lambda: float = 0.7,
         convex: ConvexFusion | None = None,
+        prf_docs: int = 0,
+        prf_weight: float = 0.5,
     ):
         self.pool = pool
         self.index = index
@@ -230,6 +232,9 @@ class HybridSearcher:
         self.mmr_lambda = mmr_lambda
         self.convex = convex
         """When set, hybrid modes fuse normalised scores with it instead of reciprocal ranks."""
+        self.prf_docs = prf_docs
+        """Dense pseudo-relevance feedback: the first ranking's top ``prf_docs`` chunks move the query vector."""
+        self.prf_weight = prf_weight
 
     @classmethod
     def from_settings(
@@ -240,7 +245,7 @@ class HybridSearcher:
         *,
         ef_search: int = 100,
         stats: CorpusStats | None = None,
-    ) -> HybridSearcher:
+    ) -> Self:
         return cls(
             pool,
             index,
@@ -254,7 +259,14 @@ class HybridSearcher:
             convex=ConvexFusion([settings.dense_weight, settings.lexical_weight])
             if settings.fusion == "convex"
             else None,
+            prf_docs=settings.prf_docs,
+            prf_weight=settings.prf_weight,
         )
+
+    async def dense_search(
+        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+    ) -> list[Scored]:
+        return await dense_search(self.pool, self.index, query_vector, k, filters, ef_search)
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
         if self.lexical == "fts":
@@ -288,21 +300,22 @@ class HybridSearcher:
         if mode in ("dense", "hybrid", "hybrid+rerank"):
             if query_vector is None:
                 raise ValueError(f"mode {mode!r} needs a query vector")
-            dense = await dense_search(self.pool, self.index, query_vector, depth, filters, ef_search or self.ef_search)
+            dense = await self.dense_search(query_vector, depth, filters, ef_search or self.ef_search)
         if mode in ("lexical", "hybrid", "hybrid+rerank"):
             lexical = await self.lexical_search(lexical_query or query, depth, filters)
+        ranked = self._fuse(mode, dense, lexical)
+        if self.prf_docs > 0 and query_vector is not None and mode != "lexical" and ranked:
+            # Rocchio feedback on the vector (ANCE-PRF style, no training): the query moves towards the mean
+            # of the first ranking's best chunks, then the dense leg runs again and is fused again.
+            top = [c for c, _ in ranked[: self.prf_docs]]
+            vectors = await vectors_of(self.pool, self.index, top)
+            if vectors:
+                moved = query_vector + self.prf_weight * np.mean([vectors[c] for c in top if c in vectors], axis=0)
+                moved = moved / max(float(np.linalg.norm(moved)), 1e-12)
+                dense = await self.dense_search(moved, depth, filters, ef_search or self.ef_search)
+                ranked = self._fuse(mode, dense, lexical)
         dense_by = {s.chunk_id: s.score for s in dense}
         lexical_by = {s.chunk_id: s.score for s in lexical}
-        if mode == "dense":
-            ranked = [(s.chunk_id, s.score) for s in dense]
-        elif mode == "lexical":
-            ranked = [(s.chunk_id, s.score) for s in lexical]
-        elif self.convex is not None:
-            ranked = self.convex.fuse(
-                [[(s.chunk_id, s.score) for s in dense], [(s.chunk_id, s.score) for s in lexical]]
-            )
-        else:
-            ranked = self.fusion.fuse([[s.chunk_id for s in dense], [s.chunk_id for s in lexical]])
         known = {c for c, _ in ranked}
         extra = [c for c in extra_chunk_ids if c not in known]
         rows = await hydrate(self.pool, [c for c, _ in ranked] + extra)
@@ -360,6 +373,15 @@ class HybridSearcher:
                 )
             )
         return SearchResult(hits, (time.perf_counter() - start) * 1000, used)
+
+    def _fuse(self, mode: str, dense: list[Scored], lexical: list[Scored]) -> list[tuple[str, float]]:
+        if mode == "dense":
+            return [(s.chunk_id, s.score) for s in dense]
+        if mode == "lexical":
+            return [(s.chunk_id, s.score) for s in lexical]
+        if self.convex is not None:
+            return self.convex.fuse([[(s.chunk_id, s.score) for s in dense], [(s.chunk_id, s.score) for s in lexical]])
+        return self.fusion.fuse([[s.chunk_id for s in dense], [s.chunk_id for s in lexical]])
 
 
 def _rerank_text(r: asyncpg.Record) -> str:

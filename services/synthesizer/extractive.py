@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import snowballstemmer  # type: ignore[import-untyped]
+
 from shared.citations import split_sentences
 from shared.models import SearchHit
 
@@ -92,8 +94,23 @@ _STOP = frozenset(
 )
 
 
+_STEM = snowballstemmer.stemmer("english")
+# Sentences that report a finding (what answers a question), not background or methods.
+_FINDING = re.compile(
+    r"\b(conclu|result|found|find|show|demonstrat|suggest|indicat|associat|reduc|increas|decreas|improv|"
+    r"effective|efficacy|significant|higher|lower|compared|no difference|did not|were not|was not|risk|odds|"
+    r"ratio|p\s*[<=>])",
+    re.IGNORECASE,
+)
+
+
 def terms(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
+
+
+def stems(text: str) -> set[str]:
+    """The content words of ``text``, stemmed (Snowball English): "statins" and "statin" match."""
+    return set(_STEM.stemWords(terms(text)))
 
 
 @dataclass(frozen=True)
@@ -104,57 +121,132 @@ class ScoredSentence:
     position: int
 
 
-class ExtractiveAnswerer:
-    """Chooses up to ``max_sentences`` sentences: term overlap with the question, weighted by passage rank."""
+@dataclass(frozen=True)
+class _Candidate:
+    text: str
+    hit: SearchHit
+    position: int
+    words: frozenset[str]
 
-    def __init__(self, max_sentences: int = 4, max_per_source: int = 2, min_relative_score: float = 0.4):
+
+class ExtractiveAnswerer:
+    """Quotes the sentences that answer the question, from the source that answers it best.
+
+    1. Every sentence of the passages is scored against the question: the IDF-weighted share of the
+       question's (stemmed) content words it contains, times a bonus for reporting a finding, times a
+       weight that falls with the passage's retrieval rank.
+    2. The *anchor* is the best-ranked source, unless another source's best sentence matches the question
+       ``anchor_margin`` times as well: an answer rests on one paper first.
+    3. Up to ``max_per_source`` anchor sentences above the relevance floor (``min_coverage`` of the
+       question, and ``min_relative_score`` of the best anchor sentence) are quoted.
+    4. At most ``max_off_source`` sentence of another source is added, and only when it reports a finding
+       and matches the question (rank aside) at least ``off_source_ratio`` times as well as the best
+       anchor sentence:
+       a near-duplicate topic from an unrelated paper is not quoted.
+    """
+
+    def __init__(
+        self,
+        max_sentences: int = 4,
+        max_per_source: int = 3,
+        min_relative_score: float = 0.4,
+        min_coverage: float = 0.1,
+        max_off_source: int = 1,
+        off_source_ratio: float = 1.0,
+        anchor_margin: float = 3.0,
+    ):
         self.max_sentences = max_sentences
         self.max_per_source = max_per_source
         self.min_relative_score = min_relative_score
+        self.min_coverage = min_coverage
+        self.max_off_source = max_off_source
+        self.off_source_ratio = off_source_ratio
+        self.anchor_margin = anchor_margin
 
-    def select(self, question: str, hits: Sequence[SearchHit]) -> list[ScoredSentence]:
-        q = Counter(terms(question))
-        if not q:
-            return []
-        doc_freq: Counter[str] = Counter()
-        sentences: list[tuple[str, SearchHit, int]] = []
+    def _candidates(self, hits: Sequence[SearchHit]) -> list[_Candidate]:
+        out: list[_Candidate] = []
         for hit in hits:
             for i, raw in enumerate(split_sentences(hit.text)):
                 s = _LABEL.sub("", raw)  # "RESULTS: ..." -> "..."
                 if len(s.split()) < 6 or s.rstrip().endswith("?"):
                     continue  # fragments, and questions (a study restating its aim answers nothing)
-                sentences.append((s, hit, i))
-                doc_freq.update(set(terms(s)))
-        n = max(len(sentences), 1)
-        scored: list[ScoredSentence] = []
-        for s, hit, pos in sentences:
-            words = set(terms(s))
-            overlap = sum(math.log(1 + n / (1 + doc_freq[w])) for w in q if w in words)
-            if overlap <= 0:
+                out.append(_Candidate(s, hit, i, frozenset(stems(s))))
+        return out
+
+    def select(self, question: str, hits: Sequence[SearchHit]) -> list[ScoredSentence]:
+        q = stems(question)
+        if not q:
+            return []
+        candidates = self._candidates(hits)
+        doc_freq: Counter[str] = Counter()
+        for c in candidates:
+            doc_freq.update(c.words)
+        n = max(len(candidates), 1)
+        weight = {w: math.log(1 + n / (1 + doc_freq[w])) for w in q}
+        total = sum(weight.values())
+        if total <= 0:
+            return []
+
+        def coverage(words: frozenset[str] | set[str]) -> float:
+            return sum(weight[w] for w in q if w in words) / total
+
+        scored: list[tuple[ScoredSentence, float, float]] = []
+        for c in candidates:
+            cov = coverage(c.words)
+            if cov <= 0:
                 continue
-            rank_weight = 1.0 / (1.0 + 0.15 * (hit.rank - 1))
-            # Conclusions and results answer questions better than background.
-            bonus = 1.2 if re.search(r"\b(conclu|result|found|associated|reduc|increas|effective)", s.lower()) else 1.0
-            scored.append(ScoredSentence(s, hit, overlap * rank_weight * bonus, pos))
-        scored.sort(key=lambda x: -x.score)
-        # Keep sentences close to the best one: weak matches dilute the answer.
-        floor = scored[0].score * self.min_relative_score if scored else 0.0
-        scored = [x for x in scored if x.score >= floor]
+            rank_weight = 1.0 / (1.0 + 0.15 * (c.hit.rank - 1))
+            bonus = 1.2 if _FINDING.search(c.text) else 1.0
+            strength = cov * bonus  # how well it answers, whatever the passage's rank
+            scored.append((ScoredSentence(c.text, c.hit, strength * rank_weight, c.position), cov, strength))
+        if not scored:
+            return []
+        scored.sort(key=lambda x: -x[0].score)
+        anchor = self._anchor(scored)
+        mine = [x for x in scored if x[0].hit.citation_id == anchor]
+        best = mine[0][0].score if mine else scored[0][0].score
+        best_strength = max((x[2] for x in mine), default=0.0)
+        floor = best * self.min_relative_score
         chosen: list[ScoredSentence] = []
-        per_source: Counter[str] = Counter()
         seen: set[str] = set()
-        for item in scored:
-            if per_source[item.hit.citation_id] >= self.max_per_source:
-                continue
+
+        def take(item: ScoredSentence) -> bool:
             key = " ".join(terms(item.text))
             if key in seen:  # the same sentence in two chunks (overlap) or two records: quote it once
-                continue
+                return False
             seen.add(key)
             chosen.append(item)
-            per_source[item.hit.citation_id] += 1
-            if len(chosen) >= self.max_sentences:
+            return True
+
+        for s, cov, _ in mine:
+            if len(chosen) >= min(self.max_per_source, self.max_sentences):
                 break
+            if s.score >= floor and cov >= self.min_coverage:
+                take(s)
+        off = 0
+        for s, cov, strength in scored:
+            if off >= self.max_off_source or len(chosen) >= self.max_sentences:
+                break
+            if s.hit.citation_id == anchor or cov < self.min_coverage:
+                continue
+            if strength >= best_strength * self.off_source_ratio and _FINDING.search(s.text) and take(s):
+                off += 1
         return chosen
+
+    def _anchor(self, scored: Sequence[tuple[ScoredSentence, float, float]]) -> str:
+        """The source that answers: the best-ranked passage's, unless another source's best sentence
+        matches the question ``anchor_margin`` times as well (retrieval read the whole passage; one
+        sentence outweighs it only clearly)."""
+        best: dict[str, tuple[int, float]] = {}
+        for s, _, strength in scored:
+            cid = s.hit.citation_id
+            rank, top = best.get(cid, (s.hit.rank, 0.0))
+            best[cid] = (min(rank, s.hit.rank), max(top, strength))
+        first = min(best, key=lambda cid: best[cid][0])
+        challenger = max(best, key=lambda cid: best[cid][1])
+        if best[challenger][1] >= self.anchor_margin * best[first][1]:
+            return challenger
+        return first
 
     def answer(self, question: str, hits: Sequence[SearchHit]) -> str:
         chosen = self.select(question, hits)
