@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from cli._common import out, post_gateway
+from shared.citations import scrub
 from shared.settings import get_settings
 
 
@@ -31,7 +32,11 @@ def filters(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_answer(data: dict[str, Any]) -> None:
     out.rule(f"Answer ({data['mode']}{', ' + data['model'] if data.get('model') else ''})")
-    out.print(data["answer"], markup=False, highlight=False)
+    # The gateway has verified the answer; the same gate runs here against the citations it lists, so an older
+    # or misconfigured gateway cannot make this print an id that is not among them.
+    allowed = {c["citation_id"] for c in data.get("citations") or []}
+    answer, _ = scrub(data["answer"], allowed)
+    out.print(answer, markup=False, highlight=False)
     if data["citations"]:
         out.rule("Citations")
         for c in data["citations"]:
@@ -44,10 +49,21 @@ def print_answer(data: dict[str, Any]) -> None:
             if c.get("url"):
                 out.print(f"    {c['url']}", markup=False, highlight=False)
     check = data.get("citation_check") or {}
+    unsupported = check.get("unsupported") or []
     out.print(
         f"\ncitation check: {len(check.get('verified', []))} verified, "
-        f"{len(check.get('removed', []))} removed, {len(check.get('uncited_sentences', []))} uncited sentences"
+        f"{len(check.get('removed', []))} removed, {len(check.get('uncited_sentences', []))} uncited sentences, "
+        f"{len(unsupported)} not supported by the cited source"
+        + (f" ({check['support_method']} check)" if check.get("support_method") else "")
     )
+    for u in unsupported:
+        ids = ", ".join(u.get("citation_ids", []))
+        out.print(
+            f"  ! {u['sentence']} [{ids}] (support {u['score']:.2f} < {u['threshold']:.2f})",
+            markup=False,
+            highlight=False,
+            style="red",
+        )
     out.print(f"\n{data['disclaimer']}", style="dim")
 
 

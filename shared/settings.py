@@ -308,6 +308,29 @@ class WorkflowSettings(BaseSettings):
     rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one drug interaction API call.")
 
 
+class SupportSettings(BaseSettings):
+    """The claim-support check of cited sentences (issue #15): is each citation's passage saying what it says?"""
+
+    model_config = _config("EVIDENTIA_SUPPORT_")
+
+    check: Literal["auto", "llm", "similarity", "lexical", "off"] = Field(
+        "auto",
+        description=(
+            "How cited sentences are checked against the passages they cite: `llm` (a second, cheap Claude call), "
+            "`similarity` (embedding model + word overlap, calibrated), `lexical` (word overlap only, no model "
+            "loaded), `off`; `auto`: `llm` with an API key, else `similarity`."
+        ),
+    )
+    model: str = Field("claude-haiku-4-5", description="Claude model of the `llm` support check (a cheap one).")
+    threshold: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Support score below which a cited sentence is reported unsupported; default: the calibrated one.",
+    )
+    max_claims: int = Field(40, ge=1, description="Most cited sentences of one answer scored for support.")
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
@@ -323,6 +346,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)  # type: ignore[arg-type]
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
+    support: SupportSettings = Field(default_factory=SupportSettings)  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=1)

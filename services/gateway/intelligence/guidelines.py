@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from shared.citations import cited_ids
 from shared.models import SearchHit
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\[])")
@@ -78,7 +79,7 @@ def attribute(text: str, hits: Sequence[SearchHit]) -> list[PlanItem]:
     for s in pieces:
         if not s:
             continue
-        ids = list(dict.fromkeys(re.findall(r"(?:PMID|PMCID|NBK):[A-Za-z0-9]+", s)))
+        ids = cited_ids(s)  # the one citation grammar (shared.citations)
         plain = _BRACKET.sub("", s).strip()
         sections: list[str] = []
         for cid in ids:
