@@ -416,3 +416,26 @@ class FakeAnthropic(LocalHttpServer):
             },
         )
         frame("message_stop", {"type": "message_stop"})
+
+
+def leaks(payload: Any, allowed: set[str], path: str = "$") -> list[str]:
+    """Every place in a JSON payload (what a client receives) that shows an id outside ``allowed``.
+
+    Walks every string: any citation the gate's grammar recognises must be allowed, and no made-up number of
+    :data:`FABRICATED` may appear in any form. ``citation_check`` is skipped: reporting removed ids is its job.
+    """
+    from shared.citations import cited_ids  # the fakes stay importable without the product on the path
+
+    found: list[str] = []
+    if isinstance(payload, dict):
+        for k, v in payload.items():
+            if k != "citation_check":
+                found += leaks(v, allowed, f"{path}.{k}")
+    elif isinstance(payload, list):
+        for i, v in enumerate(payload):
+            found += leaks(v, allowed, f"{path}[{i}]")
+    elif isinstance(payload, str):
+        bad = [c for c in cited_ids(payload) if c not in allowed]
+        bad += [n for n in FABRICATED_NUMBERS if n in payload]
+        found += [f"{path}: {b}" for b in dict.fromkeys(bad)]
+    return found
