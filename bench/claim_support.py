@@ -24,7 +24,7 @@ import numpy as np
 
 from shared.embedding import get_embedder
 from shared.settings import EmbeddingSettings
-from shared.support import LEXICAL_MODEL, SIMILARITY_MODEL, SupportModel, SupportScorer
+from shared.support import LEXICAL_MODEL, SupportModel, SupportScorer, calibration_for
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "claim_support" / "pubmedqa_claims.json"
 
@@ -89,7 +89,9 @@ def main() -> None:
     embedder = get_embedder(EmbeddingSettings(model=args.model))
     embedder.warm_up()
     load_s = time.perf_counter() - t0
-    scorer = SupportScorer(embedder)
+    shipped = calibration_for(embedder.name)
+    # Features need the embedder whatever the calibration; a placeholder model until one is fitted or shipped.
+    scorer = SupportScorer(embedder, model=shipped or LEXICAL_MODEL)
     t0 = time.perf_counter()
     feats = scorer.features(claims, passages)
     feature_s = time.perf_counter() - t0
@@ -97,21 +99,23 @@ def main() -> None:
     ov = np.array([f[1] for f in feats])
     X = np.stack([sim, ov], axis=1)
 
-    models = {"similarity": SIMILARITY_MODEL, "lexical": LEXICAL_MODEL}
+    models = {"similarity": shipped, "lexical": LEXICAL_MODEL}
+    if shipped is None and not args.calibrate:
+        raise SystemExit(f"no calibration shipped for {embedder.name}: run with --calibrate")
     if args.calibrate:
         cal = ~test
         models["similarity"] = fit(X[cal], supported[cal])
-        models["lexical"] = fit(np.stack([np.zeros(cal.sum()), ov[cal]], axis=1), supported[cal])
-        models["lexical"] = SupportModel(
-            models["lexical"].bias, 0.0, models["lexical"].w_overlap, models["lexical"].threshold
-        )
-        for name, m in models.items():
-            print(f"calibrated {name}: {m}")
+        lexical = fit(np.stack([np.zeros(cal.sum()), ov[cal]], axis=1), supported[cal])
+        models["lexical"] = SupportModel(lexical.bias, 0.0, lexical.w_overlap, lexical.threshold)
+        for name, fitted in models.items():
+            print(f"calibrated {name} for {embedder.name}: {fitted}")
     print(
         f"model {embedder.name}; {len(examples)} examples ({int(test.sum())} test); "
         f"load {load_s:.1f} s; features {1000 * feature_s / len(examples):.1f} ms per claim"
     )
-    for name, m in models.items():
+    for name, model in models.items():
+        assert model is not None
+        m = model
         probs = np.array([m.probability(s if name == "similarity" else 0.0, o) for s, o in X[test]])
         flagged = probs < m.threshold
         r = prf(flagged, ~supported[test])

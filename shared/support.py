@@ -10,8 +10,9 @@ reported as unsupported. The offline score is a calibrated probability from two 
 
 They are combined by a logistic model fitted on the calibration half of the labelled set in
 ``tests/fixtures/claim_support/`` (``python -m bench.claim_support --calibrate`` prints the coefficients, which
-live below as :data:`SIMILARITY_MODEL` and :data:`LEXICAL_MODEL`); the figures on the other half are in
-docs/benchmarks.md. Without an embedding model the lexical model alone is used (``method="lexical"``).
+live below in :data:`SIMILARITY_MODELS`, one per embedding model, and :data:`LEXICAL_MODEL`); the figures on the
+other half are in docs/benchmarks.md. Without an embedding model, or with one not calibrated, the lexical model
+alone is used (``method="lexical"``).
 """
 
 from __future__ import annotations
@@ -41,9 +42,19 @@ class SupportModel:
         return 1.0 / (1.0 + math.exp(-z))
 
 
-# Fitted by `python -m bench.claim_support --calibrate` on the calibration half (all-MiniLM-L6-v2).
-SIMILARITY_MODEL = SupportModel(bias=-9.0, w_similarity=10.0, w_overlap=6.0, threshold=0.5)
+# Fitted by `python -m bench.claim_support --calibrate` on the calibration half of the labelled set. Cosine
+# similarities differ from one embedding model to another, so each model has its own; a model without one is
+# not loaded for this check, which then uses the lexical model.
+SIMILARITY_MODELS: dict[str, SupportModel] = {
+    "sentence-transformers/all-MiniLM-L6-v2": SupportModel(bias=-9.0, w_similarity=10.0, w_overlap=6.0, threshold=0.5),
+}
 LEXICAL_MODEL = SupportModel(bias=-4.0, w_similarity=0.0, w_overlap=8.0, threshold=0.5)
+
+
+def calibration_for(model_name: str) -> SupportModel | None:
+    """The similarity model calibrated for an embedding model (by its canonical name), if there is one."""
+    return SIMILARITY_MODELS.get(model_name)
+
 
 SupportMethod = Literal["similarity", "lexical"]
 
@@ -86,9 +97,12 @@ class SupportScore:
 class SupportScorer:
     """Scores (sentence, cited passages) pairs; a sentence's score is its best against any passage it cites."""
 
-    def __init__(self, embedder: Embedder | None = None, threshold: float | None = None):
-        self.embedder = embedder
-        self.model = SIMILARITY_MODEL if embedder is not None else LEXICAL_MODEL
+    def __init__(
+        self, embedder: Embedder | None = None, threshold: float | None = None, model: SupportModel | None = None
+    ):
+        calibrated = model or (calibration_for(embedder.name) if embedder is not None else None)
+        self.embedder = embedder if calibrated is not None else None
+        self.model = calibrated or LEXICAL_MODEL
         self.threshold = self.model.threshold if threshold is None else threshold
 
     @property

@@ -20,7 +20,7 @@ from shared.embedding.base import Embedder
 from shared.events import UnsupportedClaim
 from shared.models import SearchHit
 from shared.settings import Settings
-from shared.support import SupportScorer
+from shared.support import SupportScorer, calibration_for
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,14 @@ class ClaimChecker:
                 if embedder is None and self.mode != "lexical":
                     try:
                         embedder = get_embedder(self.settings.embedding)
-                        await asyncio.to_thread(embedder.warm_up)
+                        if calibration_for(embedder.name) is None:
+                            log.warning(
+                                "no support calibration for this embedding model; using word overlap alone",
+                                extra={"model": embedder.name},
+                            )
+                            embedder = None
+                        else:
+                            await asyncio.to_thread(embedder.warm_up)
                     except Exception:
                         log.exception("no embedding model for the support check; using word overlap alone")
                         embedder = None
