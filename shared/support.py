@@ -46,9 +46,11 @@ class SupportModel:
 # similarities differ from one embedding model to another, so each model has its own; a model without one is
 # not loaded for this check, which then uses the lexical model.
 SIMILARITY_MODELS: dict[str, SupportModel] = {
-    "sentence-transformers/all-MiniLM-L6-v2": SupportModel(bias=-9.0, w_similarity=10.0, w_overlap=6.0, threshold=0.5),
+    "sentence-transformers/all-MiniLM-L6-v2": SupportModel(
+        bias=-10.7323, w_similarity=11.9298, w_overlap=10.7946, threshold=0.47
+    ),
 }
-LEXICAL_MODEL = SupportModel(bias=-4.0, w_similarity=0.0, w_overlap=8.0, threshold=0.5)
+LEXICAL_MODEL = SupportModel(bias=-5.6209, w_similarity=0.0, w_overlap=17.3046, threshold=0.45)
 
 
 def calibration_for(model_name: str) -> SupportModel | None:
