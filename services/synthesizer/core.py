@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Sequence
 from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.safety import DISCLAIMER, EMERGENCY_ANSWER, is_emergency
-from services.synthesizer.summary import check_summary, extractive_summary, gate_summary, insufficient_summary
+from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
 from services.synthesizer.support import ClaimChecker
-from shared.citations import CitationVerifier, StreamGate, merge_check
+from shared.citations import CitationVerifier, StreamGate, gate_summary, merge_check
 from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.models import SearchHit
 from shared.settings import Settings

@@ -103,15 +103,16 @@ class ClaudeAnswerer:
 
     async def judge_support(self, claims: Sequence[tuple[str, Sequence[SearchHit]]]) -> list[float] | None:
         """Claude's support score (0-1) of each (sentence, cited passages), in order; None without a usable reply."""
-        message = await self.client.messages.create(
-            model=self.support_settings.model,
-            max_tokens=min(2000, 60 * len(claims) + 200),
-            system=[{"type": "text", "text": SUPPORT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
-            messages=[{"role": "user", "content": support_message(claims)}],
-            tools=[support_tool()],  # type: ignore[list-item]
-            tool_choice={"type": "tool", "name": SUPPORT_TOOL},
-            extra_body={"temperature": 0.0},
-        )
+        params: dict[str, Any] = {
+            "model": self.support_settings.model,
+            "max_tokens": min(2000, 60 * len(claims) + 200),
+            "system": [{"type": "text", "text": SUPPORT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": support_message(claims)}],
+            "tools": [support_tool()],
+            "tool_choice": {"type": "tool", "name": SUPPORT_TOOL},
+            "extra_body": {"temperature": 0.0},
+        }
+        message = await self.client.messages.create(**params)
         for block in message.content:
             if block.type == "tool_use" and block.name == SUPPORT_TOOL and isinstance(block.input, dict):
                 scores: dict[int, float] = {}
