@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from shared.citations import cited_ids
+from shared.models import SearchHit
 from tests.fakes.anthropic_server import FABRICATED, FakeAnthropic, leaks
 from tests.integration.conftest import Stack
 
@@ -69,7 +70,7 @@ def test_no_unverified_id_reaches_the_client_in_any_channel(
     events = _events(stack, {"question": question, "return_sources": True})
     kinds = [k for k, _ in events]
     assert kinds[0] == "retrieval_done" and kinds[-1] == "done", kinds
-    allowed = {s["citation_id"] for s in events[0][1]["sources"]}
+    allowed = {SearchHit.model_validate(s).citation_id for s in events[0][1]["sources"]}
     assert allowed and allowed <= {f"PMID:{p}" for p in ingested}
     shown = ""
     for kind, data in events:  # every SSE event, every field
@@ -92,7 +93,7 @@ def test_no_unverified_id_reaches_the_client_in_any_channel(
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["mode"] == "llm"
-        given = {s["citation_id"] for s in body.pop("sources")}
+        given = {SearchHit.model_validate(s).citation_id for s in body.pop("sources")}
         # Earlier turns' references stay in the reference list; nothing else may appear.
         assert leaks(body, given | allowed) == []
         assert set(FABRICATED) <= set(body["citation_check"]["removed"])
