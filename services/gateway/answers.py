@@ -37,7 +37,7 @@ from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.schemas import AskRequest, AskResponse
 from shared import metrics
 from shared.broker import RemoteError, RequestTimeout
-from shared.citations import StreamGate, gate_reply
+from shared.citations import StreamGate, gate_reply, scrub
 from shared.events import (
     Citation,
     RetrievalReply,
@@ -146,6 +146,8 @@ class AnswerService:
         standalone = body.question.strip()
         if ctx.turns and not is_emergency(body.question):
             standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question)
+            # A rewritten question is model output shown to the client and searched: it may cite nothing.
+            standalone = scrub(standalone, ())[0] or body.question.strip()
         return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start)
 
     async def _retrieve(self, turn: Turn) -> tuple[list[SearchHit], float]:
