@@ -92,11 +92,14 @@ def test_no_unverified_id_reaches_the_client_in_any_channel(
         r = http.post("/v1/ask", json={"question": question, "conversation_id": conversation, "return_sources": True})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["mode"] == "llm"
+        # The follow-up is rewritten by the same adversary (its citations gated away), so it may find no evidence.
+        assert body["mode"] in ("llm", "insufficient-evidence")
+        assert leaks(body["standalone_question"], set()) == []
         given = {SearchHit.model_validate(s).citation_id for s in body.pop("sources")}
         # Earlier turns' references stay in the reference list; nothing else may appear.
         assert leaks(body, given | allowed) == []
-        assert set(FABRICATED) <= set(body["citation_check"]["removed"])
+        if body["mode"] == "llm":
+            assert set(FABRICATED) <= set(body["citation_check"]["removed"])
         history = http.get(f"/v1/conversations/{conversation}")
         assert history.status_code == 200
         assert len(history.json()["messages"]) == 4
