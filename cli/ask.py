@@ -16,6 +16,7 @@ from rich.console import Console
 from cli import exits
 from cli._common import out, print_json, wants_json
 from cli.gateway import GatewayError, client_from_args
+from shared.citations import scrub
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +43,11 @@ def filters(args: argparse.Namespace) -> dict[str, Any]:
 def print_answer(data: dict[str, Any]) -> None:
     """The verified answer: numbered as its citations, with the reference list and the citation check."""
     out.rule(f"Answer ({data['mode']}{', ' + data['model'] if data.get('model') else ''})")
-    out.print(data.get("numbered_answer") or data["answer"], markup=False, highlight=False)
+    # The gateway has verified the answer; the same gate runs here against the citations it lists, so an older
+    # or misconfigured gateway cannot make this print an id that is not among them.
+    allowed = {c["citation_id"] for c in data.get("citations") or []}
+    answer, _ = scrub(data.get("numbered_answer") or data["answer"], allowed)
+    out.print(answer, markup=False, highlight=False)
     if data["citations"]:
         out.rule("Citations")
         for c in data["citations"]:
@@ -55,10 +60,21 @@ def print_answer(data: dict[str, Any]) -> None:
             if c.get("url"):
                 out.print(f"    {c['url']}", markup=False, highlight=False)
     check = data.get("citation_check") or {}
+    unsupported = check.get("unsupported") or []
     out.print(
         f"\ncitation check: {len(check.get('verified', []))} verified, "
-        f"{len(check.get('removed', []))} removed, {len(check.get('uncited_sentences', []))} uncited sentences"
+        f"{len(check.get('removed', []))} removed, {len(check.get('uncited_sentences', []))} uncited sentences, "
+        f"{len(unsupported)} not supported by the cited source"
+        + (f" ({check['support_method']} check)" if check.get("support_method") else "")
     )
+    for u in unsupported:
+        ids = ", ".join(u.get("citation_ids", []))
+        out.print(
+            f"  ! {u['sentence']} [{ids}] (support {u['score']:.2f} < {u['threshold']:.2f})",
+            markup=False,
+            highlight=False,
+            style="red",
+        )
     if data.get("conversation_id"):
         out.print(f"conversation: {data['conversation_id']} (continue with --conversation)", style="dim")
     out.print(f"\n{data['disclaimer']}", style="dim")

@@ -15,6 +15,7 @@ from typing import Any
 from cli import exits
 from cli._common import console, out, print_json, wants_json
 from cli.gateway import GatewayError, client_from_args
+from shared.citations import parse_id, scrub
 
 STEP_TITLES = {
     "normalise": "1/5 disease name",
@@ -69,8 +70,11 @@ def show_step(step: dict[str, Any]) -> None:
 
 def print_summary(data: dict[str, Any]) -> None:
     s = data["summary"]
+    # Checked by the gateway; the same citation gate runs here against the ids the response lists.
+    allowed = {c["citation_id"] for c in data.get("citations") or []}
+    allowed |= {parse_id(p) or p for p in s.get("supporting_pmids") or []}
     out.rule(f"Evidence: {data['drug']} for {data['disease']['search_term']} ({s['method']})")
-    out.print(s["summary"], markup=False, highlight=False)
+    out.print(scrub(s["summary"], allowed)[0], markup=False, highlight=False)
     out.print(
         f"\nstrength: {s['strength']}; studies: {s['study_count']}"
         + (f" ({', '.join(s['study_types'])})" if s["study_types"] else "")
@@ -78,7 +82,8 @@ def print_summary(data: dict[str, Any]) -> None:
     if s["key_findings"]:
         out.rule("Key findings")
         for f in s["key_findings"]:
-            out.print(f"- {f['finding']}  [PMID: {', '.join(f['supporting_pmids'])}]", markup=False, highlight=False)
+            finding = scrub(f["finding"], allowed)[0]
+            out.print(f"- {finding}  [PMID: {', '.join(f['supporting_pmids'])}]", markup=False, highlight=False)
     if data["citations"]:
         out.rule("Sources")
         for c in data["citations"]:

@@ -1,45 +1,229 @@
 """Citation handling, one owner for every channel: find the ids a text cites, keep only those among its sources,
-number them.
+number them, and gate streamed text the same way.
 
-Answers cite inline as ``[PMID:12345678]``, ``[PMCID:PMC123]`` or ``[NBK:NBK1116]``; several ids may share
-one bracket (``[PMID:1, PMID:2]``). Ids not among the sources are removed and reported; sentences that
-make a claim without any citation are flagged.
+Answers are asked to cite inline as ``[PMID:12345678]``, ``[PMCID:PMC123]`` or ``[NBK:NBK1116]``, several ids in
+one bracket (``[PMID:1, PMID:2]``). A model (or a forged passage) may write them any other way, so every form a
+reader would take for a citation is recognised and checked alike:
+
+- bracketed or parenthesised groups, any case, any separator: ``[pmid:123]``, ``[PMID 123]``, ``(PMID: 123)``,
+  ``[PMID:123, 4]`` (a bare number after a kinded id has its kind), ``[PMID:1; PMCID:PMC2 and NBK3]``;
+- bracketed bare PMIDs (five digits or more): ``[12345678]``, ``[12345678, 23456789]``;
+- unbracketed ids in prose: ``PMID 123``, ``PMID: 123``, ``PMCID PMC123``, and the self-identifying ``PMC123`` and
+  ``NBK123``;
+- links to a record: ``https://pubmed.ncbi.nlm.nih.gov/123/``, ``.../pmc/articles/PMC123``, ``.../books/NBK123``.
+
+Ids among the sources are rewritten to the canonical ``[KIND:value]`` form (links stay links); the rest are
+removed, with the blank before them, and reported in :class:`CitationCheck`. :class:`StreamGate` applies the same
+rule to text arriving piece by piece: it releases text as soon as no citation can still be forming at its end,
+holding back an open bracket until it closes and the last word until the next one starts.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from shared.events import Citation, CitationCheck
+from shared.events import Citation, CitationCheck, EvidenceSummary, SynthesisReply, UnsupportedClaim
 from shared.models import SearchHit
 
-_BRACKET = re.compile(r"\[((?:\s*(?:PMID|PMCID|NBK)\s*:\s*[A-Za-z0-9]+\s*[,;]?)+)\]")
-_ID = re.compile(r"(PMID|PMCID|NBK)\s*:\s*([A-Za-z0-9]+)")
+KINDS = ("PMID", "PMCID", "NBK")
+
+_SEP = r"[ \t]*[:#=]?[ \t]*"
+_VALUE = r"(?:pmc|nbk)?\d+"
+_KINDED = rf"(?:pmcid|pmid|nbk){_SEP}{_VALUE}"
+_SELF = r"(?:pmc\d+|nbk\d+)"
+_ONE = rf"(?:{_KINDED}|{_SELF})"
+_JOIN = r"[ \t]*(?:[,;]|\band\b|&)[ \t]*"
+_GROUP_ITEMS = rf"{_ONE}(?:{_JOIN}(?:{_ONE}|\d+))*"
+_URL = (
+    r"https?://(?:www\.)?(?:pubmed\.ncbi\.nlm\.nih\.gov/|ncbi\.nlm\.nih\.gov/(?:pubmed/|pmc/articles/|books/))"
+    r"(?:pmc|nbk)?\d+/?"
+)
+# One regex for every form; the leading blanks are part of the match so that a removed citation takes its
+# blank with it ("benefit [PMID:9]." -> "benefit.").
+_CITATION = re.compile(
+    rf"(?P<lead>[ \t]*)(?:"
+    rf"(?P<url>\b{_URL})"
+    rf"|\[[ \t]*(?P<square>{_GROUP_ITEMS})[ \t]*[,;]?[ \t]*\]"
+    rf"|\([ \t]*(?P<round>{_GROUP_ITEMS})[ \t]*[,;]?[ \t]*\)"
+    rf"|\[[ \t]*(?P<bare>\d{{5,9}}(?:{_JOIN}\d+)*)[ \t]*\]"
+    rf"|(?P<inline>(?<![\w:/])(?:{_KINDED}|{_SELF}))\b"
+    rf")",
+    re.IGNORECASE,
+)
+_TOKEN = re.compile(rf"(?P<kind>pmcid|pmid|nbk)?{_SEP}(?P<value>{_VALUE})", re.IGNORECASE)
+_URL_ID = re.compile(r"/(?:(?P<pmc>pmc\d+)|(?P<nbk>nbk\d+)|(?P<pmid>\d+))/?$", re.IGNORECASE)
+_CANONICAL = re.compile(r"\[(?:PMID|PMCID|NBK):[A-Za-z0-9]+(?:, (?:PMID|PMCID|NBK):[A-Za-z0-9]+)*\]")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\[])")
+# How long an open bracket is held back at most: a real citation group closes well before this.
+_MAX_OPEN = 240
+_TRAILING_KIND = re.compile(rf"(?:{_KINDED}|(?:pmcid|pmid|nbk){_SEP})[ \t]*$", re.IGNORECASE)
 
 
 def normalise(kind: str, value: str) -> str:
+    """``("pmid", "123")`` -> ``PMID:123``; ``("PMCID", "123")`` -> ``PMCID:PMC123``; ids read by their prefix."""
+    kind = kind.strip().upper()
     value = value.strip()
-    if kind == "PMCID" and not value.upper().startswith("PMC"):
-        value = f"PMC{value}"
-    if kind == "NBK" and not value.upper().startswith("NBK"):
-        value = f"NBK{value}"
-    return f"{kind}:{value}"
+    upper = value.upper()
+    if upper.startswith("PMC"):
+        return f"PMCID:PMC{value[3:]}"
+    if upper.startswith("NBK"):
+        return f"NBK:NBK{value[3:]}"
+    if kind == "PMCID":
+        return f"PMCID:PMC{value}"
+    if kind == "NBK":
+        return f"NBK:NBK{value}"
+    return f"PMID:{value}"
+
+
+def parse_id(raw: str) -> str | None:
+    """One id written any way (``123``, ``PMID 123``, ``pmc5``, ``[NBK:NBK1]``) in canonical form, or None."""
+    found = ids_in(raw.strip().strip("[]()").strip())
+    return found[0] if len(found) == 1 else None
+
+
+def ids_in(group: str) -> list[str]:
+    """The ids of one citation group; a bare number takes the kind of the id before it (PMID at first)."""
+    out: list[str] = []
+    kind = "PMID"
+    for m in _TOKEN.finditer(group):
+        if m.group("kind"):
+            kind = m.group("kind").upper()
+        cid = normalise(kind, m.group("value"))
+        if cid not in out:
+            out.append(cid)
+    return out
+
+
+def _match_ids(m: re.Match[str]) -> list[str]:
+    if m.group("url"):
+        u = _URL_ID.search(m.group("url"))
+        if u is None:  # pragma: no cover - the URL pattern always ends in an id
+            return []
+        if u.group("pmc"):
+            return [normalise("PMCID", u.group("pmc"))]
+        if u.group("nbk"):
+            return [normalise("NBK", u.group("nbk"))]
+        return [normalise("PMID", u.group("pmid"))]
+    group = m.group("square") or m.group("round") or m.group("bare") or m.group("inline") or ""
+    return ids_in(group)
 
 
 def cited_ids(text: str) -> list[str]:
-    """Every cited id in order of first appearance, without repeats."""
+    """Every cited id in order of first appearance, without repeats, whatever form it was written in."""
     out: dict[str, None] = {}
-    for bracket in _BRACKET.finditer(text):
-        for kind, value in _ID.findall(bracket.group(1)):
-            out[normalise(kind, value)] = None
+    for m in _CITATION.finditer(text):
+        for cid in _match_ids(m):
+            out[cid] = None
     return list(out)
 
 
 def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
+
+
+def rewrite(
+    text: str, allowed: Collection[str], render: Callable[[list[str]], str] | None = None
+) -> tuple[str, list[str]]:
+    """``text`` with each citation among ``allowed`` in canonical form and every other one removed.
+
+    Returns the text and the ids it cited (in order, without repeats). ``render`` turns the kept ids of one
+    citation into its text (default ``[PMID:1, PMID:2]``). Whitespace is kept as it is except the blank before
+    a removed citation, so the pieces of a stream rewrite to the pieces of the whole.
+    """
+    cited: dict[str, None] = {}
+    draw = render or _canonical
+
+    def fix(m: re.Match[str]) -> str:
+        ids = _match_ids(m)
+        for cid in ids:
+            cited[cid] = None
+        keep = [c for c in ids if c in allowed]
+        if not keep:
+            return ""
+        if m.group("url"):
+            return m.group(0)
+        return m.group("lead") + draw(keep)
+
+    return _CITATION.sub(fix, text), list(cited)
+
+
+def scrub(text: str, allowed: Collection[str]) -> tuple[str, list[str]]:
+    """``text`` with only the ``allowed`` citations left (canonical form); returns it and the ids removed."""
+    out, cited = rewrite(text, allowed)
+    return out, [c for c in cited if c not in allowed]
+
+
+def _canonical(ids: list[str]) -> str:
+    return "[" + ", ".join(ids) + "]"
+
+
+class StreamGate:
+    """Citations checked as the text streams: :meth:`push` each piece, then :meth:`close`.
+
+    Each call returns the text safe to send now: every citation in it is among ``allowed`` (others are removed
+    and listed in :attr:`removed`). Held back until more text comes: an open ``[`` or ``(`` until it closes
+    (or grows past any citation's length), and the last word with the blank before it, since the next piece
+    may turn it into a citation (``PMID`` + `` 123``) or a removed citation would take that blank with it.
+    """
+
+    def __init__(self, allowed: Collection[str]):
+        self.allowed = frozenset(allowed)
+        self.removed: list[str] = []
+        self.cited: list[str] = []
+        self._pending = ""
+
+    def push(self, text: str) -> str:
+        self._pending += text
+        cut = self._safe_end(self._pending)
+        ready, self._pending = self._pending[:cut], self._pending[cut:]
+        return self._release(ready)
+
+    def close(self) -> str:
+        """The rest, at the end of a complete answer (an unclosed bracket is checked as it stands)."""
+        ready, self._pending = self._pending, ""
+        return self._release(ready)
+
+    def discard(self) -> None:
+        """Forget what is held back (a stream that ended in an error sends none of it)."""
+        self._pending = ""
+
+    def _release(self, ready: str) -> str:
+        if not ready:
+            return ""
+        out, cited = rewrite(ready, self.allowed)
+        for cid in cited:
+            if cid not in self.cited:
+                self.cited.append(cid)
+            if cid not in self.allowed and cid not in self.removed:
+                self.removed.append(cid)
+        return out
+
+    @staticmethod
+    def _safe_end(text: str) -> int:
+        cut = len(text)
+        # The last word and the blank before it: the next piece may extend it into a citation.
+        m = re.search(r"[ \t]*\S*$", text)
+        if m is not None:
+            cut = m.start()
+        # An id kind waiting for its number ("... PMID 12" + "34"), with what came before it on the line.
+        k = _TRAILING_KIND.search(text)
+        if k is not None:
+            cut = min(cut, k.start())
+        # An open bracket that has not closed yet.
+        for opener, closer in (("[", "]"), ("(", ")")):
+            i = text.rfind(opener)
+            if i >= 0 and text.find(closer, i) < 0 and len(text) - i <= _MAX_OPEN:
+                cut = min(cut, i)
+        # Never inside a citation that is already whole ("(PMID: 4)" is one word to the reader, two here).
+        for c in _CITATION.finditer(text):
+            if c.start() < cut < c.end():
+                cut = c.start()
+        # Blanks before the cut go with what follows (a removed citation takes its blank).
+        while cut > 0 and text[cut - 1] in " \t":
+            cut -= 1
+        return cut
 
 
 @dataclass
@@ -63,28 +247,18 @@ class CitationVerifier:
         self.numbering = dict(numbering or {})
 
     def verify(self, text: str, *, renumber: bool = False) -> VerifiedAnswer:
-        cited = cited_ids(text)
+        with_ids, cited = rewrite(text, self.sources)
         verified = [c for c in cited if c in self.sources]
         removed = [c for c in cited if c not in self.sources]
-
-        def fixer(numbers: bool) -> Callable[[re.Match[str]], str]:
-            def fix(match: re.Match[str]) -> str:
-                keep = [normalise(k, v) for k, v in _ID.findall(match.group(1))]
-                keep = [c for c in dict.fromkeys(keep) if c in self.sources]
-                if not keep:
-                    return ""
-                if numbers:
-                    return "".join(f"[{self._number(c)}]" for c in keep)
-                return "[" + ", ".join(keep) + "]"
-
-            return fix
-
         for c in verified:  # numbers follow the order of first appearance
             self._number(c)
-        with_ids = _tidy(_BRACKET.sub(fixer(False), text))
-        cleaned = _tidy(_BRACKET.sub(fixer(True), text)) if renumber else with_ids
+        with_ids = _tidy(with_ids)
+        if renumber:
+            cleaned = _tidy(rewrite(text, self.sources, lambda ids: "".join(f"[{self._number(c)}]" for c in ids))[0])
+        else:
+            cleaned = with_ids
         # A claim whose only citation was removed is now uncited, and flagged as such.
-        uncited = [s for s in split_sentences(with_ids) if _is_claim(s) and not _BRACKET.search(s)]
+        uncited = [s for s in split_sentences(with_ids) if _is_claim(s) and not _CANONICAL.search(s)]
         citations = [self._citation(c) for c in sorted(verified, key=self._number)]
         return VerifiedAnswer(
             cleaned,
@@ -108,6 +282,90 @@ class CitationVerifier:
             year=hit.year,
             url=hit.url,
         )
+
+
+def cited_sentences(text: str) -> list[tuple[str, list[str]]]:
+    """Each sentence of a verified (canonical) text that cites something: its text without citations, its ids.
+
+    A citation standing alone after a full stop ("... benefit. [PMID:1]") belongs to the sentence before it.
+    """
+    pieces: list[str] = []
+    for line in text.splitlines():
+        for s in _SENTENCE.split(line.strip()):
+            s = s.strip()
+            if pieces and s and not _CITATION.sub("", s).strip(" \t.;,"):
+                pieces[-1] = f"{pieces[-1]} {s}"
+            elif s:
+                pieces.append(s)
+    out = []
+    for s in pieces:
+        ids = cited_ids(s)
+        plain = _tidy(_CITATION.sub("", s)).lstrip("-*• ").strip()
+        if ids and plain:
+            out.append((plain, ids))
+    return out
+
+
+def merge_check(
+    check: CitationCheck, removed: Iterable[str] = (), unsupported: Iterable[UnsupportedClaim] = ()
+) -> CitationCheck:
+    """``check`` with more removed ids and unsupported claims added (no repeats)."""
+    gone = list(dict.fromkeys([*check.removed, *removed]))
+    claims = list(check.unsupported)
+    seen = {(u.sentence, tuple(u.citation_ids)) for u in claims}
+    for u in unsupported:
+        if (u.sentence, tuple(u.citation_ids)) not in seen:
+            claims.append(u)
+    return check.model_copy(update={"removed": gone, "unsupported": claims})
+
+
+def gate_summary(summary: EvidenceSummary, allowed: Collection[str]) -> tuple[EvidenceSummary, list[str]]:
+    """The summary with every inline citation of its text and findings checked like an answer's; the ids removed."""
+    removed: list[str] = []
+
+    def clean(text: str) -> str:
+        out, gone = scrub(text, allowed)
+        removed.extend(g for g in gone if g not in removed)
+        return out.strip()
+
+    findings = []
+    for f in summary.key_findings:
+        text = clean(f.finding)
+        if text:
+            findings.append(f.model_copy(update={"finding": text}))
+    gated = summary.model_copy(update={"summary": clean(summary.summary), "key_findings": findings})
+    return gated, removed
+
+
+def gate_reply(reply: SynthesisReply, allowed: Collection[str]) -> SynthesisReply:
+    """A synthesizer reply checked again where it reaches a client: only ``allowed`` ids in its answer, its
+    numbered answer, its citations and its summary; anything more removed and reported in its citation check.
+    """
+    answer, gone = scrub(reply.answer, allowed)
+    numbered = reply.numbered_answer
+    if numbered is not None:
+        numbered, more = scrub(numbered, allowed)
+        gone += more
+    summary = reply.summary
+    if summary is not None:
+        summary, more = gate_summary(summary, allowed)
+        pmids = [p for p in summary.supporting_pmids if (parse_id(p) or p) in allowed]
+        gone += [parse_id(p) or p for p in summary.supporting_pmids if p not in pmids]
+        summary = summary.model_copy(update={"supporting_pmids": pmids})
+        gone += more
+    citations = [c for c in reply.citations if c.citation_id in allowed]
+    gone += [c.citation_id for c in reply.citations if c.citation_id not in allowed]
+    if not gone:
+        return reply
+    return reply.model_copy(
+        update={
+            "answer": _tidy(answer),
+            "numbered_answer": _tidy(numbered) if numbered is not None else None,
+            "summary": summary,
+            "citations": citations,
+            "citation_check": merge_check(reply.citation_check, gone),
+        }
+    )
 
 
 def _tidy(text: str) -> str:

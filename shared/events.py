@@ -361,11 +361,32 @@ class Citation(BaseModel):
     url: str | None = None
 
 
+class UnsupportedClaim(BaseModel):
+    """A cited sentence that the passages it cites do not appear to support."""
+
+    sentence: str = Field(description="The sentence, without its citations.")
+    citation_ids: list[str] = Field(default_factory=list, description="The (verified) ids it cites.")
+    score: float = Field(description="Support score against the cited passages, 0-1; below the threshold.")
+    threshold: float = Field(description="The threshold the score fell below.")
+    method: Literal["similarity", "lexical", "llm"] = Field(
+        description="`similarity` (embedding + lexical overlap), `lexical` (no embedding model), `llm` (Claude)."
+    )
+
+
 class CitationCheck(BaseModel):
-    cited: list[str] = Field(default_factory=list, description="Every id the answer cited.")
+    cited: list[str] = Field(default_factory=list, description="Every id the answer cited, in any form.")
     verified: list[str] = Field(default_factory=list, description="Cited ids that were among the sources.")
-    removed: list[str] = Field(default_factory=list, description="Cited ids that were not; taken out.")
+    removed: list[str] = Field(
+        default_factory=list, description="Cited ids that were not (in the answer, stream or summary); taken out."
+    )
     uncited_sentences: list[str] = Field(default_factory=list)
+    unsupported: list[UnsupportedClaim] = Field(
+        default_factory=list, description="Cited sentences the cited passages do not appear to support."
+    )
+    support_method: Literal["similarity", "lexical", "llm"] | None = Field(
+        None, description="How claim support was checked; None when it was not (no cited sentence, or turned off)."
+    )
+    claims_checked: int = Field(0, ge=0, description="Cited sentences scored for support.")
 
 
 EvidenceStrength = Literal["high", "moderate", "low", "insufficient"]

@@ -528,6 +528,29 @@ class SafetySettings(BaseSettings):
     )
 
 
+class SupportSettings(BaseSettings):
+    """The claim-support check of cited sentences (issue #15): is each citation's passage saying what it says?"""
+
+    model_config = _config("EVIDENTIA_SUPPORT_")
+
+    check: Literal["auto", "llm", "similarity", "lexical", "off"] = Field(
+        "auto",
+        description=(
+            "How cited sentences are checked against the passages they cite: `llm` (a second, cheap Claude call), "
+            "`similarity` (embedding model + word overlap, calibrated), `lexical` (word overlap only, no model "
+            "loaded), `off`; `auto`: `llm` with an API key, else `similarity`."
+        ),
+    )
+    model: str = Field("claude-haiku-4-5", description="Claude model of the `llm` support check (a cheap one).")
+    threshold: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Support score below which a cited sentence is reported unsupported; default: the calibrated one.",
+    )
+    max_claims: int = Field(40, ge=1, description="Most cited sentences of one answer scored for support.")
+
+
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
@@ -545,6 +568,7 @@ class Settings(BaseSettings):
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
     tracing: TracingSettings = Field(default_factory=TracingSettings)  # type: ignore[arg-type]
     safety: SafetySettings = Field(default_factory=SafetySettings)  # type: ignore[arg-type]
+    support: SupportSettings = Field(default_factory=SupportSettings)  # type: ignore[arg-type]
 
     def public_dump(self) -> dict[str, Any]:
         """Every value in force as JSON-ready data, with secrets masked.

@@ -38,6 +38,7 @@ from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.schemas import AskRequest, AskResponse
 from shared import metrics
 from shared.broker import RemoteError, RequestTimeout
+from shared.citations import StreamGate, gate_reply, scrub
 from shared.events import (
     Citation,
     RetrievalReply,
@@ -146,6 +147,8 @@ class AnswerService:
         standalone = body.question.strip()
         if ctx.turns and not (await acheck_emergency(body.question)).emergency:
             standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question)
+            # A rewritten question is model output shown to the client and searched: it may cite nothing.
+            standalone = scrub(standalone, ())[0] or body.question.strip()
         return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start)
 
     async def _retrieve(self, turn: Turn) -> tuple[list[SearchHit], float]:
@@ -257,7 +260,10 @@ class AnswerService:
                 else:
                     hits, timings["retrieval"] = await self._retrieve(turn)
                     t0 = time.perf_counter()
-                    reply = await self.kafka.synthesize(self._synthesis(turn, hits, stream=False))
+                    reply = gate_reply(
+                        await self.kafka.synthesize(self._synthesis(turn, hits, stream=False)),
+                        {h.citation_id for h in hits},
+                    )
                     timings["synthesis"] = (time.perf_counter() - t0) * 1000
                 timings["total"] = (time.perf_counter() - start) * 1000
                 try:
@@ -346,19 +352,27 @@ class AnswerService:
                 },
             )
             order = TokenOrder()
+            # The synthesizer gates its tokens; they are gated again here, against the passages this turn sent,
+            # so no citation of another id reaches the client whatever the synthesizer's version.
+            allowed = {h.citation_id for h in hits}
+            gate = StreamGate(allowed)
+            sent = 0
             final: SynthesisReply | None = None
             async for kind, raw in self.kafka.synthesize_stream(self._synthesis(turn, hits, stream=True)):
                 if kind == "SynthesisToken":
                     for token in order.push(SynthesisToken.model_validate_json(raw)):
+                        text = gate.push(token.text)
+                        if not text:
+                            continue
                         if first is None:
                             first = time.perf_counter() - start
                             metrics.TIME_TO_FIRST_TOKEN.observe(first)
-                        yield sse("token", {"seq": token.seq, "text": token.text})
+                        yield sse("token", {"seq": sent, "text": text})
+                        sent += 1
                 else:
                     final = SynthesisReply.model_validate_json(raw)
-            for token in order.flush():  # a gap never filled: send what there is, still in order
-                yield sse("token", {"seq": token.seq, "text": token.text})
             if final is None or final.error is not None:
+                gate.discard()  # held-back text was never checked whole: none of it is sent
                 err = (
                     final.error.model_dump()
                     if final is not None and final.error
@@ -366,7 +380,15 @@ class AnswerService:
                 )
                 yield sse("error", err)
                 return
-            reply = final
+            for token in order.flush():  # a gap never filled: send what there is, still in order
+                text = gate.push(token.text)
+                if text:
+                    yield sse("token", {"seq": sent, "text": text})
+                    sent += 1
+            rest = gate.close()
+            if rest:
+                yield sse("token", {"seq": sent, "text": rest})
+            reply = gate_reply(final, allowed)
             if reply.time_to_first_token_ms is not None:
                 timings["synthesis_time_to_first_token"] = reply.time_to_first_token_ms
         timings["time_to_first_token"] = (first or 0.0) * 1000

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import asyncpg
 from pydantic import BaseModel, Field
 
+from shared.citations import gate_summary, scrub
 from shared.events import ChatTurn, Citation, CitationCheck, EvidenceSummary
 
 
@@ -266,16 +267,22 @@ def _message(r: asyncpg.Record, refs: dict[str, Citation]) -> MessageView:
             created_at=r["created_at"],
         )
     cited: Sequence[str] = r["cited_ids"]
+    # History passes the citation gate again on the way out: only the ids this turn was verified to cite
+    # (an answer stored before the gate knew every citation form is cleaned here too).
+    allowed = set(cited)
+    summary = EvidenceSummary.model_validate(details["summary"]) if details.get("summary") else None
+    if summary is not None:
+        summary = gate_summary(summary, allowed)[0]
     return MessageView(
         turn=r["turn"],
         role="assistant",
-        content=r["display"] or r["content"],
-        answer_with_ids=r["content"],
+        content=scrub(r["display"] or r["content"], allowed)[0],
+        answer_with_ids=scrub(r["content"], allowed)[0],
         mode=r["mode"],
         citations=[refs[c] for c in cited if c in refs],
         citation_check=CitationCheck.model_validate(details["citation_check"])
         if details.get("citation_check")
         else None,
-        summary=EvidenceSummary.model_validate(details["summary"]) if details.get("summary") else None,
+        summary=summary,
         created_at=r["created_at"],
     )

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from faststream.kafka import KafkaBroker
 
 from shared.broker import ReplyClient, make_broker
+from shared.citations import gate_reply
 from shared.events import (
     Event,
     RetrievalReply,
@@ -65,9 +66,11 @@ class GatewayKafka:
         )
 
     async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
-        return await self.replies.request(
+        """The synthesizer's reply, its citations checked again against the passages sent (shared.citations)."""
+        reply = await self.replies.request(
             SYNTHESIS_REQUESTS, request, SynthesisReply, self.settings.kafka.request_timeout_s
         )
+        return gate_reply(reply, {h.citation_id for h in request.passages})
 
     def synthesize_stream(self, request: SynthesisRequest) -> AsyncIterator[tuple[str, bytes]]:
         return self.replies.stream(SYNTHESIS_REQUESTS, request, "SynthesisReply", self.settings.kafka.request_timeout_s)

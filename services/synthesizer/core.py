@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Sequence
 from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
-from shared.citations import CitationVerifier
+from services.synthesizer.support import ClaimChecker
+from shared.citations import CitationVerifier, StreamGate, gate_summary, merge_check
 from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.models import SearchHit
 from shared.safety import DISCLAIMER, EmergencyGuard, default_guard, emergency_reply
@@ -32,15 +33,22 @@ INSUFFICIENT = (
 
 
 class Synthesizer:
-    def __init__(self, settings: Settings, llm: ClaudeAnswerer | None = None, guard: EmergencyGuard | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        llm: ClaudeAnswerer | None = None,
+        guard: EmergencyGuard | None = None,
+        claims: ClaimChecker | None = None,
+    ):
         self.settings = settings
         self.llm = llm
         self.extractive = ExtractiveAnswerer()
         self.guard = guard or default_guard()
+        self.claims = claims or ClaimChecker(settings, judge=llm)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Synthesizer:
-        llm = ClaudeAnswerer(settings.llm) if settings.llm.anthropic_api_key else None
+        llm = ClaudeAnswerer(settings.llm, support=settings.support) if settings.llm.anthropic_api_key else None
         return cls(settings, llm)
 
     @property
@@ -103,16 +111,21 @@ class Synthesizer:
                 await summary_task
             return self._insufficient(req, start, verified.check)
         summary: EvidenceSummary | None = None
-        check = verified.check
+        support = await self.claims.check(verified.text, hits)
+        check = verified.check.model_copy(
+            update={
+                "unsupported": support.unsupported,
+                "support_method": support.method,
+                "claims_checked": support.checked,
+            }
+        )
         if req.summarize:
             checked = None
             if summary_task is not None:
                 data = await summary_task
                 checked = check_summary(data, hits, "llm") if data is not None else None
                 if checked is not None:
-                    check = check.model_copy(
-                        update={"removed": list(dict.fromkeys([*check.removed, *checked.removed]))}
-                    )
+                    check = merge_check(check, checked.removed)
             if checked is not None:
                 summary = checked.summary
             else:  # offline, or Claude gave no valid summary: build it from the sources the answer cites
@@ -120,9 +133,13 @@ class Synthesizer:
                 chosen = [
                     (s.text, s.hit) for s in self.extractive.select(req.question, hits) if s.hit.citation_id in cited
                 ]
-                summary = extractive_summary(
-                    chosen or [(c.title, _hit_for(hits, c.citation_id)) for c in verified.citations]
+                summary, gone = gate_summary(
+                    extractive_summary(
+                        chosen or [(c.title, _hit_for(hits, c.citation_id)) for c in verified.citations]
+                    ),
+                    {h.citation_id for h in hits},
                 )
+                check = merge_check(check, gone)
         return SynthesisReply(
             trace_id=req.trace_id,
             answer=verified.text,
@@ -154,7 +171,12 @@ class Synthesizer:
         return await self._finish(req, self.extractive.answer(req.question, hits), "extractive", start)
 
     async def stream(self, req: SynthesisRequest) -> AsyncIterator[SynthesisToken | SynthesisReply]:
-        """Token events numbered from 0 in order, then the final verified reply."""
+        """Token events numbered from 0 in order, then the final verified reply.
+
+        The allowed ids (the relevant passages') are known before generation, so every token passes the
+        citation gate as it streams: a citation of any other id never leaves, and only an open bracket (or the
+        last word) is held back until it is whole. The final reply's ``citation_check`` reports what was removed.
+        """
         start = time.perf_counter()
         early = await self._early(req, start)
         if early is not None:
@@ -162,30 +184,40 @@ class Synthesizer:
             yield early.model_copy(update={"time_to_first_token_ms": early.took_ms})
             return
         hits = self.relevant(req.passages)
+        gate = StreamGate({h.citation_id for h in hits})
         parts: list[str] = []
         ttft: float | None = None
+        seq = 0
         if self.llm is not None:
             task = self._summary_task(req, hits) if req.summarize else None
             try:
-                seq = 0
                 async for text in self.llm.stream(req.question, hits, req.history):
-                    if not text:
+                    parts.append(text)
+                    safe = gate.push(text)
+                    if not safe:
                         continue
                     if ttft is None:
                         ttft = _ms(start)
-                    parts.append(text)
-                    yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=text)
+                    yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=safe)
                     seq += 1
             except BaseException:
+                gate.discard()  # what is held back was never checked: none of it leaves
                 await _cancel(task)
                 raise
+            rest = gate.close()
+            if rest:
+                yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=rest)
             yield await self._finish(req, "".join(parts), "llm", start, task, ttft)
         else:
             raw = self.extractive.answer(req.question, hits)
-            for seq, line in enumerate(raw.splitlines(keepends=True)):
+            for line in [*raw.splitlines(keepends=True), None]:
+                safe = gate.close() if line is None else gate.push(line)
+                if not safe:
+                    continue
                 if ttft is None:
                     ttft = _ms(start)
-                yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=line)
+                yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=safe)
+                seq += 1
             yield await self._finish(req, raw, "extractive", start, None, ttft)
 
 

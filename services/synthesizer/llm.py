@@ -12,12 +12,19 @@ from typing import Any
 
 import anthropic
 
-from services.synthesizer.prompts import SUMMARY_INSTRUCTION, SYSTEM_PROMPT, user_message
+from services.synthesizer.prompts import (
+    SUMMARY_INSTRUCTION,
+    SUPPORT_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
+    support_message,
+    user_message,
+)
 from services.synthesizer.summary import TOOL_NAME, summary_tool
+from services.synthesizer.support import SUPPORT_TOOL, support_tool
 from shared.events import ChatTurn
 from shared.llm import anthropic_client
 from shared.models import SearchHit
-from shared.settings import LlmSettings
+from shared.settings import LlmSettings, SupportSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +47,14 @@ def history_messages(history: Sequence[ChatTurn]) -> list[dict[str, Any]]:
 
 
 class ClaudeAnswerer:
-    def __init__(self, settings: LlmSettings, client: anthropic.AsyncAnthropic | None = None):
+    def __init__(
+        self,
+        settings: LlmSettings,
+        client: anthropic.AsyncAnthropic | None = None,
+        support: SupportSettings | None = None,
+    ):
         self.settings = settings
+        self.support_settings = support or SupportSettings()
         if client is None:
             assert settings.anthropic_api_key is not None, "ClaudeAnswerer needs ANTHROPIC_API_KEY"
             client = anthropic_client(settings, max_retries=2)
@@ -86,6 +99,31 @@ class ClaudeAnswerer:
             if block.type == "tool_use" and block.name == TOOL_NAME and isinstance(block.input, dict):
                 return dict(block.input)
         log.warning("no evidence summary tool call in the reply", extra={"stop_reason": message.stop_reason})
+        return None
+
+    async def judge_support(self, claims: Sequence[tuple[str, Sequence[SearchHit]]]) -> list[float] | None:
+        """Claude's support score (0-1) of each (sentence, cited passages), in order; None without a usable reply."""
+        params: dict[str, Any] = {
+            "model": self.support_settings.model,
+            "max_tokens": min(2000, 60 * len(claims) + 200),
+            "system": [{"type": "text", "text": SUPPORT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": support_message(claims)}],
+            "tools": [support_tool()],
+            "tool_choice": {"type": "tool", "name": SUPPORT_TOOL},
+            "extra_body": {"temperature": 0.0},
+        }
+        message = await self.client.messages.create(**params)
+        for block in message.content:
+            if block.type == "tool_use" and block.name == SUPPORT_TOOL and isinstance(block.input, dict):
+                scores: dict[int, float] = {}
+                for v in block.input.get("verdicts") or []:
+                    try:
+                        scores[int(v["claim"])] = min(1.0, max(0.0, float(v["support"])))
+                    except (KeyError, TypeError, ValueError):
+                        continue
+                if all(i in scores for i in range(1, len(claims) + 1)):
+                    return [scores[i] for i in range(1, len(claims) + 1)]
+        log.warning("no complete claim-support verdict in the reply", extra={"stop_reason": message.stop_reason})
         return None
 
     async def aclose(self) -> None:

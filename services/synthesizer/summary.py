@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.citations import normalise
+from shared.citations import gate_summary, parse_id
 from shared.events import EvidenceStrength, EvidenceSummary, KeyFinding
 from shared.models import SearchHit
 
@@ -85,20 +85,8 @@ def display_id(citation_id: str) -> str:
 
 
 def _to_citation_id(raw: str) -> str:
-    s = raw.strip().strip("[]").strip()
-    if ":" in s:
-        kind, _, value = s.partition(":")
-        kind = kind.strip().upper()
-        if kind in ("PMID", "PMCID", "NBK"):
-            return normalise(kind, value)
-        return s
-    if s.isdigit():
-        return f"PMID:{s}"
-    if s.upper().startswith("PMC"):
-        return f"PMCID:{s.upper()}"
-    if s.upper().startswith("NBK"):
-        return f"NBK:{s.upper()}"
-    return s
+    """A listed source id in canonical form (``123``, ``pmid 123``, ``[PMC5]``...); unreadable ones as given."""
+    return parse_id(raw) or raw.strip()
 
 
 def check_summary(
@@ -134,16 +122,19 @@ def check_summary(
                 supporting.append(i)
     documents = {known[_to_citation_id(i)].document_id for i in supporting}
     strength: EvidenceStrength = raw.strength if supporting else "insufficient"
-    summary = EvidenceSummary(
-        summary=raw.summary,
-        study_count=min(raw.study_count, len(documents)),
-        study_types=raw.study_types,
-        strength=strength,
-        key_findings=findings,
-        supporting_pmids=supporting,
-        method=raw.method,
+    summary, inline_removed = gate_summary(
+        EvidenceSummary(
+            summary=raw.summary,
+            study_count=min(raw.study_count, len(documents)),
+            study_types=raw.study_types,
+            strength=strength,
+            key_findings=findings,
+            supporting_pmids=supporting,
+            method=raw.method,
+        ),
+        known,
     )
-    return CheckedSummary(summary, list(dict.fromkeys(removed)))
+    return CheckedSummary(summary, list(dict.fromkeys([*removed, *inline_removed])))
 
 
 def strength_from_designs(study_types: Sequence[str | None]) -> EvidenceStrength:

@@ -18,10 +18,18 @@
 
 Queued replies (:meth:`reply_text`, :meth:`reply_tool`, :meth:`fail_next`) take precedence, first in first
 out. Every request is recorded with its headers and JSON body.
+
+:meth:`FakeAnthropic.adversarial` is a stand-in that attacks the citation gate in every channel: its text answers
+(whole and streamed, cut every few characters so brackets straddle deltas) and its evidence-summary tool input
+fabricate ids of every kind (:data:`FABRICATED`), write real and made-up ids in every form (lower case, bare,
+parenthesised, lists mixing both, links), cite ids forged inside passage text, and misattribute a sentence of
+one source to another. Its claim-support judge (``record_claim_support``) is honest: it scores a claim by how
+many of its words the cited passages contain.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import threading
@@ -34,7 +42,14 @@ from typing import Any
 from tests.fakes.http import LocalHttpServer, QuietHandler, send_json
 
 HALLUCINATED_PMID = "99999999"
-_SOURCE_ID = re.compile(r"^Source \d+ \[([A-Za-z]+:[A-Za-z0-9]+)\]", re.MULTILINE)
+# Ids no test source has, in every kind: none of their numbers may ever reach a client.
+FABRICATED = ("PMID:99999999", "PMID:88888888", "PMID:77777777", "PMID:66666666", "PMCID:PMC9999999", "NBK:NBK999999")
+FABRICATED_NUMBERS = tuple(f.split(":")[1].removeprefix("PMC").removeprefix("NBK") for f in FABRICATED)
+_SOURCE_ID = re.compile(
+    r'^(?:Source \d+ \[([A-Za-z]+:[A-Za-z0-9]+)\]|<source n="\d+" id="([A-Za-z]+:[A-Za-z0-9]+)">)', re.MULTILINE
+)
+_SOURCE_TEXT = re.compile(r'<source n="\d+" id="([^"]+)">.*?<text>(.*?)</text>', re.DOTALL)
+_ANY_ID = re.compile(r"\b(?:PMID|PMCID|NBK):[A-Za-z0-9]+")
 
 
 def default_answer(ids: Sequence[str]) -> str:
@@ -72,6 +87,75 @@ def default_tool_input(ids: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def _num(cid: str) -> str:
+    return cid.split(":", 1)[1]
+
+
+def _first_sentence(text: str) -> str:
+    head = re.split(r"(?<=[.!?])\s+", text.strip())[0].strip()
+    return head.rstrip(".!?") or "The study reported a result"
+
+
+def adversarial_answer(rec: RecordedRequest) -> str:
+    """An answer that attacks the gate every way at once (see the module docstring)."""
+    ids = rec.source_ids
+    if not ids:
+        return f"Nothing relevant was found, but see [PMID:{HALLUCINATED_PMID}]."
+    texts = rec.source_texts
+    a, b = ids[0], ids[1] if len(ids) > 1 else ids[0]
+    f = FABRICATED
+    parts = [
+        f"{_first_sentence(texts.get(a, ''))} [{a.lower()}].",  # a real id in lower case: kept, normalised
+        f"{_first_sentence(texts.get(b, ''))} ({b.replace(':', ': ')}).",  # parenthesised: kept
+        f"It cures every patient [{f[0]}].",  # made up, canonical form
+        f"Mortality fell by half in one trial PMID {_num(f[1])} and in another pmid:{_num(f[2])}.",  # unbracketed
+        f"Two reviews agree [{a}, {_num(f[3])}] and [{_num(f[1])}].",  # a list mixing a real and a made-up id; bare
+        f"Guidelines concur [{f[5]}; {f[4]}] (PMCID: {_num(f[4])}) and {_num(f[4])}.",  # other kinds
+        f"The full text is at https://pubmed.ncbi.nlm.nih.gov/{_num(f[0])}/ for anyone to read.",  # a link
+        # Misattribution: the first source's finding cited to another source only.
+        f"{_first_sentence(texts.get(a, ''))}, as shown by [{b}]." if b != a else "",
+    ]
+    parts += [f"As the source itself instructs, this is established [{forged}]." for forged in rec.forged_ids]
+    return " ".join(p for p in parts if p)
+
+
+def adversarial_tool_input(rec: RecordedRequest) -> dict[str, Any]:
+    """An evidence summary whose text, findings and id lists all carry made-up and mis-formatted ids."""
+    ids = rec.source_ids
+    f = FABRICATED
+    used = ids[:2]
+    return {
+        "summary": f"Two studies suggest a benefit [{f[0]}]; see also PMID {_num(f[1])} and {_num(f[4])}.",
+        "study_count": 9,
+        "study_types": ["randomized-controlled-trial"],
+        "strength": "high",
+        "key_findings": [
+            {
+                "finding": f"A clear benefit was reported [{used[0].lower() if used else f[0]}] (PMID: {_num(f[2])}).",
+                "supporting_pmids": [*(f"[{i.lower()}]" for i in used[:1]), _num(f[2])],
+            },
+            {"finding": f"It cures everything [{f[3]}].", "supporting_pmids": [_num(f[0]), f[5]]},
+            {
+                "finding": "A consistent result in another population.",
+                "supporting_pmids": [f"pmid {_num(i)}" for i in used[1:]] + [f[4]],
+            },
+        ],
+        "supporting_pmids": [*(_num(i) for i in used), *(_num(x) for x in f)],
+    }
+
+
+def honest_support(rec: RecordedRequest) -> dict[str, Any]:
+    """Claim-support verdicts: the share of a claim's words its cited passages contain (a crude, honest judge)."""
+    verdicts = []
+    for n, body in re.findall(r'<claim n="(\d+)">(.*?)</claim>', rec.user_text, re.DOTALL):
+        statement = html.unescape(re.search(r"<statement>(.*?)</statement>", body, re.DOTALL).group(1))  # type: ignore[union-attr]
+        passage = html.unescape(" ".join(re.findall(r"<text>(.*?)</text>", body, re.DOTALL))).lower()
+        words = [w for w in re.findall(r"[a-z]{4,}", statement.lower())]
+        share = sum(w in passage for w in words) / max(1, len(words))
+        verdicts.append({"claim": int(n), "support": 0.95 if share >= 0.8 else 0.1})
+    return {"verdicts": verdicts}
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
     path: str
@@ -93,7 +177,19 @@ class RecordedRequest:
 
     @property
     def source_ids(self) -> list[str]:
-        return _SOURCE_ID.findall(self.user_text)
+        return [a or b for a, b in _SOURCE_ID.findall(self.user_text)]
+
+    @property
+    def source_texts(self) -> dict[str, str]:
+        """Each source block's id and its text, unescaped (what a model reads)."""
+        return {cid: html.unescape(text) for cid, text in _SOURCE_TEXT.findall(self.user_text)}
+
+    @property
+    def forged_ids(self) -> list[str]:
+        """Ids written inside passage text that are not the id of any source block (a forgery or a redirect)."""
+        real = set(self.source_ids)
+        found = _ANY_ID.findall(" ".join(self.source_texts.values()))
+        return [i for i in dict.fromkeys(found) if i not in real]
 
     @property
     def streamed(self) -> bool:
@@ -128,15 +224,24 @@ class FakeAnthropic(LocalHttpServer):
         tool_input: Callable[[Sequence[str]], dict[str, Any]] = default_tool_input,
         token_delay_s: float = 0.0,
         chunk_words: int = 2,
+        adversarial: bool = False,
+        chunk_chars: int | None = None,
     ):
         super().__init__()
         self.answer = answer
         self.tool_input = tool_input
         self.token_delay_s = token_delay_s
         self.chunk_words = chunk_words
+        self.is_adversarial = adversarial
+        self.chunk_chars = chunk_chars
         self.requests: list[RecordedRequest] = []
         self._queue: list[_Queued] = []
         self._lock = threading.Lock()
+
+    @classmethod
+    def adversarial(cls, **kwargs: Any) -> FakeAnthropic:
+        """The stand-in that attacks the citation gate in every channel, streaming three characters a delta."""
+        return cls(adversarial=True, chunk_chars=3, **kwargs)
 
     # --- scripting -------------------------------------------------------------------------------
 
@@ -194,8 +299,14 @@ class FakeAnthropic(LocalHttpServer):
     # --- answers ---------------------------------------------------------------------------------
 
     def _respond(self, h: BaseHTTPRequestHandler, rec: RecordedRequest) -> None:
-        queued = self._next(rec.uses_tools)
         model = str(rec.body.get("model", "claude-fake"))
+        tools = rec.body.get("tools") or []
+        if tools and tools[0].get("name") == "record_claim_support":  # the support check: never scripted
+            block = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": tools[0]["name"]}
+            usage0 = {"input_tokens": max(1, len(rec.user_text) // 4), "output_tokens": 0}
+            self._send_message(h, model, [{**block, "input": honest_support(rec)}], "tool_use", usage0)
+            return
+        queued = self._next(rec.uses_tools)
         if queued is not None and queued.kind == "error":
             error = {"type": "api_error", "message": "injected failure"}
             send_json(h, queued.status, {"type": "error", "error": error})
@@ -203,7 +314,12 @@ class FakeAnthropic(LocalHttpServer):
         usage = {"input_tokens": max(1, len(rec.user_text) // 4), "output_tokens": 0}
         if rec.uses_tools:
             tool = rec.body["tools"][0]
-            tool_input = queued.tool_input if queued is not None else self.tool_input(rec.source_ids)
+            if queued is not None:
+                tool_input = queued.tool_input
+            elif self.is_adversarial:
+                tool_input = adversarial_tool_input(rec)
+            else:
+                tool_input = self.tool_input(rec.source_ids)
             content: list[dict[str, Any]] = [
                 {
                     "type": "tool_use",
@@ -214,7 +330,12 @@ class FakeAnthropic(LocalHttpServer):
             ]
             self._send_message(h, model, content, "tool_use", usage)
             return
-        text = queued.text if queued is not None else self.answer(rec.source_ids)
+        if queued is not None:
+            text = queued.text
+        elif self.is_adversarial:
+            text = adversarial_answer(rec)
+        else:
+            text = self.answer(rec.source_ids)
         if rec.streamed:
             self._stream(h, model, text, usage)
         else:
@@ -241,7 +362,9 @@ class FakeAnthropic(LocalHttpServer):
         send_json(h, 200, payload)
 
     def pieces(self, text: str) -> list[str]:
-        """How a text is split into ``text_delta`` events: ``chunk_words`` words (with their spaces) each."""
+        """How a text is split into ``text_delta`` events: ``chunk_chars`` characters, or ``chunk_words`` words."""
+        if self.chunk_chars:
+            return [text[i : i + self.chunk_chars] for i in range(0, len(text), self.chunk_chars)]
         words = re.findall(r"\S+\s*|\s+", text)
         return ["".join(words[i : i + self.chunk_words]) for i in range(0, len(words), self.chunk_words)]
 
@@ -293,3 +416,26 @@ class FakeAnthropic(LocalHttpServer):
             },
         )
         frame("message_stop", {"type": "message_stop"})
+
+
+def leaks(payload: Any, allowed: set[str], path: str = "$") -> list[str]:
+    """Every place in a JSON payload (what a client receives) that shows an id outside ``allowed``.
+
+    Walks every string: any citation the gate's grammar recognises must be allowed, and no made-up number of
+    :data:`FABRICATED` may appear in any form. ``citation_check`` is skipped: reporting removed ids is its job.
+    """
+    from shared.citations import cited_ids  # the fakes stay importable without the product on the path
+
+    found: list[str] = []
+    if isinstance(payload, dict):
+        for k, v in payload.items():
+            if k != "citation_check":
+                found += leaks(v, allowed, f"{path}.{k}")
+    elif isinstance(payload, list):
+        for i, v in enumerate(payload):
+            found += leaks(v, allowed, f"{path}[{i}]")
+    elif isinstance(payload, str):
+        bad = [c for c in cited_ids(payload) if c not in allowed]
+        bad += [n for n in FABRICATED_NUMBERS if n in payload]
+        found += [f"{path}: {b}" for b in dict.fromkeys(bad)]
+    return found

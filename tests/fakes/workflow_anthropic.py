@@ -17,9 +17,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic, RecordedRequest
+from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic, RecordedRequest, adversarial_answer
 
-_CITED = re.compile(r"\[((?:PMID|PMCID|NBK):[A-Za-z0-9]+)\]")
+_CITED = re.compile(r"(?:\[|id=\")((?:PMID|PMCID|NBK):[A-Za-z0-9]+)(?:\]|\")")
 ToolAnswer = dict[str, Any] | Callable[[RecordedRequest], dict[str, Any]]
 FORGED_SECTION = "NBK:NBK000666"  # cited by the fake's assessment, never a retrieved section
 
@@ -120,6 +120,9 @@ class WorkflowAnthropic(FakeAnthropic):
                 }
             ], "tool_use"
         ids = list(dict.fromkeys(_CITED.findall(results)))
+        if self.is_adversarial:  # attack the gate in the agent's answer too
+            seen = RecordedRequest(rec.path, rec.headers, {"messages": [{"role": "user", "content": results}]}, rec.at)
+            return [{"type": "text", "text": adversarial_answer(seen)}], "end_turn"
         if not ids:
             return [{"type": "text", "text": "The sources found do not answer this question."}], "end_turn"
         text = f"The retrieved evidence addresses the question [{ids[0]}]."

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from shared.citations import CitationVerifier
+from shared.citations import CitationVerifier, cited_ids
 from shared.events import CitationCheck
 from shared.models import SearchHit
 
@@ -87,7 +87,7 @@ def attribute(text: str, hits: Sequence[SearchHit]) -> list[PlanItem]:
     for s in pieces:
         if not s:
             continue
-        ids = list(dict.fromkeys(re.findall(r"(?:PMID|PMCID|NBK):[A-Za-z0-9]+", s)))
+        ids = cited_ids(s)  # the one citation grammar (shared.citations)
         plain = _BRACKET.sub("", s).strip()
         sections: list[str] = []
         for cid in ids:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shared.citations import scrub
 from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic
 from tests.unit.gateway.conftest import build_app, client
 
@@ -44,7 +45,7 @@ async def test_ask_in_llm_mode_returns_a_verified_numbered_answer(fake_anthropic
     assert body["disclaimer"] and len(body["sources"]) == 3
     assert kafka.retrievals[0].filters.year_from == 1990
     prompt = next(r for r in fake_anthropic.requests if not r.uses_tools).user_text
-    assert "Source 1 [PMID:101]" in prompt and "Title: Study 101 of screening" in prompt
+    assert '<source n="1" id="PMID:101">' in prompt and "<title>Study 101 of screening</title>" in prompt
 
 
 async def test_stream_relays_every_token_in_order_and_the_events_in_sequence(
@@ -59,7 +60,10 @@ async def test_stream_relays_every_token_in_order_and_the_events_in_sequence(
     tokens = [d for n, d in events if n == "token"]
     assert names == ["retrieval_done", *(["token"] * len(tokens)), "citations", "summary", "metrics", "done"]
     assert [t["seq"] for t in tokens] == list(range(len(tokens)))
-    assert "".join(t["text"] for t in tokens) == fake_anthropic.answer(["PMID:101", "PMID:202", "PMID:303"])
+    # Every token in order; the made-up citation was taken out as the answer streamed.
+    raw = fake_anthropic.answer(["PMID:101", "PMID:202", "PMID:303"])
+    assert "".join(t["text"] for t in tokens) == scrub(raw, {"PMID:101", "PMID:202", "PMID:303"})[0]
+    assert all(HALLUCINATED_PMID not in t["text"] for t in tokens)
     retrieval = events[0][1]
     assert [s["pmid"] for s in retrieval["sources"]] == ["101", "202", "303"]
     cites = dict(events)["citations"]

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from shared.citations import CitationVerifier, cited_ids
+import pytest
+
+from shared.citations import CitationVerifier, StreamGate, cited_ids, cited_sentences, gate_reply, scrub
+from shared.events import EvidenceSummary, KeyFinding, SynthesisReply
 from shared.models import SearchHit
 
 
@@ -50,3 +53,135 @@ def test_numbering_is_by_first_appearance_and_stable_across_turns() -> None:
     b = second.verify("Z holds in trials [PMID:3]. Y again holds [PMID:1].", renumber=True)
     assert b.text == "Z holds in trials [3]. Y again holds [2]."
     assert {c.citation_id: c.number for c in b.citations} == {"PMID:1": 2, "PMID:3": 3}
+
+
+# --- every citation form, one gate (issue #15) --------------------------------------------------------------
+
+ALLOWED = {"PMID:123", "PMID:4", "PMCID:PMC5", "NBK:NBK1116"}
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        ("A [pmid:123] b.", ["PMID:123"]),
+        ("A [PMID 123] b.", ["PMID:123"]),
+        ("A PMID 123 b.", ["PMID:123"]),
+        ("A PMID:123 b.", ["PMID:123"]),
+        ("A (PMID: 123).", ["PMID:123"]),
+        ("x [PMID:123, 4] y", ["PMID:123", "PMID:4"]),
+        ("x [PMID:123; PMID:4 and 9] y", ["PMID:123", "PMID:4", "PMID:9"]),
+        ("[NBK:NBK1116; PMCID: PMC5]", ["NBK:NBK1116", "PMCID:PMC5"]),
+        ("see PMC5 and nbk1116.", ["PMCID:PMC5", "NBK:NBK1116"]),
+        ("[PMCID:5] [NBK:1116]", ["PMCID:PMC5", "NBK:NBK1116"]),
+        ("bare [12345678] and [23456789, 4]", ["PMID:12345678", "PMID:23456789", "PMID:4"]),
+        ("at https://pubmed.ncbi.nlm.nih.gov/999/ and ncbi", ["PMID:999"]),
+        (
+            "https://www.ncbi.nlm.nih.gov/pmc/articles/PMC5/ https://www.ncbi.nlm.nih.gov/books/NBK1116/",
+            ["PMCID:PMC5", "NBK:NBK1116"],
+        ),
+    ],
+)
+def test_every_citation_form_is_recognised(text: str, ids: list[str]) -> None:
+    assert cited_ids(text) == ids
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The 95% CI was 1.2 to 3.4 (n = 123) in 2019.",
+        "Display numbers [1] and [2] stay [3].",
+        "The PMID field and the NBK shelf are named but cite nothing.",
+        "Dose 500 mg [95% CI 1-2].",
+    ],
+)
+def test_text_that_cites_nothing_is_left_alone(text: str) -> None:
+    assert cited_ids(text) == []
+    assert scrub(text, ALLOWED) == (text, [])
+
+
+def test_scrub_keeps_allowed_ids_canonical_and_removes_the_rest_with_their_blank() -> None:
+    text = (
+        "Helps [pmid:123]. Cures all [PMID:999]. Also PMID 555 and (pmid: 4), "
+        "see [PMID:123, 777] and [88888888]; https://pubmed.ncbi.nlm.nih.gov/66666666/ too."
+    )
+    out, removed = scrub(text, ALLOWED)
+    assert out == "Helps [PMID:123]. Cures all. Also and [PMID:4], see [PMID:123] and; too."
+    assert removed == ["PMID:999", "PMID:555", "PMID:777", "PMID:88888888", "PMID:66666666"]
+
+
+def test_verifier_reports_every_form_removed_and_renumbers_the_kept() -> None:
+    v = CitationVerifier([hit("123"), hit("4", 2)])
+    out = v.verify("A is so [pmid:123]. B is so (PMID: 4, 999). C is so PMID 888.", renumber=True)
+    assert out.text == "A is so [1]. B is so [2]. C is so."
+    assert out.check.verified == ["PMID:123", "PMID:4"]
+    assert out.check.removed == ["PMID:999", "PMID:888"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13])
+def test_stream_gate_sends_only_verified_citations_and_matches_the_whole(size: int) -> None:
+    text = (
+        "The drug helps [PMID:123]. It cures all [PMID:99999999]. See PMID 555 and (pmid: 4), also "
+        "[PMID:123, 777]. Link https://pubmed.ncbi.nlm.nih.gov/999/ and [NBK: 1116; PMCID PMC5 and 9].\nEnd PMC77."
+    )
+    gate = StreamGate(ALLOWED)
+    pieces = [gate.push(text[i : i + size]) for i in range(0, len(text), size)]
+    pieces.append(gate.close())
+    expected, removed = scrub(text, ALLOWED)
+    assert "".join(pieces) == expected
+    assert gate.removed == removed
+    released = ""
+    for piece in pieces:  # at no moment has the client seen an id outside the allowed ones
+        released += piece
+        assert set(cited_ids(released)) <= ALLOWED
+
+
+def test_stream_gate_holds_only_an_open_bracket_and_the_last_word() -> None:
+    gate = StreamGate(ALLOWED)
+    assert gate.push("Screening rose sharply ") == "Screening rose sharply"
+    assert gate.push("in women [PMID:99") == " in women"
+    assert gate.push("9] over") == ""  # the made-up id went, with its blank; "over" waits for the next word
+    assert gate.push(" a year.") == " over a"
+    assert gate.close() == " year."
+    assert gate.removed == ["PMID:999"]
+
+
+def test_stream_gate_discard_sends_nothing_unchecked() -> None:
+    gate = StreamGate(ALLOWED)
+    sent = gate.push("A result [PMID:12")
+    gate.discard()
+    assert sent == "A result" and gate.close() == ""
+
+
+def test_cited_sentences_pair_each_sentence_with_its_ids() -> None:
+    text = "- Telephone counselling raised screening [PMID:1]. No citation here. Both agree. [PMID:2, PMID:3]"
+    assert cited_sentences(text) == [
+        ("Telephone counselling raised screening.", ["PMID:1"]),
+        ("Both agree.", ["PMID:2", "PMID:3"]),
+    ]
+
+
+def test_gate_reply_cleans_every_field_and_reports() -> None:
+    summary = EvidenceSummary(
+        summary="Benefit [PMID:123] but see PMID 999.",
+        study_count=1,
+        strength="moderate",
+        key_findings=[
+            KeyFinding(finding="It helps (pmid: 123).", supporting_pmids=["123"]),
+            KeyFinding(finding="[PMID:888]", supporting_pmids=["123"]),
+        ],
+        supporting_pmids=["123", "777"],
+        method="llm",
+    )
+    reply = SynthesisReply(
+        answer="Helps [PMID:123]. Cures PMID 555.",
+        numbered_answer="Helps [1]. Cures PMID 555.",
+        summary=summary,
+    )
+    out = gate_reply(reply, {"PMID:123"})
+    assert out.answer == "Helps [PMID:123]. Cures." and out.numbered_answer == "Helps [1]. Cures."
+    assert out.summary is not None
+    assert out.summary.summary == "Benefit [PMID:123] but see."
+    assert [f.finding for f in out.summary.key_findings] == ["It helps [PMID:123]."]
+    assert out.summary.supporting_pmids == ["123"]
+    assert set(out.citation_check.removed) == {"PMID:555", "PMID:999", "PMID:888", "PMID:777"}
+    assert gate_reply(out, {"PMID:123"}) == out  # idempotent

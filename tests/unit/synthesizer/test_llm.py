@@ -11,8 +11,9 @@ from pydantic import SecretStr
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.summary import TOOL_NAME, summary_input_schema
+from services.synthesizer.support import SUPPORT_TOOL
 from shared.events import ChatTurn, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
-from shared.settings import LlmSettings, Settings
+from shared.settings import LlmSettings, Settings, SupportSettings
 from tests.factories import search_hit
 from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic
 
@@ -47,8 +48,13 @@ def synth(fake: FakeAnthropic) -> Synthesizer:
 async def test_prompt_carries_numbered_sources_and_the_settings(synth: Synthesizer, fake: FakeAnthropic) -> None:
     await synth.answer(SynthesisRequest(question=QUESTION, passages=PASSAGES))
     text_calls = [r for r in fake.requests if not r.uses_tools]
-    tool_calls = [r for r in fake.requests if r.uses_tools]
+    tool_calls = [r for r in fake.requests if r.uses_tools and r.body["tools"][0]["name"] == TOOL_NAME]
+    support_calls = [r for r in fake.requests if r.uses_tools and r.body["tools"][0]["name"] == SUPPORT_TOOL]
     assert len(text_calls) == 1 and len(tool_calls) == 1
+    # The claim-support check: one call, with the configured cheap model, judging the cited sentences.
+    assert len(support_calls) == 1
+    assert support_calls[0].body["model"] == SupportSettings().model
+    assert '<claim n="1">' in support_calls[0].user_text
     req = text_calls[0]
     assert req.path == "/v1/messages"
     assert req.headers["authorization"] == "Bearer test-key" or req.headers.get("x-api-key") == "test-key"
@@ -60,13 +66,13 @@ async def test_prompt_carries_numbered_sources_and_the_settings(synth: Synthesiz
     assert "[PMID:12345678]" in body["system"][0]["text"]
     prompt = req.user_text
     for needle in (
-        "Source 1 [PMID:101]",
-        "Source 2 [PMID:202]",
-        "Title: Trial of counseling 101",
-        "Journal: Prev Med",
-        "Year: 2001",
-        "Study type: randomized controlled trial",
-        "Study type: cohort",
+        '<source n="1" id="PMID:101">',
+        '<source n="2" id="PMID:202">',
+        "<title>Trial of counseling 101</title>",
+        "<journal>Prev Med</journal>",
+        "<year>2001</year>",
+        "<study_type>randomized controlled trial</study_type>",
+        "<study_type>cohort</study_type>",
         "Telephone counseling increased",
         QUESTION,
     ):
@@ -142,8 +148,12 @@ async def test_stream_yields_every_piece_in_order_then_the_verified_reply(
     assert len(tokens) > 5
     assert [t.seq for t in tokens] == list(range(len(tokens)))
     streamed = "".join(t.text for t in tokens)
-    assert streamed == fake.answer(["PMID:101", "PMID:202"])  # every piece, in order, nothing lost
-    assert HALLUCINATED_PMID not in final.answer
+    # Every piece, in order, nothing lost but the made-up citation, which the gate took out as it streamed.
+    raw = fake.answer(["PMID:101", "PMID:202"])
+    assert f"[PMID:{HALLUCINATED_PMID}]" in raw
+    assert streamed == raw.replace(f" [PMID:{HALLUCINATED_PMID}]", "")
+    assert HALLUCINATED_PMID not in streamed and HALLUCINATED_PMID not in final.answer
+    assert f"PMID:{HALLUCINATED_PMID}" in final.citation_check.removed
     assert final.time_to_first_token_ms is not None and final.summary is not None
     assert any(r.streamed for r in fake.requests)
 

@@ -1,0 +1,140 @@
+"""Claim support, offline: does the passage a sentence cites say what the sentence says?
+
+A citation can be verified (the id was among the sources) and still be wrong: the sentence may rest on another
+source, or on none. Each cited sentence is scored against the passages it cites, and one below the threshold is
+reported as unsupported. The offline score is a calibrated probability from two signals:
+
+- ``similarity``: the largest cosine similarity between the sentence and any sentence of the passage (and the
+  passage as a whole), with the embedding model the index is built with (:mod:`shared.embedding`);
+- ``overlap``: the share of the sentence's content words (crudely stemmed) that occur in the passage.
+
+They are combined by a logistic model fitted on the calibration half of the labelled set in
+``tests/fixtures/claim_support/`` (``python -m bench.claim_support --calibrate`` prints the coefficients, which
+live below in :data:`SIMILARITY_MODELS`, one per embedding model, and :data:`LEXICAL_MODEL`); the figures on the
+other half are in docs/benchmarks.md. Without an embedding model, or with one not calibrated, the lexical model
+alone is used (``method="lexical"``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from shared.embedding.base import Embedder
+
+
+@dataclass(frozen=True)
+class SupportModel:
+    """``P(supported) = sigmoid(bias + w_similarity * similarity + w_overlap * overlap)``; supported at >= threshold."""
+
+    bias: float
+    w_similarity: float
+    w_overlap: float
+    threshold: float
+
+    def probability(self, similarity: float, overlap: float) -> float:
+        z = self.bias + self.w_similarity * similarity + self.w_overlap * overlap
+        return 1.0 / (1.0 + math.exp(-z))
+
+
+# Fitted by `python -m bench.claim_support --calibrate` on the calibration half of the labelled set. Cosine
+# similarities differ from one embedding model to another, so each model has its own; a model without one is
+# not loaded for this check, which then uses the lexical model.
+SIMILARITY_MODELS: dict[str, SupportModel] = {
+    "sentence-transformers/all-MiniLM-L6-v2": SupportModel(
+        bias=-10.7323, w_similarity=11.9298, w_overlap=10.7946, threshold=0.47
+    ),
+}
+LEXICAL_MODEL = SupportModel(bias=-5.6209, w_similarity=0.0, w_overlap=17.3046, threshold=0.45)
+
+
+def calibration_for(model_name: str) -> SupportModel | None:
+    """The similarity model calibrated for an embedding model (by its canonical name), if there is one."""
+    return SIMILARITY_MODELS.get(model_name)
+
+
+SupportMethod = Literal["similarity", "lexical"]
+
+_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+_STOP_WORDS = """
+    a about above after again against all also among an and any are as at be been before being between both but by
+    can could did do does during each either for from had has have having here how however if in into is it its
+    itself may might more most much must no nor not of on only or other our out over own per same shall should so
+    some such than that the their them then there these they this those through thus to too under until up upon
+    very via was we were what when where whether which while who whom why will with within without would yet"""
+_STOP = frozenset(_STOP_WORDS.split())
+
+
+def content_stems(text: str) -> set[str]:
+    """Content words of a text, lower-cased, stop words out, cut to six letters (a crude, language-free stem)."""
+    return {w[:6] for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
+
+
+def overlap(claim: str, passage: str) -> float:
+    """Share of the claim's content words found in the passage (0-1)."""
+    words = content_stems(claim)
+    if not words:
+        return 0.0
+    return len(words & content_stems(passage)) / len(words)
+
+
+def passage_sentences(passage: str, limit: int = 40) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(passage) if s.strip()][:limit]
+
+
+@dataclass(frozen=True)
+class SupportScore:
+    score: float
+    similarity: float | None
+    overlap: float
+    supported: bool
+
+
+class SupportScorer:
+    """Scores (sentence, cited passages) pairs; a sentence's score is its best against any passage it cites."""
+
+    def __init__(
+        self, embedder: Embedder | None = None, threshold: float | None = None, model: SupportModel | None = None
+    ):
+        calibrated = model or (calibration_for(embedder.name) if embedder is not None else None)
+        self.embedder = embedder if calibrated is not None else None
+        self.model = calibrated or LEXICAL_MODEL
+        self.threshold = self.model.threshold if threshold is None else threshold
+
+    @property
+    def method(self) -> SupportMethod:
+        return "similarity" if self.embedder is not None else "lexical"
+
+    def features(self, claims: Sequence[str], passages: Sequence[Sequence[str]]) -> list[tuple[float | None, float]]:
+        """(similarity, overlap) of each claim against its passages (best of each over the passages)."""
+        overlaps = [max((overlap(c, p) for p in ps), default=0.0) for c, ps in zip(claims, passages, strict=True)]
+        if self.embedder is None:
+            return [(None, o) for o in overlaps]
+        units: dict[str, int] = {}
+        for ps in passages:
+            for p in ps:
+                for s in [p, *passage_sentences(p)]:
+                    units.setdefault(s, len(units))
+        if not units or not claims:
+            return [(0.0, o) for o in overlaps]
+        vectors = self.embedder.encode_passages(list(units))
+        claim_vectors = self.embedder.encode_passages(list(claims))
+        out: list[tuple[float | None, float]] = []
+        for i, ps in enumerate(passages):
+            idx = [units[s] for p in ps for s in [p, *passage_sentences(p)]]
+            sim = float(np.max(vectors[idx] @ claim_vectors[i])) if idx else 0.0
+            out.append((sim, overlaps[i]))
+        return out
+
+    def score(self, claims: Sequence[str], passages: Sequence[Sequence[str]]) -> list[SupportScore]:
+        out = []
+        for sim, ov in self.features(claims, passages):
+            p = self.model.probability(sim or 0.0, ov)
+            out.append(SupportScore(round(p, 4), sim, ov, p >= self.threshold))
+        return out
