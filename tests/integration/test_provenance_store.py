@@ -21,18 +21,25 @@ from services.parser.core import parse_content
 from services.parser.handlers import parse_event
 from services.parser.imported import server_side
 from services.parser.store import store_document
+from services.parser.tokens import get_tokenizer
 from shared.db import migrate
 from shared.events import DocumentFetched
 from shared.models import Chunk, ParsedDocument
 from shared.provenance import claimed_ids, inconsistency, ncbi_records
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "pubmed" / "pubmed1.xml"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pubmed" / "pubmed1.xml"
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def chunker() -> Chunker:
+    """The parser's real chunker with the MiniLM tokenizer."""
+    return Chunker(get_tokenizer("all-MiniLM-L6-v2"))
 
 
 @pytest.fixture(scope="module")
