@@ -124,16 +124,22 @@ async def read_letters(
     partitions = await topic_partitions(bootstrap, dlq_topic)
     if not partitions:
         return []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    # "earliest", and explicit seeks to the first offsets: with the default "latest" the consumer's own position
+    # reset raced seek_to_beginning and sometimes left it at the end (an empty listing).
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(dlq_topic, p) for p in partitions]
         wanted = set(refs) if refs is not None else None
         consumer.assign(tps)
+        starts = await consumer.beginning_offsets(tps)
         ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            consumer.seek(tp, starts[tp])
         out: list[LetterView] = []
-        remaining = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
+        remaining = {tp for tp in tps if starts[tp] < ends[tp]}
         while remaining and len(out) < limit:
             batch = await consumer.getmany(*remaining, timeout_ms=timeout_ms)
             if not batch:
