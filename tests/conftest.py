@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures of the fake E-utilities server (fetcher unit tests and integration tests alike).
+pytest_plugins = ["tests.fakes.eutils_fixtures"]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -272,8 +272,10 @@ async def test_migration_backfills_a_store_that_predates_the_index(postgres: Loc
             "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
+        # The store as it was before the lexical index (100-119); later, unrelated migrations (a column the
+        # parser writes today) are applied too, so today's store_document can fill it.
         for mig in list_migrations():
-            if mig.version < 100:
+            if not 100 <= mig.version < 120:
                 await conn.execute(mig.sql)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", mig.version, mig.name
