@@ -39,7 +39,7 @@ def cli(*argv: str, env: dict[str, str]) -> subprocess.Popen[str]:
 
 def test_cli_against_a_gateway_with_keys_and_a_low_rate_limit(stack: Stack) -> None:
     guard = {
-        "EVIDENTIA_GATEWAY_API_KEY_HASHES": key_digest(KEY),
+        "EVIDENTIA_GATEWAY_API_KEY_HASHES": f"{key_digest(KEY)}:ingest",  # asks, searches and ingests
         "EVIDENTIA_GATEWAY_RATE_LIMIT_PER_MINUTE": "30",
         "EVIDENTIA_GATEWAY_RATE_LIMIT_BURST": "3",
     }

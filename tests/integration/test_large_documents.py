@@ -68,7 +68,7 @@ def two_packages(stack: Stack) -> Iterator[bytes]:
 def test_large_part_by_reference_and_a_broken_package_does_not_stall_the_job(stack: Stack, two_packages: bytes) -> None:
     assert len(two_packages) > 256 * 1024  # over the default claim-check threshold
     status = ingest(stack, {"bookshelf_publisher": PUBLISHER.upper()})  # exact name, case aside
-    assert status["done"] and status["state"] == "discovered", status
+    assert status["done"] and status["state"] == "done", status
     error = str(status["error"])
     assert f"bookshelf:{BROKEN}" in error and "not a readable .tar.gz" in error, status
     assert status["counts"]["embedded"] == 4 and status["total"] == 4, status  # type: ignore[index]
