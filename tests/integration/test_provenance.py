@@ -51,8 +51,15 @@ def _spoof(pmid: str) -> dict[str, object]:
 
 
 def test_the_inline_spoof_gets_409_and_the_ncbi_record_is_unchanged(stack: Stack) -> None:
-    real, later = stack.fake.pubmed_ids[0], stack.fake.pubmed_ids[1]
+    real = stack.fake.pubmed_ids[0]
     with stack.http() as http:
+        # ``later`` must not be stored yet (other modules share this stack and may have ingested the sample):
+        # an id nobody stored, else one removed first through the admin route.
+        later = next((p for p in stack.fake.pubmed_ids[1:] if not _record(stack, f"pubmed:{p}")), None)
+        if later is None:
+            later = stack.fake.pubmed_ids[-1]
+            removed = http.delete(f"/v1/admin/documents/pubmed:{later}")
+            assert removed.status_code < 300 and not _record(stack, f"pubmed:{later}"), removed.text
         r = http.post("/v1/ingest", json={"pmids": [real]})
         assert r.status_code == 202, r.text
         assert stack.wait_job(r.json()["job_id"])["done"]

@@ -122,7 +122,7 @@ def secure() -> Iterator[SecureStack]:
                     "EVIDENTIA_LLM_MODEL": "claude-test",
                     "ANTHROPIC_API_KEY": "test-key",
                     "ANTHROPIC_BASE_URL": anthropic.url,
-                    "EVIDENTIA_GATEWAY_API_KEY_HASHES": hashlib.sha256(API_KEY.encode()).hexdigest(),
+                    "EVIDENTIA_GATEWAY_API_KEY_HASHES": hashlib.sha256(API_KEY.encode()).hexdigest() + ":ingest",
                     "EVIDENTIA_TRACING_OTLP_ENDPOINT": collector.url,
                     "OTEL_BSP_SCHEDULE_DELAY": "200",  # export within a fraction of a second
                 }
