@@ -170,19 +170,21 @@ async def test_discover_searches_once_dedups_and_records_the_job(
     settings = fake_ncbi_settings(fake_eutils)
     await _store(pool, [CANCER[1]])
     req = IngestRequested(job_id="job-q", query="cancer", max_results=50, pmids=[CANCER[0], "9997", "9997", "x"])
+    # The fake may be the session's (the integration stack shares it): count this test's searches only.
+    before = len(fake_eutils.requests_to("esearch"))
     new = await discover(req, client, pool, settings)
     assert new == [p for p in CANCER[:50] if p != CANCER[1]] + ["9997"]
-    searches = len(fake_eutils.requests_to("esearch"))
+    searches = len(fake_eutils.requests_to("esearch")) - before
     assert searches == 2  # 50 ids in pages of 30
 
     again = await discover(req.model_copy(update={"job_id": "job-q2"}), client, pool, settings)
-    assert again == new and len(fake_eutils.requests_to("esearch")) == searches  # answered from the record
+    assert again == new and len(fake_eutils.requests_to("esearch")) - before == searches  # answered from the record
     status = await jobs.job_status(pool, "job-q")
     assert status is not None and status.total == 51 and status.state == "discovered"
     assert status.counts["discovered"] == 50 and status.counts["parsed"] == 1
 
     await discover(req.model_copy(update={"job_id": "job-r", "refresh": True}), client, pool, settings)
-    assert len(fake_eutils.requests_to("esearch")) > searches  # refresh searches NCBI again
+    assert len(fake_eutils.requests_to("esearch")) - before > searches  # refresh searches NCBI again
 
 
 async def test_a_killed_fetcher_resumes_and_stores_each_pmid_once(
