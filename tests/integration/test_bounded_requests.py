@@ -1,13 +1,11 @@
 """Bounded work per request through the running services: the issue's 10,000-character query.
 
-It gets a prompt 422 from the gateway (it never reaches the retriever or PostgreSQL), and searches sent
-at the same time keep their latency.
+It gets a 422 from the gateway (it never reaches the retriever or PostgreSQL), and searches sent at the
+same time are served.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -33,36 +31,40 @@ def ingested(stack: Stack) -> None:
     assert stack.wait_job(job)["done"]
 
 
-def _search(base: str, query: str) -> tuple[int, float, str]:
-    t0 = time.perf_counter()
+def _search(base: str, query: str) -> tuple[int, str]:
     with httpx.Client(base_url=base, timeout=60) as http:
         r = http.post("/v1/search", json={"query": query, "mode": "hybrid", "top_n": 5})
-    return r.status_code, time.perf_counter() - t0, r.text
+    return r.status_code, r.text
 
 
-def test_a_10000_character_query_gets_a_prompt_422_while_other_searches_keep_their_latency(
+def _counter(base: str, name: str, *labels: str) -> float:
+    """The sum of a gateway Prometheus counter over the series whose line carries every label given."""
+    total = 0.0
+    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+        if line.startswith(name) and all(label in line for label in labels):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_10000_character_query_gets_a_422_and_never_reaches_the_retriever_while_other_searches_are_served(
     stack: Stack, ingested: None
 ) -> None:
+    """No clock here (latency is a benchmark's business: bench/load.py); what is asserted is where the work went."""
     base = stack.gateway
-    for q in QUERIES:  # warm: models loaded, plans cached
-        assert _search(base, q)[0] == 200
-    with ThreadPoolExecutor(max_workers=12) as pool:  # the same searches at once, nothing else
-        quiet = [f.result() for f in [pool.submit(_search, base, q) for q in QUERIES * 2]]
-    assert all(s == 200 for s, _, _ in quiet), quiet
-    baseline = [t for _, t, _ in quiet]
+    refused = ("evidentia_http_requests_total", 'route="/v1/search"', 'status="422"')
+    retrievals = ("evidentia_request_reply_seconds_count", "retrieval.requests")
+    before_422, before_retrievals = _counter(base, *refused), _counter(base, *retrievals)
 
-    with ThreadPoolExecutor(max_workers=12) as pool:  # again, next to four 10,000-character queries
+    with ThreadPoolExecutor(max_workers=12) as pool:  # ordinary searches next to four 10,000-character queries
         longs = [pool.submit(_search, base, LONG_QUERY) for _ in range(4)]
         others = [pool.submit(_search, base, q) for q in QUERIES * 2]
         long_results = [f.result() for f in longs]
         other_results = [f.result() for f in others]
 
-    for status, took, text in long_results:
+    for status, text in long_results:
         assert status == 422, text
         assert "EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS" in text
-        assert took < 5.0, took
-    assert all(s == 200 for s, _, _ in other_results), other_results
-    during = [t for _, t, _ in other_results]
-    # Their median stays close to the quiet one (a long query run whole holds them up for seconds to
-    # tens of seconds on a large store: the lexical query over 1,500 terms).
-    assert statistics.median(during) <= 2 * statistics.median(baseline) + 1.0, (baseline, during)
+    assert all(s == 200 for s, _ in other_results), other_results
+    assert _counter(base, *refused) - before_422 == 4
+    # every retrieval round trip was an ordinary search's: none was the long query's
+    assert 0 < _counter(base, *retrievals) - before_retrievals <= len(QUERIES) * 2

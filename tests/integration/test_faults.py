@@ -522,8 +522,9 @@ def test_search_answers_504_in_time_while_the_retriever_is_down(stack: Stack) ->
                     took = time.monotonic() - start
                     assert r.status_code in (503, 504), r.text
                     assert "did not answer" in r.text or "unavailable" in r.text, r.text
-                    # It gives up after its configured timeout: not before, and not much later.
-                    assert timeout_s - 0.5 <= took <= timeout_s + 5.0, took
+                    # It gives up after its configured timeout: not before, and well before the
+                    # session stack's 30 s (a loose upper bound: a busy CI machine is slow, not wrong).
+                    assert timeout_s - 0.5 <= took < 25.0, took
         finally:
             retriever.start()
             stack.services.wait_ready(120, ["retriever"])

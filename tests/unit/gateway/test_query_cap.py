@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from pydantic import ValidationError
 
@@ -50,12 +48,10 @@ async def test_a_10000_character_query_gets_a_prompt_422_and_never_reaches_the_r
 ) -> None:
     app, kafka, _ = build_app()
     async with client(app) as c:
-        t0 = time.perf_counter()
         r = await c.post(path, json=body)
-        took = time.perf_counter() - t0
         assert r.status_code == 422, r.text
         assert "EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS" in r.text
-        assert took < 1.0
+        # refused during request validation: nothing was published (no clock in tests; see bench/load.py)
         assert kafka.retrievals == [] and kafka.syntheses == []
         # an ordinary question right after is served as usual
         ok = await c.post("/v1/search", json={"query": "aspirin and stroke"})
