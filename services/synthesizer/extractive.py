@@ -113,6 +113,23 @@ def stems(text: str) -> set[str]:
     return set(_STEM.stemWords(terms(text)))
 
 
+def nearest_source(hits: Sequence[SearchHit]) -> str:
+    """The citation id of the passage nearest to the question in meaning.
+
+    Reranked hits (a reranker read question and passage together) are in the reranker's order: the first
+    ranked. Otherwise, when every hit carries its dense (embedding) similarity, the most similar one: a
+    hybrid rank fuses two orders by position only, so a passage that repeats one question word ranks high
+    lexically and can come first while a passage about the question as a whole comes second or third.
+    Without dense scores (lexical search), the first ranked. Ties go to the better rank.
+    """
+    if not hits:
+        raise ValueError("no hits")
+    by_rank = sorted(hits, key=lambda h: h.rank)
+    if any(h.rerank_score is not None for h in hits) or any(h.dense_score is None for h in hits):
+        return by_rank[0].citation_id
+    return max(by_rank, key=lambda h: h.dense_score or 0.0).citation_id
+
+
 @dataclass(frozen=True)
 class ScoredSentence:
     text: str
@@ -135,14 +152,19 @@ class ExtractiveAnswerer:
     1. Every sentence of the passages is scored against the question: the IDF-weighted share of the
        question's (stemmed) content words it contains, times a bonus for reporting a finding, times a
        weight that falls with the passage's retrieval rank.
-    2. The *anchor* is the best-ranked source, unless another source's best sentence matches the question
-       ``anchor_margin`` times as well: an answer rests on one paper first.
+    2. The *anchor* is the source nearest to the question in meaning (see :meth:`_anchor`), unless another
+       source's best sentence matches the question ``anchor_margin`` times as well: an answer rests on
+       one paper first.
     3. Up to ``max_per_source`` anchor sentences above the relevance floor (``min_coverage`` of the
-       question, and ``min_relative_score`` of the best anchor sentence) are quoted.
-    4. At most ``max_off_source`` sentence of another source is added, and only when it reports a finding
-       and matches the question (rank aside) at least ``off_source_ratio`` times as well as the best
-       anchor sentence:
-       a near-duplicate topic from an unrelated paper is not quoted.
+       question, and ``min_relative_score`` of the best anchor sentence) are quoted. When none clears the
+       floor, the anchor's best-matching sentence is quoted alone: the passage retrieval judged nearest
+       is cited rather than left out of the answer.
+    4. At most ``max_off_source`` sentence of another source is added: one that matches the question
+       (rank aside) at least ``off_source_ratio`` times as well as the best anchor sentence and reports
+       a finding, or one that matches it ``cover_ratio`` times as well, finding or not (a source that
+       covers the question clearly better is never dropped because another is the anchor). The
+       strongest such sentence is taken, whatever its passage's rank; a near-duplicate topic from an
+       unrelated paper is not quoted.
     """
 
     def __init__(
@@ -154,6 +176,7 @@ class ExtractiveAnswerer:
         max_off_source: int = 1,
         off_source_ratio: float = 1.0,
         anchor_margin: float = 3.0,
+        cover_ratio: float = 1.25,
     ):
         self.max_sentences = max_sentences
         self.max_per_source = max_per_source
@@ -162,6 +185,7 @@ class ExtractiveAnswerer:
         self.max_off_source = max_off_source
         self.off_source_ratio = off_source_ratio
         self.anchor_margin = anchor_margin
+        self.cover_ratio = cover_ratio
 
     def _candidates(self, hits: Sequence[SearchHit]) -> list[_Candidate]:
         out: list[_Candidate] = []
@@ -223,28 +247,32 @@ class ExtractiveAnswerer:
                 break
             if s.score >= floor and cov >= self.min_coverage:
                 take(s)
+        if not chosen and mine:
+            take(mine[0][0])  # nothing clears the floor: the nearest source's best match, alone
         off = 0
-        for s, cov, strength in scored:
+        for s, cov, strength in sorted(scored, key=lambda x: -x[2]):  # how well it answers, rank aside
             if off >= self.max_off_source or len(chosen) >= self.max_sentences:
                 break
             if s.hit.citation_id == anchor or cov < self.min_coverage:
                 continue
-            if strength >= best_strength * self.off_source_ratio and _FINDING.search(s.text) and take(s):
+            adds = strength >= best_strength * self.off_source_ratio and _FINDING.search(s.text) is not None
+            covers = strength >= best_strength * self.cover_ratio
+            if (adds or covers) and take(s):
                 off += 1
         return chosen
 
     def _anchor(self, scored: Sequence[tuple[ScoredSentence, float, float]]) -> str:
-        """The source that answers: the best-ranked passage's, unless another source's best sentence
-        matches the question ``anchor_margin`` times as well (retrieval read the whole passage; one
-        sentence outweighs it only clearly)."""
-        best: dict[str, tuple[int, float]] = {}
+        """The source that answers: the one retrieval judged nearest to the question (see
+        :func:`nearest_source`), unless another source's best sentence matches the question
+        ``anchor_margin`` times as well (retrieval read the whole passage; one sentence outweighs it only
+        clearly)."""
+        best: dict[str, float] = {}
         for s, _, strength in scored:
             cid = s.hit.citation_id
-            rank, top = best.get(cid, (s.hit.rank, 0.0))
-            best[cid] = (min(rank, s.hit.rank), max(top, strength))
-        first = min(best, key=lambda cid: best[cid][0])
-        challenger = max(best, key=lambda cid: best[cid][1])
-        if best[challenger][1] >= self.anchor_margin * best[first][1]:
+            best[cid] = max(best.get(cid, 0.0), strength)
+        first = nearest_source([s.hit for s, _, _ in scored])
+        challenger = max(best, key=lambda cid: best[cid])
+        if best[challenger] >= self.anchor_margin * best[first]:
             return challenger
         return first
 
