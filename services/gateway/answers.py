@@ -25,7 +25,10 @@ from aiokafka.errors import KafkaError
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
-from services.gateway.conversations import (
+from services.gateway.errors import sse_error
+from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.schemas import AskRequest, AskResponse
+from services.gateway.store.conversations import (
     ConversationConflict,
     ConversationContext,
     ConversationStore,
@@ -33,9 +36,6 @@ from services.gateway.conversations import (
     TurnRecord,
     new_conversation_id,
 )
-from services.gateway.errors import sse_error
-from services.gateway.rewrite import FollowUpRewriter
-from services.gateway.schemas import AskRequest, AskResponse
 from shared import metrics
 from shared.broker import RemoteError, RequestTimeout
 from shared.citations import StreamGate, gate_reply, scrub

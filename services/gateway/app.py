@@ -17,17 +17,18 @@ from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.gateway import admin, security, web, workflows
+from services.gateway import security, workflows
 from services.gateway.answers import AnswerService
-from services.gateway.conversations import PgConversationStore
 from services.gateway.errors import public_error
 from services.gateway.kafka import GatewayKafka
+from services.gateway.routes import admin, web
 from services.gateway.schemas import (
     IngestAccepted,
     IngestRequest,
     SearchRequest,
     SearchResponse,
 )
+from services.gateway.store.conversations import PgConversationStore
 from shared import metrics, provenance, tracing
 from shared.broker import RemoteError, RequestTimeout
 from shared.claimcheck import oversized_reason

@@ -39,7 +39,7 @@ from services.gateway.intelligence.guidelines import (
 from services.gateway.intelligence.language import Language, detect_language
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import InteractionCheck, RxNavClient
-from services.gateway.workflow_schemas import (
+from services.gateway.schemas.workflows import (
     AgentStepOut,
     AgentTrace,
     ClassificationOut,

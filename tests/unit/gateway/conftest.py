@@ -18,8 +18,8 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from services.gateway.app import create_app
-from services.gateway.conversations import ConversationContext, ConversationView, MessageView, TurnRecord
 from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.store.conversations import ConversationContext, ConversationView, MessageView, TurnRecord
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.broker import RemoteError

@@ -8,7 +8,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from services.gateway import admin, security
+from services.gateway import security
+from services.gateway.routes import admin
 from shared import dlq
 from shared.events import DeadLetter
 from shared.settings import Settings
