@@ -1,4 +1,5 @@
-"""``/v1/admin/dlq``: the dead letters of a topic over HTTP, the same as ``evidentia dlq`` (shared/dlq.py).
+"""Administration: ``DELETE /v1/admin/documents/{id}`` (needs the ``admin`` scope), and ``/v1/admin/dlq``, the
+dead letters of a topic over HTTP, the same as ``evidentia dlq`` (shared/dlq.py).
 
 - ``GET /v1/admin/dlq/{topic}``: the letters (summaries, oldest first; ``?limit=``);
 - ``GET /v1/admin/dlq/{topic}/{ref}``: one whole letter (``ref`` = ``PARTITION:OFFSET`` or ``OFFSET``);
@@ -13,23 +14,26 @@ something an anonymous network client may do.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from pydantic import BaseModel, Field
 
 from services.gateway import security
+from services.gateway.deps import KafkaDep, PoolDep, SettingsDep
+from services.gateway.schemas.admin import ReplayRequest, ReplayResult
+from services.gateway.store.documents import stored_document
 from shared import dlq
+from shared.events import DocumentDeleted
+from shared.topics import DOCUMENTS_FETCHED
 
-router = APIRouter(prefix="/v1/admin/dlq", tags=["admin"])
+router = APIRouter()
 
 
 _admin_scope = security.require("admin")
 
 
-async def require_admin(request: Request) -> None:
-    gateway = request.app.state.gateway
-    if gateway.settings.gateway.key_hashes():
+async def require_admin(request: Request, settings: SettingsDep) -> None:
+    if settings.gateway.key_hashes():
         await _admin_scope(request)  # the API guard has checked the key; it must carry the admin scope
         return
     host = request.client.host if request.client else ""
@@ -43,49 +47,55 @@ async def require_admin(request: Request) -> None:
         )
 
 
-class ReplayRequest(BaseModel):
-    refs: list[str] = Field(default_factory=list, description="Letters to replay: PARTITION:OFFSET or OFFSET.")
-    all: bool = Field(False, description="Every letter not replayed yet (or, with force, every letter).")
-    error_type: str | None = Field(None, description="With all: only letters of this error type.")
-    force: bool = Field(False, description="Replay letters that were replayed before, too.")
+@router.delete(
+    "/v1/admin/documents/{document_id}",
+    status_code=202,
+    tags=["administration"],
+    summary="Remove a stored document with its chunks and vectors (needs the `admin` scope)",
+    dependencies=[Depends(security.require("admin"))],
+    responses={403: {"description": "The API key lacks the `admin` scope"}, 404: {"description": "Not stored"}},
+)
+async def delete_document(document_id: str, pool: PoolDep, kafka: KafkaDep) -> dict[str, str]:
+    if "\x00" in document_id:
+        raise HTTPException(422, "document ids may not contain NUL characters")
+    row = await stored_document(pool, document_id)
+    if row is None:
+        raise HTTPException(404, f"no stored document {document_id}")
+    event = DocumentDeleted(document_id=document_id, source=row["source"], source_id=row["source_id"])
+    await kafka.publish(event, DOCUMENTS_FETCHED, document_id)
+    return {"document_id": document_id, "origin": str(row["origin"]), "status": "deletion published"}
 
 
-class ReplayResult(BaseModel):
-    ref: str
-    topic: str
-    status: str
-    detail: str = ""
+DLQ = "/v1/admin/dlq"
+Limit = Annotated[int, Query(ge=1, le=10_000)]
 
 
-@router.get("/{topic}", dependencies=[Depends(require_admin)])
-async def list_letters(request: Request, topic: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
-    gateway = request.app.state.gateway
+@router.get(DLQ + "/{topic}", tags=["admin"], dependencies=[Depends(require_admin)])
+async def list_letters(settings: SettingsDep, pool: PoolDep, topic: str, limit: Limit = 100) -> dict[str, Any]:
     name = dlq.dlq_topic_of(topic)
-    views = await dlq.read_letters(gateway.settings.kafka.bootstrap, name, limit=limit)
-    views = await dlq.mark_replayed(gateway.pool, views)
+    views = await dlq.read_letters(settings.kafka.bootstrap, name, limit=limit)
+    views = await dlq.mark_replayed(pool, views)
     return {"topic": name, "count": len(views), "letters": [dlq.summary(v) for v in views]}
 
 
-@router.get("/{topic}/{ref}", dependencies=[Depends(require_admin)])
-async def show_letter(request: Request, topic: str, ref: str) -> dict[str, Any]:
-    gateway = request.app.state.gateway
+@router.get(DLQ + "/{topic}/{ref}", tags=["admin"], dependencies=[Depends(require_admin)])
+async def show_letter(settings: SettingsDep, pool: PoolDep, topic: str, ref: str) -> dict[str, Any]:
     try:
         where = dlq.parse_ref(ref)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    views = await dlq.read_letters(gateway.settings.kafka.bootstrap, dlq.dlq_topic_of(topic), refs=[where])
+    views = await dlq.read_letters(settings.kafka.bootstrap, dlq.dlq_topic_of(topic), refs=[where])
     if not views:
         raise HTTPException(404, f"no dead letter {ref} in {dlq.dlq_topic_of(topic)}")
-    view = (await dlq.mark_replayed(gateway.pool, views))[0]
+    view = (await dlq.mark_replayed(pool, views))[0]
     return {"ref": view.ref, "replayed": view.replayed, **view.letter.model_dump(mode="json")}
 
 
-@router.post("/{topic}/replay", dependencies=[Depends(require_admin)])
-async def replay_letters(request: Request, topic: str, body: ReplayRequest) -> list[ReplayResult]:
-    gateway = request.app.state.gateway
-    kafka = gateway.settings.kafka
+@router.post(DLQ + "/{topic}/replay", tags=["admin"], dependencies=[Depends(require_admin)])
+async def replay_letters(settings: SettingsDep, pool: PoolDep, topic: str, body: ReplayRequest) -> list[ReplayResult]:
+    kafka = settings.kafka
     views = await dlq.read_letters(kafka.bootstrap, dlq.dlq_topic_of(topic), limit=1_000_000)
-    views = await dlq.mark_replayed(gateway.pool, views)
+    views = await dlq.mark_replayed(pool, views)
     try:
         chosen = dlq.select(
             views, refs=body.refs, every=body.all, error_type=body.error_type, include_replayed=body.force
@@ -95,6 +105,6 @@ async def replay_letters(request: Request, topic: str, body: ReplayRequest) -> l
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
     outcomes = await dlq.replay(
-        kafka.bootstrap, chosen, pool=gateway.pool, force=body.force, max_request_size=kafka.max_request_size
+        kafka.bootstrap, chosen, pool=pool, force=body.force, max_request_size=kafka.max_request_size
     )
     return [ReplayResult(ref=o.ref, topic=o.topic, status=o.status, detail=o.detail) for o in outcomes]
