@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from cli import exits
-from cli._common import console, follow_job, print_json, print_summary, producer, publish_all, wants_json
+from cli._common import console, follow_job, print_json, print_summary, producer, wants_json
 from cli.gateway import Backoff, GatewayClient, GatewayError, client_from_args
 from shared.db.jobs import JobStatus
 from shared.events import DocumentDeleted, DocumentFetched, Event
 from shared.settings import Settings, get_settings
-from shared.topics import DOCUMENTS_FETCHED
 
 
 def register(subparsers: Any) -> None:
@@ -220,21 +219,33 @@ async def publish_documents(
     timeout: float = 1800.0,
     show: bool = True,
 ) -> JobStatus | None:
-    """Record a job for ``events``, publish them to ``documents.fetched``, and follow it until done."""
+    """Record a job for ``events``, publish them to ``documents.fetched`` (:func:`shared.ingestion.submit_documents`,
+    the sequence every way of starting a job uses), and follow it until done."""
     from shared.db import create_pool
-    from shared.db.jobs import add_job_documents, create_job, job_status, mark_job, set_stage
+    from shared.db.jobs import job_status
+    from shared.ingestion import submit_documents
+
+    def failed(document_id: str, reason: str) -> None:
+        console.print(f"{document_id}: {reason}")
 
     pool = await create_pool(settings.database)
     try:
-        await create_job(pool, job_id, "file", {"path": source})
-        fetched = [e.document_id for e in events if isinstance(e, DocumentFetched)]
-        await add_job_documents(pool, job_id, fetched)
-        await set_stage(pool, fetched, "fetched")
-        events = await check_in_all(pool, settings, events)
-        topics: dict[type[Event], str] = {DocumentFetched: DOCUMENTS_FETCHED, DocumentDeleted: DOCUMENTS_FETCHED}
         async with producer(settings) as broker:
-            n = await publish_all(broker, topics, ((e, e.document_id) for e in events))
-        await mark_job(pool, job_id, "discovered")
+
+            async def publish(event: Event, topic: str, key: str) -> None:
+                await broker.publish(event, topic=topic, key=key.encode())
+
+            n = await submit_documents(
+                pool,
+                publish,
+                settings.kafka,
+                job_id=job_id,
+                kind="file",
+                params={"path": source},
+                documents=events,
+                window=256,
+                on_failed=failed,
+            )
         if show:
             console.print(f"job {job_id}: published {n} documents from {source}")
         if not follow:
@@ -246,27 +257,6 @@ async def publish_documents(
         return await follow_job(fetch, job_id, timeout, show=show)
     finally:
         await pool.close()
-
-
-async def check_in_all(
-    pool: Any, settings: Settings, events: list[DocumentFetched | DocumentDeleted]
-) -> list[DocumentFetched | DocumentDeleted]:
-    """Large documents by claim check (as the fetcher sends them); one that still cannot travel is marked
-    failed with the reason (its job still completes) instead of failing the whole import."""
-    from shared.claimcheck import check_in, oversized_reason
-    from shared.db.jobs import set_stage
-
-    out: list[DocumentFetched | DocumentDeleted] = []
-    for event in events:
-        if isinstance(event, DocumentFetched):
-            event = await check_in(pool, event, settings.kafka.claim_check_bytes)
-            reason = oversized_reason(len(event.model_dump_json().encode()), settings.kafka.max_request_size)
-            if reason is not None:
-                await set_stage(pool, [event.document_id], "failed", reason, force=True)
-                console.print(f"{event.document_id}: {reason}")
-                continue
-        out.append(event)
-    return out
 
 
 async def _from_files(args: argparse.Namespace, settings: Settings) -> int:

@@ -12,32 +12,27 @@ from 0, in order), ``citations`` (the verified answer, its citations and the ref
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
-import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from aiokafka.errors import KafkaError
-from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import StreamingResponse
+from fastapi import HTTPException
 
-from services.gateway.conversations import (
+from services.gateway.errors import sse_error
+from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.runtime import TurnLocks
+from services.gateway.schemas import AskRequest, AskResponse
+from services.gateway.sse import error_event, sse
+from services.gateway.store.conversations import (
     ConversationConflict,
     ConversationContext,
     ConversationStore,
-    ConversationView,
     TurnRecord,
     new_conversation_id,
 )
-from services.gateway.errors import sse_error
-from services.gateway.rewrite import FollowUpRewriter
-from services.gateway.schemas import AskRequest, AskResponse
 from shared import metrics
-from shared.broker import RemoteError, RequestTimeout
 from shared.citations import StreamGate, gate_reply, scrub
 from shared.events import (
     Citation,
@@ -75,10 +70,6 @@ class Turn:
     start: float
 
 
-def sse(event: str, data: Any) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
-
-
 class TokenOrder:
     """Releases streamed tokens strictly by ``seq`` (0, 1, 2...), holding any that arrive early."""
 
@@ -103,37 +94,28 @@ class TokenOrder:
 
 
 class AnswerService:
+    """One turn of a conversation, whole (:meth:`ask`) or streamed (:meth:`stream`). Built per request from
+    the gateway's state (:func:`services.gateway.deps.get_answers`); ``locks`` are the process's."""
+
     def __init__(
         self,
         settings: Settings,
-        kafka: Callable[[], AnswerKafka],
+        kafka: AnswerKafka,
         store: ConversationStore,
-        rewriter: FollowUpRewriter | None = None,
+        rewriter: FollowUpRewriter,
+        locks: TurnLocks,
     ):
         self.settings = settings
-        self._kafka = kafka
+        self.kafka = kafka
         self.store = store
-        self.rewriter = rewriter or FollowUpRewriter(settings.llm)
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self.router = self._routes()
-
-    @property
-    def kafka(self) -> AnswerKafka:
-        return self._kafka()
+        self.rewriter = rewriter
+        self.locks = locks
 
     # --- one turn ---------------------------------------------------------------------------------
 
-    def _lock(self, conversation_id: str | None) -> asyncio.Lock:
-        """The lock serialising the turns of one conversation (a new conversation needs none shared)."""
-        if conversation_id is None:
-            return asyncio.Lock()
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[conversation_id] = lock
-        return lock
-
-    async def _context(self, body: AskRequest, owner: str | None) -> ConversationContext:
+    async def context(self, body: AskRequest, owner: str | None) -> ConversationContext:
+        """The conversation a turn continues (a new one without ``conversation_id``); 404 when the caller
+        cannot see it."""
         g = self.settings.gateway
         if body.conversation_id is None:
             return ConversationContext(new_conversation_id())
@@ -143,7 +125,7 @@ class AnswerService:
         return ctx
 
     async def _begin(self, body: AskRequest, owner: str | None, start: float) -> Turn:
-        ctx = await self._context(body, owner)  # again, under the conversation's lock: it may have moved on
+        ctx = await self.context(body, owner)  # again, under the conversation's lock: it may have moved on
         standalone = body.question.strip()
         if ctx.turns and not (await acheck_emergency(body.question)).emergency:
             standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question)
@@ -232,95 +214,48 @@ class AnswerService:
             timings_ms=timings,
         )
 
-    # --- routes -------------------------------------------------------------------------------------
+    # --- whole -------------------------------------------------------------------------------------------
 
-    def _routes(self) -> APIRouter:
-        router = APIRouter(tags=["answers"])
+    async def ask(self, body: AskRequest, owner: str | None, start: float) -> AskResponse:
+        """One turn answered whole and stored; 404 for an unknown conversation, 409 when another turn of it was
+        stored meanwhile."""
+        await self.context(body, owner)  # 404 before anything else
+        async with self.locks.lock(body.conversation_id):
+            turn = await self._begin(body, owner, start)
+            hits: list[SearchHit] = []
+            timings: dict[str, float] = {}
+            verdict = await acheck_emergency(body.question)
+            if verdict.emergency:
+                reply = self._emergency(turn, verdict)
+            else:
+                hits, timings["retrieval"] = await self._retrieve(turn)
+                t0 = time.perf_counter()
+                reply = gate_reply(
+                    await self.kafka.synthesize(self._synthesis(turn, hits, stream=False)),
+                    {h.citation_id for h in hits},
+                )
+                timings["synthesis"] = (time.perf_counter() - t0) * 1000
+            timings["total"] = (time.perf_counter() - start) * 1000
+            try:
+                await self._save(turn, reply, hits, timings)
+            except ConversationConflict as exc:
+                raise HTTPException(409, f"conversation changed meanwhile: {exc}") from exc
+            return self._response(turn, reply, hits, timings)
 
-        @router.post(
-            "/v1/ask",
-            response_model=AskResponse,
-            summary="Answer a question from the literature, every claim cited (one conversation turn)",
-            responses={
-                404: {"description": "Unknown conversation"},
-                409: {"description": "Another turn of the conversation was stored meanwhile"},
-            },
-        )
-        async def ask(body: AskRequest, request: Request) -> AskResponse:
-            start = time.perf_counter()
-            owner = _owner(request)
-            await self._context(body, owner)  # 404 before anything else
-            async with self._lock(body.conversation_id):
-                turn = await self._begin(body, owner, start)
-                hits: list[SearchHit] = []
-                timings: dict[str, float] = {}
-                verdict = await acheck_emergency(body.question)
-                if verdict.emergency:
-                    reply = self._emergency(turn, verdict)
-                else:
-                    hits, timings["retrieval"] = await self._retrieve(turn)
-                    t0 = time.perf_counter()
-                    reply = gate_reply(
-                        await self.kafka.synthesize(self._synthesis(turn, hits, stream=False)),
-                        {h.citation_id for h in hits},
-                    )
-                    timings["synthesis"] = (time.perf_counter() - t0) * 1000
-                timings["total"] = (time.perf_counter() - start) * 1000
-                try:
-                    await self._save(turn, reply, hits, timings)
-                except ConversationConflict as exc:
-                    raise HTTPException(409, f"conversation changed meanwhile: {exc}") from exc
-                return self._response(turn, reply, hits, timings)
+    # --- streamed ----------------------------------------------------------------------------------------
 
-        @router.post(
-            "/v1/ask/stream",
-            response_class=StreamingResponse,
-            summary="The same answer as server-sent events: retrieval_done, token..., citations, summary, "
-            "metrics, done (or error)",
-            responses={200: {"content": {"text/event-stream": {}}}},
-        )
-        async def ask_stream(body: AskRequest, request: Request) -> StreamingResponse:
-            start = time.perf_counter()
-            owner = _owner(request)
-            await self._context(body, owner)  # 404 as a status, before the stream starts
-            return StreamingResponse(
-                self._stream(body, owner, start),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-
-        @router.get(
-            "/v1/conversations/{conversation_id}",
-            response_model=ConversationView,
-            summary="A conversation: its messages, and its reference list numbered [1], [2]...",
-        )
-        async def conversation(conversation_id: str, request: Request) -> ConversationView:
-            view = await self.store.view(conversation_id, _owner(request))
-            if view is None:
-                raise HTTPException(404, f"no conversation {conversation_id}")
-            return view
-
-        return router
-
-    async def _stream(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
+    async def stream(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
+        """One turn as server-sent events (the module's list), stored when it completes; a failure after the
+        stream started is an ``error`` event."""
         try:
-            async with self._lock(body.conversation_id):
+            async with self.locks.lock(body.conversation_id):
                 async for chunk in self._stream_turn(body, owner, start):
                     yield chunk
-        # The stream has started: an error event is the only way left to say so. A 5xx says no internal
-        # text, only an error id (the detail is logged with it): services.gateway.errors.
-        except HTTPException as exc:
-            yield sse("error", sse_error(exc.status_code, "HTTPException", str(exc.detail)))
+        # The stream has started: an error event is the only way left to say so (services.gateway.sse).
         except ConversationConflict as exc:
             yield sse("error", sse_error(409, "ConversationConflict", str(exc)))
-        except RemoteError as exc:
-            yield sse("error", sse_error(exc.error.status, exc.error.type, exc.error.message))
-        except RequestTimeout as exc:
-            yield sse("error", sse_error(504, "RequestTimeout", str(exc)))
-        except KafkaError as exc:
-            yield sse("error", sse_error(503, "BrokerUnavailable", repr(exc)))
         except Exception as exc:
-            yield sse("error", sse_error(500, "InternalError", repr(exc), exc))
+            yield error_event(exc)
 
     async def _stream_turn(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
         turn = await self._begin(body, owner, start)
@@ -421,8 +356,3 @@ class AnswerService:
             },
         )
         yield sse("done", head)
-
-
-def _owner(request: Request) -> str | None:
-    value = getattr(request.state, "api_key_id", None)
-    return value if isinstance(value, str) else None

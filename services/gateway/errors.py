@@ -48,3 +48,8 @@ def sse_error(status: int, type_: str, detail: str, exc: BaseException | None = 
     body = public_error(status, type_, detail, exc=exc)
     body.pop("detail")
     return body
+
+
+def error_headers(body: dict[str, Any]) -> dict[str, str] | None:
+    """The ``X-Error-Id`` header of an error body that has an error id (a 5xx)."""
+    return {"X-Error-Id": body["error_id"]} if "error_id" in body else None

@@ -5,13 +5,13 @@
 The workflow logic lives in :mod:`services.gateway.intelligence` (pure, tested without Kafka); this module
 wires it to the services through a :class:`WorkflowBackend`: retrieval and synthesis over Kafka
 request/reply, PubMed hit counts through the fetcher (``ncbi.requests``: the gateway never calls NCBI),
-ingestion jobs through ``ingest.requests``, caches and MeSH headings in PostgreSQL.
+ingestion jobs through ``ingest.requests``, caches and MeSH headings in PostgreSQL
+(:mod:`services.gateway.store`). Its routes are :mod:`services.gateway.routes.workflows`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -19,12 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import asyncpg
-from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 
-from services.gateway.errors import sse_error
 from services.gateway.intelligence.agent import Agent, ToolOutput
-from services.gateway.intelligence.cache import Cache, PgCache
+from services.gateway.intelligence.cache import Cache
 from services.gateway.intelligence.classify import Classification, QueryClassifier
 from services.gateway.intelligence.disease import DiseaseNormalizer, drug_disease_query, search_clause
 from services.gateway.intelligence.enhance import Enhancement, QueryEnhancer
@@ -39,7 +36,8 @@ from services.gateway.intelligence.guidelines import (
 from services.gateway.intelligence.language import Language, detect_language
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import InteractionCheck, RxNavClient
-from services.gateway.workflow_schemas import (
+from services.gateway.kafka import GatewayKafka
+from services.gateway.schemas.workflows import (
     AgentStepOut,
     AgentTrace,
     ClassificationOut,
@@ -59,9 +57,11 @@ from services.gateway.workflow_schemas import (
     QueryResponse,
     WorkflowStep,
 )
+from services.gateway.sse import error_event, sse
+from services.gateway.store import documents as documents_store
 from shared.broker import RemoteError, RequestTimeout
 from shared.citations import CitationVerifier
-from shared.db.jobs import JobStatus, create_job, job_status
+from shared.db.jobs import JobStatus, job_status
 from shared.events import (
     CitationCheck,
     EvidenceSummary,
@@ -74,10 +74,11 @@ from shared.events import (
     SynthesisRequest,
     new_trace_id,
 )
+from shared.ingestion import submit_documents
 from shared.models import QueryForm, SearchFilters, SearchHit
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
-from shared.topics import INGEST_REQUESTS, NCBI_REQUESTS
+from shared.topics import NCBI_REQUESTS
 
 log = logging.getLogger(__name__)
 
@@ -106,34 +107,32 @@ class WorkflowBackend(Protocol):
 
 
 class GatewayBackend:
-    """The backend of the running gateway: its Kafka client and its PostgreSQL pool."""
+    """The backend of the running gateway: its Kafka client and its PostgreSQL pool (``pool`` gives the pool
+    of the started gateway). The MeSH vocabulary is read again after ``mesh_ttl_s``."""
 
-    def __init__(self, gateway: Any, mesh_ttl_s: float = 600.0):
-        self.gateway = gateway
+    def __init__(self, kafka: GatewayKafka, pool: Callable[[], asyncpg.Pool], mesh_ttl_s: float = 600.0):
+        self.kafka = kafka
+        self._pool = pool
         self._mesh: tuple[float, dict[str, int]] | None = None
         self.mesh_ttl_s = mesh_ttl_s
 
     @property
     def pool(self) -> asyncpg.Pool:
-        pool: asyncpg.Pool = self.gateway.pool
-        return pool
+        return self._pool()
 
     async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
-        reply: RetrievalReply = await self.gateway.kafka.retrieve(request)
-        return reply
+        return await self.kafka.retrieve(request)
 
     async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
-        reply: SynthesisReply = await self.gateway.kafka.synthesize(request)
-        return reply
+        return await self.kafka.synthesize(request)
 
     async def count(self, term: str, trace_id: str) -> int | None:
-        kafka = self.gateway.kafka
         try:
-            reply: NcbiCountReply = await kafka.replies.request(
+            reply: NcbiCountReply = await self.kafka.replies.request(
                 NCBI_REQUESTS,
                 NcbiCountRequest(trace_id=trace_id, term=term),
                 NcbiCountReply,
-                kafka.settings.kafka.request_timeout_s,
+                self.kafka.settings.kafka.request_timeout_s,
             )
         except (RemoteError, RequestTimeout) as exc:
             log.warning("PubMed count unavailable", extra={"term": term, "error": str(exc)[:300]})
@@ -142,11 +141,15 @@ class GatewayBackend:
 
     async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
         job_id = uuid.uuid4().hex
-        await create_job(
-            self.pool, job_id, "query", {"query": query, "max_results": max_results, "workflow": "evidence"}
+        await submit_documents(
+            self.pool,
+            self.kafka.publish,
+            self.kafka.settings.kafka,
+            job_id=job_id,
+            kind="query",
+            params={"query": query, "max_results": max_results, "workflow": "evidence"},
+            request=IngestRequested(trace_id=trace_id, job_id=job_id, query=query, max_results=max_results),
         )
-        event = IngestRequested(trace_id=trace_id, job_id=job_id, query=query, max_results=max_results)
-        await self.gateway.kafka.publish(event, INGEST_REQUESTS, job_id)
         return job_id
 
     async def job(self, job_id: str) -> JobStatus | None:
@@ -156,21 +159,13 @@ class GatewayBackend:
         now = time.monotonic()
         if self._mesh is not None and now - self._mesh[0] < self.mesh_ttl_s:
             return self._mesh[1]
-        rows = await self.pool.fetch(
-            """SELECT term, count(*) AS uses FROM documents, unnest(mesh_terms) AS term
-               GROUP BY term ORDER BY uses DESC LIMIT 20000"""
-        )
-        vocab = {str(r["term"]): int(r["uses"]) for r in rows}
+        vocab = await documents_store.mesh_vocabulary(self.pool)
         self._mesh = (now, vocab)
         return vocab
 
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 1)
-
-
-def _sse(event: str, data: Any) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
 async def _no_progress(step: WorkflowStep) -> None:
@@ -236,7 +231,6 @@ class WorkflowService:
         self.llm = llm or WorkflowLlm(settings.llm)
         w = settings.workflow
         self.rxnav = rxnav or RxNavClient(w.rxnav_url, timeout_s=w.rxnav_timeout_s)
-        self.router = self._routes()
 
     # --- 1. drug-disease evidence -------------------------------------------------------------------
 
@@ -740,68 +734,20 @@ class WorkflowService:
             timings_ms=timings,
         )
 
-    # --- routes ---------------------------------------------------------------------------------------
-
-    def _routes(self) -> APIRouter:
-        router = APIRouter(tags=["workflows"])
-
-        @router.post(
-            "/v1/evidence",
-            response_model=EvidenceResponse,
-            summary="Drug-disease evidence: normalise the disease, expand searches, fetch, search, summarise",
-        )
-        async def evidence(body: EvidenceRequest) -> EvidenceResponse:
-            return await self.evidence(body)
-
-        @router.post(
-            "/v1/evidence/stream",
-            response_class=StreamingResponse,
-            summary="The same as server-sent events: `step` per step as it runs, then `result` (or `error`)",
-            responses={200: {"content": {"text/event-stream": {}}}},
-        )
-        async def evidence_stream(body: EvidenceRequest) -> StreamingResponse:
-            return StreamingResponse(
-                self._evidence_events(body),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-
-        @router.post(
-            "/v1/guidelines/recommend",
-            response_model=GuidelineResponse,
-            summary="Guideline recommendation: condition + clinical findings -> Assessment & Plan citing "
-            "guideline sections",
-        )
-        async def recommend(body: GuidelineRequest) -> GuidelineResponse:
-            return await self.recommend(body)
-
-        @router.post(
-            "/v1/query",
-            response_model=QueryResponse,
-            summary="A question with query intelligence: classified, language detected, enhanced and "
-            "routed; `mode: agent` for Claude with tools",
-        )
-        async def query(body: QueryRequest) -> QueryResponse:
-            return await self.query(body)
-
-        return router
-
-    async def _evidence_events(self, body: EvidenceRequest) -> AsyncIterator[str]:
+    async def evidence_events(self, body: EvidenceRequest) -> AsyncIterator[str]:
+        """The evidence workflow as server-sent events: ``step`` per step as it runs, then ``result`` (or
+        ``error``)."""
         queue: asyncio.Queue[str | None] = asyncio.Queue()
 
         async def progress(step: WorkflowStep) -> None:
-            await queue.put(_sse("step", step.model_dump()))
+            await queue.put(sse("step", step.model_dump()))
 
         async def run() -> None:
             try:
                 result = await self.evidence(body, progress)
-                await queue.put(_sse("result", result.model_dump(mode="json")))
-            except RemoteError as exc:
-                await queue.put(_sse("error", sse_error(exc.error.status, exc.error.type, exc.error.message)))
-            except RequestTimeout as exc:
-                await queue.put(_sse("error", sse_error(504, "RequestTimeout", str(exc))))
+                await queue.put(sse("result", result.model_dump(mode="json")))
             except Exception as exc:  # the stream has started: an error event is the only way left
-                await queue.put(_sse("error", sse_error(500, "InternalError", repr(exc), exc)))
+                await queue.put(error_event(exc))
             finally:
                 await queue.put(None)
 
@@ -822,12 +768,4 @@ def _sourced(summary: EvidenceSummary | None) -> EvidenceSummary | None:
     return summary.model_copy(update={"key_findings": findings})
 
 
-def install(app: Any, settings: Settings) -> WorkflowService:
-    """The workflows of the running gateway (``app.state.gateway``), their routes included in ``app``."""
-    gateway = app.state.gateway
-    service = WorkflowService(settings, GatewayBackend(gateway), PgCache(lambda: gateway.pool))
-    app.state.workflows = service
-    return service
-
-
-__all__ = ["GatewayBackend", "WorkflowBackend", "WorkflowService", "drug_disease_query", "install", "search_clause"]
+__all__ = ["GatewayBackend", "WorkflowBackend", "WorkflowService", "drug_disease_query", "search_clause"]

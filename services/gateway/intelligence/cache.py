@@ -2,9 +2,9 @@
 
 Namespaces: ``disease_norm`` (raw disease -> normalised term), ``disease_broader``,
 ``pubmed_count`` (query -> hit count), ``organ`` (disease -> organ term), ``search_terms`` (drug,
-disease, profile -> queries), ``query_rewrite``. :class:`PgCache` keeps them in PostgreSQL
-(``workflow_cache``, migration 047) so every gateway instance shares them; :class:`MemoryCache` is the
-same contract in memory.
+disease, profile -> queries), ``query_rewrite``. :class:`services.gateway.store.cache.PgCache` keeps
+them in PostgreSQL (``workflow_cache``, migration 047) so every gateway instance shares them;
+:class:`MemoryCache` is the same contract in memory.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
-
-import asyncpg
 
 
 def cache_key(*parts: Any) -> str:
@@ -47,33 +45,6 @@ class MemoryCache:
     async def put(self, namespace: str, key: str, value: Any, ttl_s: float) -> None:
         if ttl_s > 0:
             self.items[(namespace, key)] = (value, self.clock() + ttl_s)
-
-
-class PgCache:
-    def __init__(self, pool: Callable[[], asyncpg.Pool]):
-        self._pool = pool
-
-    async def get(self, namespace: str, key: str) -> Any | None:
-        raw = await self._pool().fetchval(
-            "SELECT value::text FROM workflow_cache WHERE namespace = $1 AND key = $2 AND expires_at > now()",
-            namespace,
-            key,
-        )
-        return None if raw is None else json.loads(raw)
-
-    async def put(self, namespace: str, key: str, value: Any, ttl_s: float) -> None:
-        if ttl_s <= 0:
-            return
-        await self._pool().execute(
-            """INSERT INTO workflow_cache (namespace, key, value, expires_at)
-               VALUES ($1, $2, $3::jsonb, now() + make_interval(secs => $4))
-               ON CONFLICT (namespace, key) DO UPDATE
-               SET value = EXCLUDED.value, created_at = now(), expires_at = EXCLUDED.expires_at""",
-            namespace,
-            key,
-            json.dumps(value),
-            float(ttl_s),
-        )
 
 
 async def cached(

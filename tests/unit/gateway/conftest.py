@@ -1,4 +1,5 @@
-"""The gateway app in-process (httpx ASGI transport) with fakes for Kafka and the conversation store.
+"""The gateway app in-process (httpx ASGI transport) with fakes for Kafka and the conversation store, put in
+through ``app.dependency_overrides`` (the providers of :mod:`services.gateway.deps`).
 
 The synthesizer behind the fake Kafka is the real core (``services.synthesizer.core``), in LLM mode
 against the fake Anthropic server (real SDK over HTTP) or offline, so a turn runs the same code as in
@@ -17,9 +18,11 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from services.gateway import deps
 from services.gateway.app import create_app
-from services.gateway.conversations import ConversationContext, ConversationView, MessageView, TurnRecord
 from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.schemas.conversations import ConversationView, MessageView
+from services.gateway.store.conversations import ConversationContext, TurnRecord
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.broker import RemoteError
@@ -191,15 +194,15 @@ def build_app(
         synth = Synthesizer(settings)
     kafka = FakeKafka(synth, hits, shuffle)
     store = MemoryStore()
-    app.state.gateway.kafka = kafka
-    answers = app.state.answers
-    answers.store = store
     if claude_rewrites and fake is not None:
-        answers.rewriter = FollowUpRewriter(
+        rewriter = FollowUpRewriter(
             llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0)
         )
     else:
-        answers.rewriter = FollowUpRewriter(LlmSettings())  # type: ignore[call-arg]
+        rewriter = FollowUpRewriter(LlmSettings())  # type: ignore[call-arg]
+    app.dependency_overrides[deps.get_kafka] = lambda: kafka
+    app.dependency_overrides[deps.get_conversation_store] = lambda: store
+    app.dependency_overrides[deps.get_rewriter] = lambda: rewriter
     return app, kafka, store
 
 

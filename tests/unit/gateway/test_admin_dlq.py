@@ -8,7 +8,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from services.gateway import admin, security
+from services.gateway import deps, security
+from services.gateway.routes import admin
 from shared import dlq
 from shared.events import DeadLetter
 from shared.settings import Settings
@@ -29,13 +30,6 @@ def view(offset: int, error_type: str = "PoisonEvent", replayed: bool = False) -
     return dlq.LetterView(
         dlq_topic="documents.fetched.dlq", dlq_partition=0, dlq_offset=offset, letter=letter, replayed=replayed
     )
-
-
-class FakeGateway:
-    def __init__(self, keys: str = "") -> None:
-        self.settings = Settings()
-        self.settings.gateway.api_key_hashes = keys
-        self.pool = object()
 
 
 @pytest.fixture()
@@ -65,10 +59,13 @@ def letters(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def client(keys: str = "", host: str = "127.0.0.1", key: str | None = None) -> TestClient:
     """The admin router behind the gateway's real API guard (keys and their scopes), called as ``host``."""
     app = FastAPI()
-    gateway = FakeGateway(keys)
-    app.state.gateway = gateway
+    settings = Settings()  # type: ignore[call-arg]
+    settings.gateway.api_key_hashes = keys
+    pool = object()  # the DLQ functions that take it are faked
     app.include_router(admin.router)
-    security.install(app, gateway.settings.gateway)
+    app.dependency_overrides[deps.get_settings] = lambda: settings
+    app.dependency_overrides[deps.get_pool] = lambda: pool
+    security.install(app, settings.gateway)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return TestClient(app, client=(host, 5000), headers=headers)
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from services.gateway import deps
 from services.gateway.security import key_digest
 from shared.settings import GatewaySettings
 from tests.unit.gateway.conftest import build_app, client
@@ -69,7 +70,7 @@ async def test_a_read_key_gets_403_on_ingestion_and_admin_routes() -> None:
 async def test_an_inline_document_for_an_ncbi_record_gets_409_and_nothing_is_accepted() -> None:
     app, _, _ = build_app(gateway=scoped())
     pool = FakePool({"pubmed:10808977"})
-    app.state.gateway._pool = pool
+    app.dependency_overrides[deps.get_pool] = lambda: pool
     async with client(app, INGESTER) as ingester:
         other = {"source": "pubmed", "source_id": "555", "title": "An own document"}
         r = await ingester.post("/v1/ingest", json={"documents": [other, SPOOF]})
@@ -83,7 +84,7 @@ async def test_an_inline_document_for_an_ncbi_record_gets_409_and_nothing_is_acc
 async def test_an_inline_document_may_not_borrow_another_records_id() -> None:
     app, _, _ = build_app(gateway=scoped())
     pool = FakePool({"pubmed:10808977", "pmc:PMC7000"})
-    app.state.gateway._pool = pool
+    app.dependency_overrides[deps.get_pool] = lambda: pool
     async with client(app, INGESTER) as ingester:
         # a pmc document citing itself by an NCBI PMID: the claimed PMID is checked too
         borrowed = {"source": "pmc", "source_id": "PMC1", "pmcid": "PMC1", "pmid": "10808977", "title": "x"}

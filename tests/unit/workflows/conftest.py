@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from services.gateway import deps
 from services.gateway.app import create_app
 from services.gateway.intelligence.cache import MemoryCache
 from services.gateway.intelligence.llm import WorkflowLlm
@@ -185,12 +186,12 @@ def build(
     else:
         synth = Synthesizer(settings)
     backend = FakeBackend(synth, counts, mesh)
-    service: WorkflowService = app.state.workflows
-    service.backend = backend
-    service.cache = MemoryCache()
-    service.llm = workflow_llm(fake)
-    service.rxnav = RxNavClient(rxnav_url)
-    return app, service, backend
+    cache, llm, rxnav = MemoryCache(), workflow_llm(fake), RxNavClient(rxnav_url)
+    app.dependency_overrides[deps.get_workflow_backend] = lambda: backend
+    app.dependency_overrides[deps.get_workflow_cache] = lambda: cache
+    app.dependency_overrides[deps.get_workflow_llm] = lambda: llm
+    app.dependency_overrides[deps.get_rxnav] = lambda: rxnav
+    return app, WorkflowService(settings, backend, cache, llm, rxnav), backend
 
 
 def client(app: FastAPI) -> httpx.AsyncClient:

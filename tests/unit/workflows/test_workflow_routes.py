@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from aiokafka.errors import KafkaConnectionError
+
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
@@ -81,6 +83,36 @@ async def test_evidence_stream_reports_progress_then_the_result() -> None:
     done = [d["name"] for n, d in events if n == "step" and d["status"] == "done"]
     assert done == ["normalise", "expand", "fetch", "search", "synthesize"]
     assert any(n == "step" and d["status"] == "running" for n, d in events)
+
+
+async def test_evidence_stream_tells_a_broker_failure_as_a_503_error_event_with_an_error_id() -> None:
+    app, _, backend = build(counts={COUNT: 12})
+
+    async def broker_down(request: object) -> object:
+        raise KafkaConnectionError("broker at 10.0.0.7:9092 unreachable")
+
+    backend.retrieve = broker_down  # type: ignore[method-assign]
+    events: list[tuple[str, dict[str, object]]] = []
+    async with (
+        client(app) as http,
+        http.stream(
+            "POST", "/v1/evidence/stream", json={"drug": "metformin", "disease": "polycystic ovary syndrome"}
+        ) as r,
+    ):
+        assert r.status_code == 200  # the stream had started: the failure is an event
+        name = ""
+        async for line in r.aiter_lines():
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                events.append((name, json.loads(line[5:])))
+    assert [n for n, _ in events if n in ("result", "error")] == ["error"]
+    error = events[-1][1]
+    # the same mapping as the ask stream and the non-streaming routes (services.gateway.sse): 503, an error
+    # id, and no internal text (the broker address) for the client
+    assert error["status"] == 503 and error["type"] == "BrokerUnavailable" and error["error_id"]
+    assert "10.0.0.7" not in json.dumps(error)
+    assert any(n == "step" and d["name"] == "fetch" and d["status"] == "done" for n, d in events)
 
 
 async def test_evidence_validation() -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
-from pydantic import BaseModel, Field
 
+from services.gateway.schemas.conversations import ConversationView, MessageView
 from shared.citations import gate_summary, scrub
 from shared.events import ChatTurn, Citation, CitationCheck, EvidenceSummary
 
@@ -57,28 +56,6 @@ class TurnRecord:
     timings_ms: dict[str, float]
 
 
-class MessageView(BaseModel):
-    turn: int
-    role: str
-    content: str = Field(description="User: the question as asked. Assistant: the answer citing [n].")
-    standalone_question: str | None = Field(None, description="User: the question as searched (rewritten).")
-    answer_with_ids: str | None = Field(None, description="Assistant: the answer citing [PMID:...] ids.")
-    mode: str | None = None
-    citations: list[Citation] = Field(default_factory=list, description="Assistant: the sources this turn cites.")
-    citation_check: CitationCheck | None = None
-    summary: EvidenceSummary | None = None
-    created_at: datetime | None = None
-
-
-class ConversationView(BaseModel):
-    conversation_id: str
-    title: str
-    created_at: datetime
-    updated_at: datetime
-    messages: list[MessageView]
-    references: list[Citation] = Field(description="Every source cited in the conversation, by display number.")
-
-
 class ConversationStore(Protocol):
     async def context(
         self, conversation_id: str, owner: str | None, max_turns: int, max_chunks: int
@@ -98,12 +75,8 @@ def _visible(row_owner: str | None, owner: str | None) -> bool:
 
 
 class PgConversationStore:
-    def __init__(self, pool: Callable[[], asyncpg.Pool]):
-        self._pool = pool
-
-    @property
-    def pool(self) -> asyncpg.Pool:
-        return self._pool()
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
 
     async def context(
         self, conversation_id: str, owner: str | None, max_turns: int, max_chunks: int

@@ -1,0 +1,131 @@
+"""The gateway's state as FastAPI dependencies: the one place routes get what they work with.
+
+Each provider reads the running :class:`~services.gateway.runtime.Gateway` (``app.state.gateway``, built
+by :func:`services.gateway.app.create_app`) or builds a per-request object from other providers. Tests
+replace any of them with ``app.dependency_overrides[provider] = ...`` (a fake Kafka client, an in-memory
+conversation store, a fake workflow backend) instead of reaching into the app's internals.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import asyncpg
+from fastapi import Depends, Request
+
+from services.gateway.answers import AnswerKafka, AnswerService
+from services.gateway.intelligence.cache import Cache
+from services.gateway.intelligence.llm import WorkflowLlm
+from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.kafka import GatewayKafka
+from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.runtime import Gateway, TurnLocks
+from services.gateway.store.cache import PgCache
+from services.gateway.store.conversations import ConversationStore, PgConversationStore
+from services.gateway.workflows import WorkflowBackend, WorkflowService
+from shared.settings import Settings
+
+
+def get_gateway(request: Request) -> Gateway:
+    """The running gateway: its Kafka client, its pool and the clients that outlive a request."""
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+
+
+def get_settings(gateway: GatewayDep) -> Settings:
+    return gateway.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_kafka(gateway: GatewayDep) -> GatewayKafka:
+    """The gateway's Kafka client: publishing, and request/reply with the retriever and synthesizer."""
+    return gateway.kafka
+
+
+KafkaDep = Annotated[GatewayKafka, Depends(get_kafka)]
+
+
+def get_pool(gateway: GatewayDep) -> asyncpg.Pool:
+    """The gateway's PostgreSQL pool (the gateway is started: its lifespan opened the pool)."""
+    return gateway.pool
+
+
+PoolDep = Annotated[asyncpg.Pool, Depends(get_pool)]
+
+
+def get_owner(request: Request) -> str | None:
+    """The API key a request came with (its id), which owns the conversations it starts; None with
+    authentication off."""
+    value = getattr(request.state, "api_key_id", None)
+    return value if isinstance(value, str) else None
+
+
+OwnerDep = Annotated[str | None, Depends(get_owner)]
+
+
+def get_conversation_store(pool: PoolDep) -> ConversationStore:
+    return PgConversationStore(pool)
+
+
+ConversationStoreDep = Annotated[ConversationStore, Depends(get_conversation_store)]
+
+
+def get_answer_kafka(kafka: KafkaDep) -> AnswerKafka:
+    """What answering needs of Kafka (retrieval and synthesis)."""
+    return kafka
+
+
+def get_rewriter(gateway: GatewayDep) -> FollowUpRewriter:
+    return gateway.rewriter
+
+
+def get_turn_locks(gateway: GatewayDep) -> TurnLocks:
+    return gateway.turn_locks
+
+
+def get_answers(
+    settings: SettingsDep,
+    kafka: Annotated[AnswerKafka, Depends(get_answer_kafka)],
+    store: ConversationStoreDep,
+    rewriter: Annotated[FollowUpRewriter, Depends(get_rewriter)],
+    locks: Annotated[TurnLocks, Depends(get_turn_locks)],
+) -> AnswerService:
+    return AnswerService(settings, kafka, store, rewriter, locks)
+
+
+AnswersDep = Annotated[AnswerService, Depends(get_answers)]
+
+
+def get_workflow_backend(gateway: GatewayDep) -> WorkflowBackend:
+    """Retrieval, synthesis, PubMed counts, ingestion jobs and MeSH headings for the workflows."""
+    return gateway.workflow_backend
+
+
+def get_workflow_cache(pool: PoolDep) -> Cache:
+    return PgCache(pool)
+
+
+def get_workflow_llm(gateway: GatewayDep) -> WorkflowLlm:
+    return gateway.workflow_llm
+
+
+def get_rxnav(gateway: GatewayDep) -> RxNavClient:
+    return gateway.rxnav
+
+
+def get_workflows(
+    settings: SettingsDep,
+    backend: Annotated[WorkflowBackend, Depends(get_workflow_backend)],
+    cache: Annotated[Cache, Depends(get_workflow_cache)],
+    llm: Annotated[WorkflowLlm, Depends(get_workflow_llm)],
+    rxnav: Annotated[RxNavClient, Depends(get_rxnav)],
+) -> WorkflowService:
+    return WorkflowService(settings, backend, cache, llm, rxnav)
+
+
+WorkflowsDep = Annotated[WorkflowService, Depends(get_workflows)]

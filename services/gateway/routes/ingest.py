@@ -1,0 +1,97 @@
+"""Ingestion: start a job (``POST /v1/ingest``) and follow it (``GET /v1/ingest/{job_id}``)."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+from fastapi import APIRouter, Depends, HTTPException
+
+from services.gateway import security
+from services.gateway.deps import KafkaDep, PoolDep, SettingsDep
+from services.gateway.schemas.ingest import IngestAccepted, IngestRequest
+from shared import provenance
+from shared.db.jobs import JobStatus, job_status
+from shared.events import DocumentFetched, IngestRequested
+from shared.ingestion import submit_documents
+
+router = APIRouter(tags=["ingestion"])
+
+
+async def check_provenance(pool: asyncpg.Pool, body: IngestRequest) -> None:
+    """Inline documents may not stand for an NCBI record (:mod:`shared.provenance`): 422 for ids that contradict
+    each other, 409 when an id is stored as a record fetched from NCBI. Nothing of the request is accepted then."""
+    problems = [f"{d.document_id}: {why}" for d in body.documents if (why := provenance.inconsistency(d))]
+    if problems:
+        raise HTTPException(422, "; ".join(problems[:20]))
+    claimed = list(dict.fromkeys(i for d in body.documents for i in provenance.claimed_ids(d)))
+    taken = await provenance.ncbi_records(pool, claimed)
+    if taken:
+        raise HTTPException(
+            409,
+            f"{', '.join(taken[:20])}{' ...' if len(taken) > 20 else ''} {provenance.CONFLICT_REASON}; "
+            "nothing of this request was ingested",
+        )
+
+
+@router.post(
+    "/v1/ingest",
+    status_code=202,
+    response_model=IngestAccepted,
+    summary="Start an ingestion job (query, PMIDs, Bookshelf publisher or inline documents); returns at once",
+    dependencies=[Depends(security.require("ingest"))],
+    responses={
+        403: {"description": "The API key lacks the `ingest` scope"},
+        409: {"description": "An inline document claims an id stored as a record fetched from NCBI"},
+    },
+)
+async def ingest(body: IngestRequest, pool: PoolDep, kafka: KafkaDep, settings: SettingsDep) -> IngestAccepted:
+    if body.documents:
+        await check_provenance(pool, body)
+    job_id = uuid.uuid4().hex
+    kind = "documents" if body.documents else "query" if body.query else "pmids" if body.pmids else "bookshelf"
+    request = None
+    if body.query or body.pmids or body.bookshelf_publisher:
+        request = IngestRequested(
+            job_id=job_id,
+            query=body.query,
+            pmids=[p.strip() for p in body.pmids],
+            max_results=body.max_results,
+            refresh=body.refresh,
+            full_text=body.full_text,
+            bookshelf_publisher=body.bookshelf_publisher,
+        )
+    documents = [
+        DocumentFetched(
+            document_id=doc.document_id,
+            source=doc.source,
+            source_id=doc.source_id,
+            format="document-json",
+            document=doc,
+            job_id=job_id,
+        )
+        for doc in body.documents
+    ]
+    await submit_documents(
+        pool,
+        kafka.publish,
+        settings.kafka,
+        job_id=job_id,
+        kind=kind,
+        params=body.model_dump(mode="json", exclude={"documents"}),
+        request=request,
+        documents=documents,
+    )
+    return IngestAccepted(job_id=job_id, status_url=f"/v1/ingest/{job_id}")
+
+
+@router.get(
+    "/v1/ingest/{job_id}",
+    response_model=JobStatus,
+    summary="Progress of an ingestion job: documents per stage, failures",
+)
+async def ingest_status(job_id: str, pool: PoolDep) -> JobStatus:
+    status = await job_status(pool, job_id)
+    if status is None:
+        raise HTTPException(404, f"no ingestion job {job_id}")
+    return status

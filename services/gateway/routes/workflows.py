@@ -1,0 +1,58 @@
+"""The clinical workflows over HTTP: ``/v1/evidence`` (and its stream), ``/v1/guidelines/recommend`` and
+``/v1/query`` (:mod:`services.gateway.workflows` runs them)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from services.gateway.deps import WorkflowsDep
+from services.gateway.schemas.workflows import (
+    EvidenceRequest,
+    EvidenceResponse,
+    GuidelineRequest,
+    GuidelineResponse,
+    QueryRequest,
+    QueryResponse,
+)
+from services.gateway.sse import STREAM_RESPONSES, event_stream
+
+router = APIRouter(tags=["workflows"])
+
+
+@router.post(
+    "/v1/evidence",
+    response_model=EvidenceResponse,
+    summary="Drug-disease evidence: normalise the disease, expand searches, fetch, search, summarise",
+)
+async def evidence(body: EvidenceRequest, workflows: WorkflowsDep) -> EvidenceResponse:
+    return await workflows.evidence(body)
+
+
+@router.post(
+    "/v1/evidence/stream",
+    response_class=StreamingResponse,
+    summary="The same as server-sent events: `step` per step as it runs, then `result` (or `error`)",
+    responses=STREAM_RESPONSES,
+)
+async def evidence_stream(body: EvidenceRequest, workflows: WorkflowsDep) -> StreamingResponse:
+    return event_stream(workflows.evidence_events(body))
+
+
+@router.post(
+    "/v1/guidelines/recommend",
+    response_model=GuidelineResponse,
+    summary="Guideline recommendation: condition + clinical findings -> Assessment & Plan citing guideline sections",
+)
+async def recommend(body: GuidelineRequest, workflows: WorkflowsDep) -> GuidelineResponse:
+    return await workflows.recommend(body)
+
+
+@router.post(
+    "/v1/query",
+    response_model=QueryResponse,
+    summary="A question with query intelligence: classified, language detected, enhanced and "
+    "routed; `mode: agent` for Claude with tools",
+)
+async def query(body: QueryRequest, workflows: WorkflowsDep) -> QueryResponse:
+    return await workflows.query(body)

@@ -1,0 +1,68 @@
+"""What one gateway process holds while it runs: its Kafka client, its PostgreSQL pool and the clients and
+locks that outlive a request. :func:`services.gateway.app.create_app` builds it; routes reach it only
+through the providers of :mod:`services.gateway.deps`."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+import asyncpg
+
+from services.gateway.intelligence.llm import WorkflowLlm
+from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.kafka import GatewayKafka
+from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.workflows import GatewayBackend
+from shared.db import create_pool
+from shared.safety import default_guard
+from shared.settings import Settings
+
+
+class TurnLocks:
+    """One lock per conversation, serialising its turns within this process (a new conversation needs none
+    shared); a lock lives while a turn holds it."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def lock(self, conversation_id: str | None) -> asyncio.Lock:
+        if conversation_id is None:
+            return asyncio.Lock()
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[conversation_id] = lock
+        return lock
+
+
+class Gateway:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.kafka = GatewayKafka(settings)
+        self._pool: asyncpg.Pool | None = None
+        self._warm: asyncio.Task[None] | None = None
+        self.turn_locks = TurnLocks()
+        self.rewriter = FollowUpRewriter(settings.llm)
+        self.workflow_llm = WorkflowLlm(settings.llm)
+        w = settings.workflow
+        self.rxnav = RxNavClient(w.rxnav_url, timeout_s=w.rxnav_timeout_s)
+        self.workflow_backend = GatewayBackend(self.kafka, lambda: self.pool)
+
+    async def start(self) -> None:
+        # No statement of the gateway outlives the request timeout its own callers are held to.
+        self._pool = await create_pool(self.settings.database, caller_timeout_s=self.settings.kafka.request_timeout_s)
+        await self.kafka.start()
+        # The emergency guard's model loads now, in the background (start-up and readiness do not wait for it;
+        # a question asked meanwhile waits for the model, it is never let through unchecked).
+        self._warm = asyncio.create_task(asyncio.to_thread(default_guard().warm_up))
+
+    async def stop(self) -> None:
+        await self.kafka.stop()
+        if self._pool is not None:
+            await self._pool.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "gateway not started"
+        return self._pool

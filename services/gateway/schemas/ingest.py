@@ -1,0 +1,45 @@
+"""Bodies of ``/v1/ingest``: start an ingestion job, and its acceptance."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from shared.models import ParsedDocument
+
+
+class IngestRequest(BaseModel):
+    """Start an ingestion job: a PubMed query, a list of PMIDs, a Bookshelf publisher, or documents given
+    inline (JSON import)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str | None = Field(None, min_length=1, max_length=4000, description="A PubMed query (esearch).")
+    pmids: list[str] = Field(default_factory=list, max_length=10_000, description="PubMed ids.")
+    documents: list[ParsedDocument] = Field(
+        default_factory=list, max_length=1000, description="Documents in the JSON-lines import format."
+    )
+    max_results: int = Field(500, ge=1, le=100_000, description="Most PMIDs taken from the query.")
+    refresh: bool = Field(False, description="Fetch again documents already stored.")
+    full_text: bool = Field(False, description="Also fetch the open-access PMC full text (JATS) of the PMIDs found.")
+    bookshelf_publisher: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description="Ingest the NCBI Bookshelf Open Access books of this publisher, e.g. 'World Health Organization'.",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> IngestRequest:
+        if not (self.query or self.pmids or self.documents or self.bookshelf_publisher):
+            raise ValueError("give a query, pmids, bookshelf_publisher or documents")
+        if "\\u0000" in self.model_dump_json():
+            raise ValueError("text may not contain NUL (\\u0000) characters")
+        bad = [p for p in self.pmids if not p.strip().isdigit()]
+        if bad:
+            raise ValueError(f"PMIDs are digits only; not: {bad[:5]}")
+        return self
+
+
+class IngestAccepted(BaseModel):
+    job_id: str
+    status_url: str

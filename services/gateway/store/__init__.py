@@ -1,0 +1,1 @@
+"""The gateway's SQL, one module per concern (conversations, workflow cache, documents)."""

@@ -1,0 +1,29 @@
+"""What the gateway reads of the store: one document's identity (for its deletion), the MeSH headings in use
+(the vocabulary query enhancement maps terms to), and whether the database answers at all (readiness)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+
+async def stored_document(pool: asyncpg.Pool, document_id: str) -> asyncpg.Record | None:
+    """``source``, ``source_id`` and ``origin`` of a stored document, or None when it is not stored."""
+    row: asyncpg.Record | None = await pool.fetchrow(
+        "SELECT source, source_id, origin FROM documents WHERE document_id = $1", document_id
+    )
+    return row
+
+
+async def mesh_vocabulary(pool: asyncpg.Pool, limit: int = 20_000) -> dict[str, int]:
+    """{MeSH heading: number of stored documents indexed with it}, the ``limit`` most used."""
+    rows = await pool.fetch(
+        """SELECT term, count(*) AS uses FROM documents, unnest(mesh_terms) AS term
+           GROUP BY term ORDER BY uses DESC LIMIT $1""",
+        limit,
+    )
+    return {str(r["term"]): int(r["uses"]) for r in rows}
+
+
+async def database_ready(pool: asyncpg.Pool) -> bool:
+    """Whether PostgreSQL answers a statement."""
+    return bool(await pool.fetchval("SELECT 1"))

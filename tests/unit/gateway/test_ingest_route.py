@@ -1,0 +1,71 @@
+"""``POST /v1/ingest`` through the real app with its pool and Kafka client replaced by recording fakes
+(``app.dependency_overrides``): what each form of request publishes, and in which order the job is
+recorded. The statements themselves run against PostgreSQL in tests/integration/test_provenance.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.gateway import deps
+from shared.events import DocumentFetched, Event, IngestRequested
+from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
+from tests.unit.gateway.conftest import build_app, client
+
+
+class RecordingPool:
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    async def fetch(self, query: str, *args: Any) -> list[dict[str, str]]:  # the provenance look-up: no NCBI ids
+        return []
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        words = sql.split()
+        self.statements.append((f"{words[0]} {words[2] if words[0] == 'INSERT' else words[1]}", args))
+        return f"{words[0]} 0 1"
+
+
+class RecordingKafka:
+    def __init__(self) -> None:
+        self.published: list[tuple[Event, str, str]] = []
+
+    async def publish(self, event: Event, topic: str, key: str) -> None:
+        self.published.append((event, topic, key))
+
+
+def app_with_fakes() -> tuple[Any, RecordingPool, RecordingKafka]:
+    app, _, _ = build_app()
+    pool, kafka = RecordingPool(), RecordingKafka()
+    app.dependency_overrides[deps.get_pool] = lambda: pool
+    app.dependency_overrides[deps.get_kafka] = lambda: kafka
+    return app, pool, kafka
+
+
+async def test_pmids_and_inline_documents_start_one_job_that_publishes_both() -> None:
+    app, pool, kafka = app_with_fakes()
+    own = {"source": "pubmed", "source_id": "555", "title": "An own document"}
+    async with client(app) as http:
+        r = await http.post("/v1/ingest", json={"pmids": [" 10808977 "], "documents": [own]})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job_id"]
+    assert r.json()["status_url"] == f"/v1/ingest/{job_id}"
+    (request, t1, k1), (doc, t2, k2) = kafka.published
+    assert isinstance(request, IngestRequested) and (t1, k1) == (INGEST_REQUESTS, job_id)
+    assert request.pmids == ["10808977"] and request.job_id == job_id
+    assert isinstance(doc, DocumentFetched) and (t2, k2) == (DOCUMENTS_FETCHED, "pubmed:555")
+    assert doc.job_id == job_id and doc.format == "document-json"
+    job = pool.statements[0]
+    assert job[0] == "INSERT ingest_jobs" and job[1][:2] == (job_id, "documents")
+    # a job that also discovers is left to the fetcher to mark discovered
+    assert "UPDATE ingest_jobs" not in [s for s, _ in pool.statements]
+
+
+async def test_inline_documents_alone_make_a_job_marked_discovered_once_published() -> None:
+    app, pool, kafka = app_with_fakes()
+    docs = [{"source": "pubmed", "source_id": str(i), "title": f"Own {i}"} for i in (1, 2)]
+    async with client(app) as http:
+        r = await http.post("/v1/ingest", json={"documents": docs})
+    assert r.status_code == 202, r.text
+    assert [(t, k) for _, t, k in kafka.published] == [(DOCUMENTS_FETCHED, "pubmed:1"), (DOCUMENTS_FETCHED, "pubmed:2")]
+    last = pool.statements[-1]
+    assert last[0] == "UPDATE ingest_jobs" and last[1][:2] == (r.json()["job_id"], "discovered")
