@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary
+from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
 from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, query_terms
 from shared.settings import get_settings
 
@@ -193,3 +193,10 @@ class AskResponse(BaseModel):
     disclaimer: str
     sources: list[SearchHit] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
+    tokens_used: TokenUsage = Field(
+        default_factory=TokenUsage,
+        description="Tokens of every Claude call made for this answer, added up (all 0 offline: no call is made).",
+    )
+    llm_calls: list[LlmCall] = Field(
+        default_factory=list, description="Each Claude call made for this answer: service, step, model, tokens."
+    )

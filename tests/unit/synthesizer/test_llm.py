@@ -13,7 +13,7 @@ from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.summary import TOOL_NAME, summary_input_schema
 from services.synthesizer.support import SUPPORT_TOOL
 from shared.events import ChatTurn, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
-from shared.settings import LlmSettings, Settings, SupportSettings
+from shared.settings import LlmSettings, Settings
 from tests.factories import search_hit
 from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic
 
@@ -53,7 +53,7 @@ async def test_prompt_carries_numbered_sources_and_the_settings(synth: Synthesiz
     assert len(text_calls) == 1 and len(tool_calls) == 1
     # The claim-support check: one call, with the configured cheap model, judging the cited sentences.
     assert len(support_calls) == 1
-    assert support_calls[0].body["model"] == SupportSettings().model
+    assert support_calls[0].body["model"] == LlmSettings().fast_model  # EVIDENTIA_LLM_FAST_MODEL
     assert '<claim n="1">' in support_calls[0].user_text
     req = text_calls[0]
     assert req.path == "/v1/messages"
