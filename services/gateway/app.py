@@ -38,6 +38,7 @@ from shared.events import (
     DocumentFetched,
     IngestRequested,
     RetrievalRequest,
+    TokenUsage,
 )
 from shared.safety import default_guard
 from shared.settings import Settings, get_settings
@@ -305,6 +306,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if reply.error is not None:
             error = public_error(reply.error.status or 500, reply.error.type, reply.error.message)
             raise HTTPException(error["status"], error["detail"], headers=_error_headers(error))
-        return SearchResponse(query=body.query_text, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
+        return SearchResponse(
+            query=body.query_text,
+            hits=reply.hits,
+            model=reply.model,
+            took_ms=reply.took_ms,
+            tokens_used=TokenUsage.total(reply.llm_calls),
+            llm_calls=reply.llm_calls,
+        )
 
     return app

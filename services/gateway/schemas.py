@@ -131,6 +131,10 @@ class SearchResponse(BaseModel):
     hits: list[SearchHit]
     model: str | None
     took_ms: float
+    tokens_used: TokenUsage = Field(
+        default_factory=TokenUsage, description="Tokens of the LLM reranker's Claude calls (0 without one)."
+    )
+    llm_calls: list[LlmCall] = Field(default_factory=list, description="The LLM reranker's Claude calls, if any.")
 
 
 class AskRequest(BaseModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.events import TokenUsage
+from shared.events import LlmCall, RetrievalReply, RetrievalRequest, TokenUsage
 from shared.settings import LlmSettings
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.unit.gateway.conftest import build_app, client
@@ -75,3 +75,27 @@ async def test_offline_no_call_is_made_and_every_count_is_zero() -> None:
     assert body["llm_calls"] == [] and body["tokens_used"] == dict.fromkeys(FIELDS, 0)
     events = dict(parse_sse(r.text))
     assert events["metrics"]["llm_calls"] == [] and events["done"]["tokens_used"] == dict.fromkeys(FIELDS, 0)
+
+
+async def test_the_retrievers_rerank_calls_reach_search_and_ask(fake_anthropic: FakeAnthropic) -> None:
+    app, kafka, _ = build_app(fake=fake_anthropic)
+    rerank = LlmCall(
+        service="retriever",
+        step="rerank",
+        model="claude-rerank",
+        usage=TokenUsage(input_tokens=900, output_tokens=40, cache_read_input_tokens=7),
+    )
+
+    async def retrieve(request: RetrievalRequest) -> RetrievalReply:  # as the retriever replies after an LLM rerank
+        kafka.retrievals.append(request)
+        return RetrievalReply(hits=kafka.hits, llm_calls=[rerank])
+
+    kafka.retrieve = retrieve  # type: ignore[method-assign]
+    async with client(app) as http:
+        search = (await http.post("/v1/search", json={"query": "mammography", "mode": "hybrid+rerank"})).json()
+        fake_anthropic.usages.clear()
+        ask = (await http.post("/v1/ask", json={"question": QUESTION, "mode": "hybrid+rerank"})).json()
+    assert search["llm_calls"] == [rerank.model_dump()] and search["tokens_used"] == rerank.usage.model_dump()
+    assert ask["llm_calls"][0] == rerank.model_dump()  # the retrieval came first
+    sent = sent_total(fake_anthropic)
+    assert ask["tokens_used"] == {k: sent[k] + getattr(rerank.usage, k) for k in FIELDS}
