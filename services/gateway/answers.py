@@ -47,7 +47,6 @@ from shared.broker import RemoteError, RequestTimeout
 from shared.citations import StreamGate, gate_reply, scrub
 from shared.events import (
     Citation,
-    LlmCall,
     RetrievalReply,
     RetrievalRequest,
     SynthesisReply,
@@ -440,8 +439,7 @@ class AnswerService:
 
 
 def _usage(ledger: UsageLedger) -> dict[str, Any]:
-    calls: list[LlmCall] = ledger.calls
-    return {"tokens_used": ledger.total.model_dump(), "llm_calls": [c.model_dump() for c in calls]}
+    return {"tokens_used": ledger.total.model_dump(), "llm_calls": [c.model_dump() for c in ledger.calls]}
 
 
 def _owner(request: Request) -> str | None:
