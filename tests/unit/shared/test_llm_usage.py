@@ -8,7 +8,9 @@ cache counts in ``message_start`` and the output count in ``message_delta``.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import anthropic
 import pytest
@@ -157,3 +159,17 @@ async def test_the_scope_follows_tasks_and_nested_scopes_keep_their_own(client: 
     assert [c.step for c in inner.calls] == ["rewrite"]
     assert {c.model for c in outer.calls if c.step != "answer"} == {"claude-fast"}
     assert outer.total == TokenUsage.total(outer.calls) and outer.total.output_tokens > 0
+
+
+def test_every_claude_call_goes_through_shared_llm() -> None:
+    """A call made around shared.llm would be neither counted nor reported: none may exist."""
+    root = Path(__file__).resolve().parents[3]
+    offenders = [
+        f"{p.relative_to(root)}:{n}"
+        for package in ("services", "shared", "cli", "evaluation", "bench")
+        for p in sorted((root / package).rglob("*.py"))
+        if p.relative_to(root).as_posix() != "shared/llm.py"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\.messages\.(create|stream)\(", line)
+    ]
+    assert offenders == []
