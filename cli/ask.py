@@ -9,6 +9,7 @@ reference list is printed on stdout. ``--no-stream`` uses ``POST /v1/ask`` and w
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -38,6 +39,21 @@ def filters(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "year_to", None):
         f["year_to"] = args.year_to
     return f
+
+
+def model_usage(data: dict[str, Any]) -> str:
+    """One line on the Claude calls of the answer (``/v1/ask``'s fields, or the stream's ``metrics``); "" if none."""
+    metrics = data.get("metrics") or {}
+    calls = data.get("llm_calls") or metrics.get("llm_calls") or []
+    used = data.get("tokens_used") or metrics.get("tokens_used") or {}
+    if not calls:
+        return ""
+    by_model = ", ".join(f"{m} x{n}" for m, n in Counter(c["model"] for c in calls).items())
+    return (
+        f"model calls: {len(calls)} ({by_model}); tokens: {used.get('input_tokens', 0)} in, "
+        f"{used.get('output_tokens', 0)} out, {used.get('cache_read_input_tokens', 0)} cache read, "
+        f"{used.get('cache_creation_input_tokens', 0)} cache write"
+    )
 
 
 def print_answer(data: dict[str, Any]) -> None:
@@ -75,6 +91,9 @@ def print_answer(data: dict[str, Any]) -> None:
             highlight=False,
             style="red",
         )
+    usage = model_usage(data)
+    if usage:
+        out.print(usage, style="dim")
     if data.get("conversation_id"):
         out.print(f"conversation: {data['conversation_id']} (continue with --conversation)", style="dim")
     out.print(f"\n{data['disclaimer']}", style="dim")

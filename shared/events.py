@@ -318,6 +318,40 @@ class ErrorInfo(BaseModel):
     status: int = Field(500, description="HTTP status the gateway should answer with.")
 
 
+class TokenUsage(BaseModel):
+    """Tokens of one or more Claude calls, as the Messages API counts them (its ``usage`` field names)."""
+
+    input_tokens: int = Field(0, ge=0, description="Input tokens billed at the full rate (after any cache hit).")
+    output_tokens: int = Field(0, ge=0, description="Tokens generated.")
+    cache_read_input_tokens: int = Field(0, ge=0, description="Input tokens read from the prompt cache.")
+    cache_creation_input_tokens: int = Field(0, ge=0, description="Input tokens written to the prompt cache.")
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+        )
+
+    @classmethod
+    def total(cls, calls: Sequence[LlmCall]) -> TokenUsage:
+        out = cls()
+        for call in calls:
+            out = out + call.usage
+        return out
+
+
+class LlmCall(BaseModel):
+    """One call to the Messages API made for an answer: which service made it, for which step, on which model."""
+
+    service: str = Field(description="The service that made the call (gateway, retriever, synthesizer).")
+    step: str = Field(description="What the call was for: answer, summary, support_check, rewrite, classify...")
+    model: str = Field(description="The model that answered (as the API reports it).")
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    ok: bool = Field(True, description="False: the call failed or was cut off (the tokens are what was counted).")
+
+
 class RetrievalRequest(Event):
     """A search (topic ``retrieval.requests``; reply to the ``reply_to`` header's topic)."""
 
@@ -349,6 +383,9 @@ class RetrievalReply(Event):
     model: str | None = None
     took_ms: float = 0.0
     error: ErrorInfo | None = None
+    llm_calls: list[LlmCall] = Field(
+        default_factory=list, description="Claude calls the search made (the LLM reranker), with their tokens."
+    )
 
 
 class Citation(BaseModel):
@@ -480,6 +517,10 @@ class SynthesisReply(Event):
     time_to_first_token_ms: float | None = Field(None, description="From request to the first token (streamed).")
     emergency: EmergencyCheck | None = Field(
         None, description="Set when the emergency guard answered (mode `emergency`): the guard's reason."
+    )
+    llm_calls: list[LlmCall] = Field(
+        default_factory=list,
+        description="Claude calls made for this answer (answer, summary, support check), with their tokens.",
     )
 
 

@@ -79,3 +79,18 @@ HTTP_LATENCY = Histogram(
     ["route", "method"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+LLM_CALLS = Counter(
+    "evidentia_llm_calls_total",
+    "Claude (Messages API) calls, by the service that made them, the model that answered and the step.",
+    ["service", "model", "step"],
+)
+LLM_CALL_FAILURES = Counter(
+    "evidentia_llm_call_failures_total",
+    "Claude calls that failed or were cut off (also counted in evidentia_llm_calls_total).",
+    ["service", "model", "step"],
+)
+LLM_TOKENS = Counter(
+    "evidentia_llm_tokens_total",
+    "Tokens of Claude calls by kind: input (full rate), output, cache_read, cache_write.",
+    ["service", "model", "kind"],
+)

@@ -269,7 +269,15 @@ class LlmSettings(BaseSettings):
     anthropic_base_url: str | None = Field(
         None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL"), description="Anthropic API base URL."
     )
-    model: str = Field("claude-sonnet-4-6", description="Claude model used for answers.")
+    model: str = Field("claude-sonnet-4-6", description="Claude model that writes answers (and the evidence summary).")
+    fast_model: str = Field(
+        "claude-haiku-4-5",
+        description=(
+            "A cheap, fast Claude model for the small steps: disease-name normalisation, search-term expansion, "
+            "question classification and enhancement (translation), follow-up rewriting and the claim-support "
+            "check. Set it to `EVIDENTIA_LLM_MODEL` to use one model for everything."
+        ),
+    )
     temperature: float = Field(0.3, ge=0, le=1, description="Sampling temperature.")
     max_tokens: int = Field(2000, ge=1, description="Largest answer, in tokens.")
     timeout_s: float = Field(60.0, gt=0, description="Timeout of one Anthropic call.")
@@ -541,7 +549,9 @@ class SupportSettings(BaseSettings):
             "loaded), `off`; `auto`: `llm` with an API key, else `similarity`."
         ),
     )
-    model: str = Field("claude-haiku-4-5", description="Claude model of the `llm` support check (a cheap one).")
+    model: str | None = Field(
+        None, description="Claude model of the `llm` support check; default: `EVIDENTIA_LLM_FAST_MODEL`."
+    )
     threshold: float | None = Field(
         None,
         ge=0,

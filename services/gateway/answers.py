@@ -7,7 +7,13 @@ with its citations, which keep their display numbers for the whole conversation.
 
 Server-sent events of ``/v1/ask/stream``, in order: ``retrieval_done`` (the sources), ``token`` (``seq``
 from 0, in order), ``citations`` (the verified answer, its citations and the reference list),
-``summary`` (the evidence summary), ``metrics`` (time to first token...), ``done``; or ``error``.
+``summary`` (the evidence summary), ``metrics`` (time to first token..., ``tokens_used`` and ``llm_calls``),
+``done`` (with ``tokens_used``); or ``error``.
+
+Every Claude call made for a turn (the follow-up rewrite here, the LLM reranker in the retriever, the answer,
+summary and support check in the synthesizer) is in the answer's ``llm_calls`` with its model and tokens, and
+``tokens_used`` adds them up. Offline (no API key) no call is made: ``llm_calls`` is empty and every count in
+``tokens_used`` is 0 (``mode`` says ``extractive``).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from fastapi import HTTPException
 
@@ -43,6 +49,7 @@ from shared.events import (
     SynthesisToken,
     new_trace_id,
 )
+from shared.llm import UsageLedger
 from shared.models import SearchHit
 from shared.safety import EmergencyVerdict, acheck_emergency, emergency_reply
 from shared.settings import Settings
@@ -68,6 +75,7 @@ class Turn:
     standalone: str
     trace_id: str
     start: float
+    ledger: UsageLedger
 
 
 class TokenOrder:
@@ -127,11 +135,12 @@ class AnswerService:
     async def _begin(self, body: AskRequest, owner: str | None, start: float) -> Turn:
         ctx = await self.context(body, owner)  # again, under the conversation's lock: it may have moved on
         standalone = body.question.strip()
+        ledger = UsageLedger()
         if ctx.turns and not (await acheck_emergency(body.question)).emergency:
-            standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question)
+            standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question, ledger=ledger)
             # A rewritten question is model output shown to the client and searched: it may cite nothing.
             standalone = scrub(standalone, ())[0] or body.question.strip()
-        return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start)
+        return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start, ledger)
 
     async def _retrieve(self, turn: Turn) -> tuple[list[SearchHit], float]:
         t0 = time.perf_counter()
@@ -147,6 +156,7 @@ class AnswerService:
                 extra_chunk_ids=turn.ctx.cited_chunk_ids,
             )
         )
+        turn.ledger.extend(found.llm_calls)
         return found.hits, (time.perf_counter() - t0) * 1000
 
     def _synthesis(self, turn: Turn, hits: list[SearchHit], stream: bool) -> SynthesisRequest:
@@ -212,6 +222,8 @@ class AnswerService:
             disclaimer=reply.disclaimer,
             sources=hits if turn.body.return_sources else [],
             timings_ms=timings,
+            tokens_used=turn.ledger.total,
+            llm_calls=turn.ledger.calls,
         )
 
     # --- whole -------------------------------------------------------------------------------------------
@@ -234,6 +246,7 @@ class AnswerService:
                     await self.kafka.synthesize(self._synthesis(turn, hits, stream=False)),
                     {h.citation_id for h in hits},
                 )
+                turn.ledger.extend(reply.llm_calls)
                 timings["synthesis"] = (time.perf_counter() - t0) * 1000
             timings["total"] = (time.perf_counter() - start) * 1000
             try:
@@ -324,6 +337,7 @@ class AnswerService:
             if rest:
                 yield sse("token", {"seq": sent, "text": rest})
             reply = gate_reply(final, allowed)
+            turn.ledger.extend(reply.llm_calls)
             if reply.time_to_first_token_ms is not None:
                 timings["synthesis_time_to_first_token"] = reply.time_to_first_token_ms
         timings["time_to_first_token"] = (first or 0.0) * 1000
@@ -353,6 +367,11 @@ class AnswerService:
                 "time_to_first_token_ms": timings["time_to_first_token"],
                 "synthesis_time_to_first_token_ms": timings.get("synthesis_time_to_first_token"),
                 "total_ms": timings["total"],
+                **_usage(turn.ledger),
             },
         )
-        yield sse("done", head)
+        yield sse("done", {**head, "tokens_used": turn.ledger.total.model_dump()})
+
+
+def _usage(ledger: UsageLedger) -> dict[str, Any]:
+    return {"tokens_used": ledger.total.model_dump(), "llm_calls": [c.model_dump() for c in ledger.calls]}

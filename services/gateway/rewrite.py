@@ -1,9 +1,9 @@
 """Follow-up questions rewritten into standalone ones, so retrieval finds what the conversation is about.
 
-With an Anthropic API key Claude rewrites the question from the conversation so far; without one (or when
-the call fails) a simple rule does: a question that reads like a follow-up (a pronoun such as "it" or
-"they", an opening such as "what about", or too few words of its own) gets the previous standalone
-question appended as context. A question that stands on its own is left as it is.
+With an Anthropic API key Claude (the fast model, ``EVIDENTIA_LLM_FAST_MODEL``) rewrites the question from
+the conversation so far; without one (or when the call fails) a simple rule does: a question that reads
+like a follow-up (a pronoun such as "it" or "they", an opening such as "what about", or too few words of its
+own) gets the previous standalone question appended as context. A question that stands on its own is left as it is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import anthropic
 
 from shared.events import ChatTurn
-from shared.llm import anthropic_client
+from shared.llm import UsageLedger, anthropic_client, create_message
 from shared.settings import LlmSettings
 
 log = logging.getLogger(__name__)
@@ -129,23 +129,35 @@ class FollowUpRewriter:
     def mode(self) -> str:
         return "llm" if self.client is not None else "rule"
 
-    async def rewrite(self, question: str, history: Sequence[ChatTurn], previous: str | None) -> str:
+    async def rewrite(
+        self,
+        question: str,
+        history: Sequence[ChatTurn],
+        previous: str | None,
+        *,
+        ledger: UsageLedger | None = None,
+    ) -> str:
+        """The standalone question; a Claude call it makes is recorded in ``ledger``."""
         if not history and not previous:
             return question.strip()
         if self.client is not None:
             try:
-                text = await self._claude(question, history)
+                text = await self._claude(question, history, ledger)
                 if text and len(text) <= 2000:
                     return text
             except Exception as exc:  # rewriting is a help, never a failure of the turn
                 log.warning("follow-up rewriting failed; using the rule", extra={"error": repr(exc)[:300]})
         return rule_rewrite(question, previous)
 
-    async def _claude(self, question: str, history: Sequence[ChatTurn]) -> str:
+    async def _claude(self, question: str, history: Sequence[ChatTurn], ledger: UsageLedger | None) -> str:
         assert self.client is not None
         lines = [f"{'User' if t.role == 'user' else 'Assistant'}: {t.content[:1500]}" for t in history]
-        message = await self.client.messages.create(
-            model=self.settings.model,
+        message = await create_message(
+            self.client,
+            service="gateway",
+            step="rewrite",
+            ledger=ledger,
+            model=self.settings.fast_model,
             max_tokens=200,
             messages=[
                 {

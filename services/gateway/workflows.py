@@ -7,16 +7,21 @@ wires it to the services through a :class:`WorkflowBackend`: retrieval and synth
 request/reply, PubMed hit counts through the fetcher (``ncbi.requests``: the gateway never calls NCBI),
 ingestion jobs through ``ingest.requests``, caches and MeSH headings in PostgreSQL
 (:mod:`services.gateway.store`). Its routes are :mod:`services.gateway.routes.workflows`.
+
+Each workflow answer reports what it cost (``tokens_used``, ``llm_calls``): the calls made here (on the fast
+model, but the agent's and the guideline assessment's) and those the retriever and synthesizer made for it,
+which come back in their replies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import asyncpg
 
@@ -51,6 +56,7 @@ from services.gateway.schemas.workflows import (
     IngestionSummary,
     InteractionOut,
     LanguageOut,
+    Metered,
     PlanItem,
     QueryIntelligence,
     QueryRequest,
@@ -75,6 +81,7 @@ from shared.events import (
     new_trace_id,
 )
 from shared.ingestion import submit_documents
+from shared.llm import absorb, usage_scope
 from shared.models import QueryForm, SearchFilters, SearchHit
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
@@ -104,6 +111,51 @@ class WorkflowBackend(Protocol):
     async def job(self, job_id: str) -> JobStatus | None: ...
 
     async def mesh_vocabulary(self) -> dict[str, int]: ...
+
+
+class MeteredBackend:
+    """A backend whose replies' Claude calls (``llm_calls``) go to the current usage ledger."""
+
+    def __init__(self, inner: WorkflowBackend):
+        self.inner = inner
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        reply = await self.inner.retrieve(request)
+        absorb(reply.llm_calls)
+        return reply
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
+        reply = await self.inner.synthesize(request)
+        absorb(reply.llm_calls)
+        return reply
+
+    async def count(self, term: str, trace_id: str) -> int | None:
+        return await self.inner.count(term, trace_id)
+
+    async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
+        return await self.inner.ingest(query, max_results, trace_id)
+
+    async def job(self, job_id: str) -> JobStatus | None:
+        return await self.inner.job(job_id)
+
+    async def mesh_vocabulary(self) -> dict[str, int]:
+        return await self.inner.mesh_vocabulary()
+
+
+P = ParamSpec("P")
+M = TypeVar("M", bound=Metered)
+
+
+def metered(fn: Callable[P, Awaitable[M]]) -> Callable[P, Awaitable[M]]:
+    """The workflow's answer with ``tokens_used`` and ``llm_calls``: every Claude call made while it ran."""
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> M:
+        with usage_scope() as ledger:
+            result = await fn(*args, **kwargs)
+        return result.model_copy(update={"tokens_used": ledger.total, "llm_calls": ledger.calls})
+
+    return run
 
 
 class GatewayBackend:
@@ -226,14 +278,23 @@ class WorkflowService:
         rxnav: RxNavClient | None = None,
     ):
         self.settings = settings
-        self.backend = backend
+        self.backend = backend  # the setter wraps it (MeteredBackend)
         self.cache = cache
         self.llm = llm or WorkflowLlm(settings.llm)
         w = settings.workflow
         self.rxnav = rxnav or RxNavClient(w.rxnav_url, timeout_s=w.rxnav_timeout_s)
 
+    @property
+    def backend(self) -> WorkflowBackend:
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: WorkflowBackend) -> None:
+        self._backend = backend if isinstance(backend, MeteredBackend) else MeteredBackend(backend)
+
     # --- 1. drug-disease evidence -------------------------------------------------------------------
 
+    @metered
     async def evidence(self, body: EvidenceRequest, progress: Progress = _no_progress) -> EvidenceResponse:
         w = self.settings.workflow
         trace_id = new_trace_id()
@@ -404,6 +465,7 @@ class WorkflowService:
 
     # --- 2. guideline recommendation ------------------------------------------------------------------
 
+    @metered
     async def recommend(self, body: GuidelineRequest) -> GuidelineResponse:
         trace_id = new_trace_id()
         start = time.perf_counter()
@@ -506,6 +568,7 @@ class WorkflowService:
             log.warning("MeSH vocabulary unavailable", extra={"error": repr(exc)[:300]})
             return {}
 
+    @metered
     async def query(self, body: QueryRequest) -> QueryResponse:
         start = time.perf_counter()
         trace_id = new_trace_id()

@@ -39,6 +39,7 @@ from shared.db import create_pool
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
+from shared.llm import usage_scope
 from shared.models import query_terms, truncate_terms
 from shared.settings import Settings
 from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
@@ -200,10 +201,15 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         # reply, so the search (and its SQL, cancelled with the task) stops there too.
         budget_s = remaining_budget_s(msg, state.settings.kafka.request_timeout_s)
         try:
-            async with asyncio.timeout(budget_s):
-                result = await _search(state, request)
+            with usage_scope() as ledger:  # the LLM reranker's calls, sent back with the hits
+                async with asyncio.timeout(budget_s):
+                    result = await _search(state, request)
             answer = RetrievalReply(
-                trace_id=request.trace_id, hits=result.hits, model=state.index.model, took_ms=result.took_ms
+                trace_id=request.trace_id,
+                hits=result.hits,
+                model=state.index.model,
+                took_ms=result.took_ms,
+                llm_calls=ledger.calls,
             )
         except _BadRequest as exc:
             answer = RetrievalReply(

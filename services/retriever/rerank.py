@@ -168,8 +168,13 @@ class LlmReranker:
         if not passages:
             return []
         fallback = [float(len(passages) - i) / len(passages) - 1.0 for i in range(len(passages))]
+        from shared.llm import create_message  # the SDK loads only where the LLM reranker is used
+
         try:
-            msg = await self.client.messages.create(
+            msg = await create_message(
+                self.client,
+                service="retriever",
+                step="rerank",
                 model=self.model,
                 max_tokens=self.max_tokens,
                 messages=[{"role": "user", "content": self.prompt(query, passages)}],

@@ -4,6 +4,8 @@ Order of checks: an emergency is answered at once (no model call); passages belo
 are dropped and, if none is left, the answer says the evidence is insufficient; otherwise Claude (or the
 extractive answerer offline) writes the answer, whose citations are then verified against the passages and
 numbered conversation-wide. The evidence summary is produced alongside (concurrently in LLM mode).
+Every Claude call made for a request (answer, summary, support check) is recorded in the request's ledger
+and sent back in the reply's ``llm_calls``, with its model and tokens.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from services.synthesizer.summary import check_summary, extractive_summary, insu
 from services.synthesizer.support import ClaimChecker
 from shared.citations import CitationVerifier, StreamGate, gate_summary, merge_check
 from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
+from shared.llm import UsageLedger
 from shared.models import SearchHit
 from shared.safety import DISCLAIMER, EmergencyGuard, default_guard, emergency_reply
 from shared.settings import Settings
@@ -80,12 +83,14 @@ class Synthesizer:
             summary=insufficient_summary(self.mode) if req.summarize else None,
         )
 
-    def _summary_task(self, req: SynthesisRequest, hits: list[SearchHit]) -> asyncio.Task[dict[str, object] | None]:
+    def _summary_task(
+        self, req: SynthesisRequest, hits: list[SearchHit], ledger: UsageLedger
+    ) -> asyncio.Task[dict[str, object] | None]:
         assert self.llm is not None
 
         async def run() -> dict[str, object] | None:
             try:
-                return await self.llm.summary(req.question, hits)  # type: ignore[union-attr]
+                return await self.llm.summary(req.question, hits, ledger=ledger)  # type: ignore[union-attr]
             except Exception:
                 log.exception("evidence summary failed; falling back to the extractive one")
                 return None
@@ -100,6 +105,21 @@ class Synthesizer:
         start: float,
         summary_task: asyncio.Task[dict[str, object] | None] | None = None,
         ttft_ms: float | None = None,
+        ledger: UsageLedger | None = None,
+    ) -> SynthesisReply:
+        """The verified reply; ``llm_calls``: every call in ``ledger`` (the answer's, whatever the outcome)."""
+        reply = await self._verified(req, raw, mode, start, summary_task, ttft_ms, ledger)
+        return reply.model_copy(update={"llm_calls": list(ledger.calls)}) if ledger is not None else reply
+
+    async def _verified(
+        self,
+        req: SynthesisRequest,
+        raw: str,
+        mode: str,
+        start: float,
+        summary_task: asyncio.Task[dict[str, object] | None] | None,
+        ttft_ms: float | None,
+        ledger: UsageLedger | None,
     ) -> SynthesisReply:
         hits = self.relevant(req.passages)
         verified = CitationVerifier(hits, req.citation_numbers).verify(raw)
@@ -111,7 +131,7 @@ class Synthesizer:
                 await summary_task
             return self._insufficient(req, start, verified.check)
         summary: EvidenceSummary | None = None
-        support = await self.claims.check(verified.text, hits)
+        support = await self.claims.check(verified.text, hits, ledger=ledger)
         check = verified.check.model_copy(
             update={
                 "unsupported": support.unsupported,
@@ -161,13 +181,14 @@ class Synthesizer:
             return early
         hits = self.relevant(req.passages)
         if self.llm is not None:
-            task = self._summary_task(req, hits) if req.summarize else None
+            ledger = UsageLedger()
+            task = self._summary_task(req, hits, ledger) if req.summarize else None
             try:
-                raw = await self.llm.answer(req.question, hits, req.history)
+                raw = await self.llm.answer(req.question, hits, req.history, ledger=ledger)
             except BaseException:
                 await _cancel(task)
                 raise
-            return await self._finish(req, raw, "llm", start, task)
+            return await self._finish(req, raw, "llm", start, task, ledger=ledger)
         return await self._finish(req, self.extractive.answer(req.question, hits), "extractive", start)
 
     async def stream(self, req: SynthesisRequest) -> AsyncIterator[SynthesisToken | SynthesisReply]:
@@ -189,9 +210,10 @@ class Synthesizer:
         ttft: float | None = None
         seq = 0
         if self.llm is not None:
-            task = self._summary_task(req, hits) if req.summarize else None
+            ledger = UsageLedger()
+            task = self._summary_task(req, hits, ledger) if req.summarize else None
             try:
-                async for text in self.llm.stream(req.question, hits, req.history):
+                async for text in self.llm.stream(req.question, hits, req.history, ledger=ledger):
                     parts.append(text)
                     safe = gate.push(text)
                     if not safe:
@@ -207,7 +229,7 @@ class Synthesizer:
             rest = gate.close()
             if rest:
                 yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=rest)
-            yield await self._finish(req, "".join(parts), "llm", start, task, ttft)
+            yield await self._finish(req, "".join(parts), "llm", start, task, ttft, ledger)
         else:
             raw = self.extractive.answer(req.question, hits)
             for line in [*raw.splitlines(keepends=True), None]:

@@ -1,7 +1,10 @@
 """Claude through the anthropic SDK: whole or streamed answers, and the evidence summary through tool use.
 
 The system prompt is the same for every call and marked for prompt caching. The SDK (2.x) has no typed
-``temperature`` argument, so it goes in the request body (``extra_body``), which the API accepts.
+``temperature`` argument, so it goes in the request body (``extra_body``), which the API accepts. Every call
+goes through :mod:`shared.llm`, which counts its tokens (Prometheus) and records it in the answer's ledger
+(``ledger=``): the answer and the evidence summary use ``EVIDENTIA_LLM_MODEL``, the claim-support check the
+fast model (``EVIDENTIA_LLM_FAST_MODEL``).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from services.synthesizer.prompts import (
 from services.synthesizer.summary import TOOL_NAME, summary_tool
 from services.synthesizer.support import SUPPORT_TOOL, support_tool
 from shared.events import ChatTurn
-from shared.llm import anthropic_client
+from shared.llm import UsageLedger, anthropic_client, create_message, stream_message
 from shared.models import SearchHit
 from shared.settings import LlmSettings, SupportSettings
 
 log = logging.getLogger(__name__)
+SERVICE = "synthesizer"
 
 
 def history_messages(history: Sequence[ChatTurn]) -> list[dict[str, Any]]:
@@ -78,33 +82,56 @@ class ClaudeAnswerer:
             "extra_body": {"temperature": self.settings.temperature},
         }
 
-    async def answer(self, question: str, hits: Sequence[SearchHit], history: Sequence[ChatTurn] = ()) -> str:
-        message = await self.client.messages.create(**self._params(question, hits, history))
+    @property
+    def support_model(self) -> str:
+        return self.support_settings.model or self.settings.fast_model
+
+    async def answer(
+        self,
+        question: str,
+        hits: Sequence[SearchHit],
+        history: Sequence[ChatTurn] = (),
+        *,
+        ledger: UsageLedger | None = None,
+    ) -> str:
+        message = await create_message(
+            self.client, service=SERVICE, step="answer", ledger=ledger, **self._params(question, hits, history)
+        )
         return "".join(block.text for block in message.content if block.type == "text")
 
     async def stream(
-        self, question: str, hits: Sequence[SearchHit], history: Sequence[ChatTurn] = ()
+        self,
+        question: str,
+        hits: Sequence[SearchHit],
+        history: Sequence[ChatTurn] = (),
+        *,
+        ledger: UsageLedger | None = None,
     ) -> AsyncIterator[str]:
-        async with self.client.messages.stream(**self._params(question, hits, history)) as stream:
+        params = self._params(question, hits, history)
+        async with stream_message(self.client, service=SERVICE, step="answer", ledger=ledger, **params) as stream:
             async for text in stream.text_stream:
                 yield text
 
-    async def summary(self, question: str, hits: Sequence[SearchHit]) -> dict[str, Any] | None:
+    async def summary(
+        self, question: str, hits: Sequence[SearchHit], *, ledger: UsageLedger | None = None
+    ) -> dict[str, Any] | None:
         """The tool input Claude gives for ``record_evidence_summary`` (forced), or None if it gives none."""
         params = self._params(question, hits, (), SUMMARY_INSTRUCTION)
         params["tools"] = [summary_tool()]
         params["tool_choice"] = {"type": "tool", "name": TOOL_NAME}
-        message = await self.client.messages.create(**params)
+        message = await create_message(self.client, service=SERVICE, step="summary", ledger=ledger, **params)
         for block in message.content:
             if block.type == "tool_use" and block.name == TOOL_NAME and isinstance(block.input, dict):
                 return dict(block.input)
         log.warning("no evidence summary tool call in the reply", extra={"stop_reason": message.stop_reason})
         return None
 
-    async def judge_support(self, claims: Sequence[tuple[str, Sequence[SearchHit]]]) -> list[float] | None:
+    async def judge_support(
+        self, claims: Sequence[tuple[str, Sequence[SearchHit]]], *, ledger: UsageLedger | None = None
+    ) -> list[float] | None:
         """Claude's support score (0-1) of each (sentence, cited passages), in order; None without a usable reply."""
         params: dict[str, Any] = {
-            "model": self.support_settings.model,
+            "model": self.support_model,
             "max_tokens": min(2000, 60 * len(claims) + 200),
             "system": [{"type": "text", "text": SUPPORT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": "user", "content": support_message(claims)}],
@@ -112,11 +139,12 @@ class ClaudeAnswerer:
             "tool_choice": {"type": "tool", "name": SUPPORT_TOOL},
             "extra_body": {"temperature": 0.0},
         }
-        message = await self.client.messages.create(**params)
+        message = await create_message(self.client, service=SERVICE, step="support_check", ledger=ledger, **params)
         for block in message.content:
             if block.type == "tool_use" and block.name == SUPPORT_TOOL and isinstance(block.input, dict):
                 scores: dict[int, float] = {}
-                for v in block.input.get("verdicts") or []:
+                verdicts = block.input.get("verdicts")
+                for v in verdicts if isinstance(verdicts, list) else []:
                     try:
                         scores[int(v["claim"])] = min(1.0, max(0.0, float(v["support"])))
                     except (KeyError, TypeError, ValueError):

@@ -1,9 +1,10 @@
 """Claim support of a verified answer: each cited sentence scored against the passages it cites.
 
 With an API key (``EVIDENTIA_SUPPORT_CHECK=auto`` or ``llm``) a second, cheap Claude call
-(``EVIDENTIA_SUPPORT_MODEL``) judges every cited sentence at once through a forced tool; offline (or when that
-call fails) the calibrated similarity of :mod:`shared.support` scores them, with the embedding model the index
-uses (loaded once, lazily, off the event loop; the lexical score alone if it cannot be loaded).
+(``EVIDENTIA_SUPPORT_MODEL``, default ``EVIDENTIA_LLM_FAST_MODEL``) judges every cited sentence at once
+through a forced tool; offline (or when that call fails) the calibrated similarity of :mod:`shared.support`
+scores them, with the embedding model the index uses (loaded once, lazily, off the event loop; the lexical
+score alone if it cannot be loaded).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from shared.citations import cited_sentences
 from shared.embedding import get_embedder
 from shared.embedding.base import Embedder
 from shared.events import UnsupportedClaim
+from shared.llm import UsageLedger
 from shared.models import SearchHit
 from shared.settings import Settings
 from shared.support import SupportScorer, calibration_for
@@ -67,7 +69,9 @@ class SupportReport:
 class SupportJudge(Protocol):
     """What the LLM support check needs from Claude (``ClaudeAnswerer.judge_support``)."""
 
-    async def judge_support(self, claims: Sequence[tuple[str, Sequence[SearchHit]]]) -> list[float] | None: ...
+    async def judge_support(
+        self, claims: Sequence[tuple[str, Sequence[SearchHit]]], *, ledger: UsageLedger | None = None
+    ) -> list[float] | None: ...
 
 
 class ClaimChecker:
@@ -108,7 +112,10 @@ class ClaimChecker:
                 self._scorer = SupportScorer(embedder, self.settings.support.threshold)
             return self._scorer
 
-    async def check(self, verified_text: str, hits: Sequence[SearchHit]) -> SupportReport:
+    async def check(
+        self, verified_text: str, hits: Sequence[SearchHit], *, ledger: UsageLedger | None = None
+    ) -> SupportReport:
+        """The support report; a Claude call it makes is recorded in ``ledger``."""
         if self.mode == "off":
             return SupportReport()
         by_id: dict[str, list[SearchHit]] = {}
@@ -123,7 +130,7 @@ class ClaimChecker:
             return SupportReport()
         if self.mode == "llm" and self.judge is not None:
             try:
-                scores = await self.judge.judge_support([(s, cited) for s, _, cited in claims])
+                scores = await self.judge.judge_support([(s, cited) for s, _, cited in claims], ledger=ledger)
             except Exception:
                 log.exception("the support check by Claude failed; scoring by similarity")
                 scores = None

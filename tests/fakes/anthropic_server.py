@@ -19,6 +19,14 @@
 Queued replies (:meth:`reply_text`, :meth:`reply_tool`, :meth:`fail_next`) take precedence, first in first
 out. Every request is recorded with its headers and JSON body.
 
+Every answer carries ``usage`` as the real API counts it (:meth:`FakeAnthropic.usage`): tokens estimated at four
+characters each; prompt caching as the API does it: the prefix up to the last ``cache_control`` breakpoint of the
+tools and system blocks, if it has at least ``cache_min_tokens`` (the API's minimum cacheable prompt), is written
+to the cache on its first request (``cache_creation_input_tokens``) and read on the next ones with the same model
+and prefix (``cache_read_input_tokens``); ``input_tokens`` counts only the rest. A streamed answer gives the input
+and cache counts in ``message_start`` and the final output count in ``message_delta``, like the real API. Each
+answer's usage is kept in :attr:`FakeAnthropic.usages` (model, usage), in the order sent.
+
 :meth:`FakeAnthropic.adversarial` is a stand-in that attacks the citation gate in every channel: its text answers
 (whole and streamed, cut every few characters so brackets straddle deltas) and its evidence-summary tool input
 fabricate ids of every kind (:data:`FABRICATED`), write real and made-up ids in every form (lower case, bare,
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import threading
 import time
@@ -226,6 +235,7 @@ class FakeAnthropic(LocalHttpServer):
         chunk_words: int = 2,
         adversarial: bool = False,
         chunk_chars: int | None = None,
+        cache_min_tokens: int = 1024,
     ):
         super().__init__()
         self.answer = answer
@@ -235,6 +245,9 @@ class FakeAnthropic(LocalHttpServer):
         self.is_adversarial = adversarial
         self.chunk_chars = chunk_chars
         self.requests: list[RecordedRequest] = []
+        self.cache_min_tokens = cache_min_tokens
+        self.usages: list[tuple[str, dict[str, Any]]] = []
+        self._cached: set[tuple[str, str]] = set()
         self._queue: list[_Queued] = []
         self._lock = threading.Lock()
 
@@ -303,15 +316,13 @@ class FakeAnthropic(LocalHttpServer):
         tools = rec.body.get("tools") or []
         if tools and tools[0].get("name") == "record_claim_support":  # the support check: never scripted
             block = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": tools[0]["name"]}
-            usage0 = {"input_tokens": max(1, len(rec.user_text) // 4), "output_tokens": 0}
-            self._send_message(h, model, [{**block, "input": honest_support(rec)}], "tool_use", usage0)
+            self._send_message(h, model, [{**block, "input": honest_support(rec)}], "tool_use", rec)
             return
         queued = self._next(rec.uses_tools)
         if queued is not None and queued.kind == "error":
             error = {"type": "api_error", "message": "injected failure"}
             send_json(h, queued.status, {"type": "error", "error": error})
             return
-        usage = {"input_tokens": max(1, len(rec.user_text) // 4), "output_tokens": 0}
         if rec.uses_tools:
             tool = rec.body["tools"][0]
             if queued is not None:
@@ -328,7 +339,7 @@ class FakeAnthropic(LocalHttpServer):
                     "input": tool_input,
                 }
             ]
-            self._send_message(h, model, content, "tool_use", usage)
+            self._send_message(h, model, content, "tool_use", rec)
             return
         if queued is not None:
             text = queued.text
@@ -337,9 +348,48 @@ class FakeAnthropic(LocalHttpServer):
         else:
             text = self.answer(rec.source_ids)
         if rec.streamed:
-            self._stream(h, model, text, usage)
+            self._stream(h, model, text, rec)
         else:
-            self._send_message(h, model, [{"type": "text", "text": text}], "end_turn", usage)
+            self._send_message(h, model, [{"type": "text", "text": text}], "end_turn", rec)
+
+    # --- usage -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def tokens(text: str) -> int:
+        """The fake's token count of a text: one token per four characters (at least one for any text)."""
+        return math.ceil(len(text) / 4)
+
+    def usage(self, rec: RecordedRequest, output: str) -> dict[str, Any]:
+        """The ``usage`` of an answer ``output`` to ``rec``, counting and updating the fake's prompt cache."""
+        body = rec.body
+        model = str(body.get("model", "claude-fake"))
+        tools = json.dumps(body.get("tools") or [], sort_keys=True)
+        system = body.get("system") or []
+        blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+        last_mark = max((i for i, b in enumerate(blocks) if b.get("cache_control")), default=-1)
+        prefix = tools + "".join(str(b.get("text", "")) for b in blocks[: last_mark + 1])
+        whole = tools + "".join(str(b.get("text", "")) for b in blocks) + json.dumps(body.get("messages"))
+        total = self.tokens(whole)
+        created = read = 0
+        prefix_tokens = self.tokens(prefix)
+        if last_mark >= 0 and prefix_tokens >= self.cache_min_tokens:
+            with self._lock:
+                if (model, prefix) in self._cached:
+                    read = prefix_tokens
+                else:
+                    self._cached.add((model, prefix))
+                    created = prefix_tokens
+        usage = {
+            "input_tokens": total - created - read,
+            "output_tokens": max(1, self.tokens(output)),
+            "cache_creation_input_tokens": created,
+            "cache_read_input_tokens": read,
+            "cache_creation": {"ephemeral_5m_input_tokens": created, "ephemeral_1h_input_tokens": 0},
+            "service_tier": "standard",
+        }
+        with self._lock:
+            self.usages.append((model, usage))
+        return usage
 
     def _send_message(
         self,
@@ -347,8 +397,11 @@ class FakeAnthropic(LocalHttpServer):
         model: str,
         content: list[dict[str, Any]],
         stop_reason: str,
-        usage: dict[str, int],
+        rec: RecordedRequest,
     ) -> None:
+        output = "".join(
+            b["text"] if b.get("type") == "text" else json.dumps(b.get("input"), sort_keys=True) for b in content
+        )
         payload = {
             "id": f"msg_{len(self.requests)}",
             "type": "message",
@@ -357,7 +410,7 @@ class FakeAnthropic(LocalHttpServer):
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": None,
-            "usage": {**usage, "output_tokens": 42},
+            "usage": self.usage(rec, output),
         }
         send_json(h, 200, payload)
 
@@ -368,7 +421,8 @@ class FakeAnthropic(LocalHttpServer):
         words = re.findall(r"\S+\s*|\s+", text)
         return ["".join(words[i : i + self.chunk_words]) for i in range(0, len(words), self.chunk_words)]
 
-    def _stream(self, h: BaseHTTPRequestHandler, model: str, text: str, usage: dict[str, int]) -> None:
+    def _stream(self, h: BaseHTTPRequestHandler, model: str, text: str, rec: RecordedRequest) -> None:
+        usage = self.usage(rec, text)
         h.send_response(200)
         h.send_header("content-type", "text/event-stream")
         h.send_header("cache-control", "no-cache")
@@ -412,7 +466,7 @@ class FakeAnthropic(LocalHttpServer):
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": len(pieces)},
+                "usage": {"output_tokens": usage["output_tokens"]},
             },
         )
         frame("message_stop", {"type": "message_stop"})

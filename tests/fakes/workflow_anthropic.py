@@ -72,17 +72,16 @@ class WorkflowAnthropic(FakeAnthropic):
     def _respond(self, h: BaseHTTPRequestHandler, rec: RecordedRequest) -> None:
         tools = [t.get("name") for t in rec.body.get("tools") or []]
         model = str(rec.body.get("model", "claude-fake"))
-        usage = {"input_tokens": 10, "output_tokens": 0}
         if "search_literature" in tools:
             content, stop = self._agent_turn(rec)
-            self._send_message(h, model, content, stop, usage)
+            self._send_message(h, model, content, stop, rec)
             return
-        if len(tools) == 1 and tools[0] != "record_evidence_summary":
+        if len(tools) == 1 and tools[0] not in ("record_evidence_summary", "record_claim_support"):
             name = str(tools[0])
             given = self.tool_answers.get(name)
             tool_input = given(rec) if callable(given) else (given if given is not None else _default(name, rec))
             block = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": name, "input": tool_input}
-            self._send_message(h, model, [block], "tool_use", usage)
+            self._send_message(h, model, [block], "tool_use", rec)
             return
         super()._respond(h, rec)
 

@@ -125,6 +125,7 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     assert driver.find_element(By.CSS_SELECTOR, "#summary .badge").text.endswith("evidence")
     assert driver.find_elements(By.CSS_SELECTOR, "#references li")
     assert "first token" in driver.find_element(By.ID, "metrics").text
+    assert "no model call" in driver.find_element(By.ID, "metrics").text  # offline: tokens_used is all 0
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(SCREENSHOT))

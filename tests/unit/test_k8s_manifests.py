@@ -605,6 +605,8 @@ def test_dashboard() -> None:
         "evidentia_http_request_seconds_bucket",
         "evidentia_ncbi_requests_total",
         "evidentia_embedded_passages_total",
+        "evidentia_llm_tokens_total",
+        "evidentia_llm_calls_total",
         "kafka_consumergroup_lag",
     ):
         assert metric in exprs, f"the dashboard shows no {metric}"

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from services.gateway.errors import new_error_id
 from services.gateway.intelligence.classify import Category, drug_pair
 from services.gateway.intelligence.llm import WorkflowLlm
+from shared.llm import create_message
 from shared.models import SearchHit
 from shared.passages import UNTRUSTED_SOURCES_RULE, source_block
 
@@ -217,7 +218,7 @@ class Agent:
                 params["tools"] = TOOLS
             else:
                 messages.append({"role": "user", "content": "Answer now from the sources you have, citing them."})
-            message = await client.messages.create(**params)
+            message = await create_message(client, service="gateway", step="agent", **params)
             uses = [b for b in message.content if b.type == "tool_use"]
             if not uses or not offer_tools:
                 text = "".join(b.text for b in message.content if b.type == "text").strip()

@@ -185,6 +185,7 @@ class QueryClassifier:
             "Record the question's category.",
             CLASSIFY_SCHEMA,
             max_tokens=100,
+            step="classify",
         )
         category = (data or {}).get("category")
         if category in CATEGORIES and category != "emergency":

@@ -292,6 +292,7 @@ class DiseaseNormalizer:
                 "Record the PubMed-friendly disease term and one synonym.",
                 NORMALISE_SCHEMA,
                 max_tokens=200,
+                step="normalise",
             )
             term = str((data or {}).get("term") or "").strip().lower()
             if data is not None and 0 < len(term) <= 200 and not is_blocked(term):
@@ -323,6 +324,7 @@ class DiseaseNormalizer:
                 "Record one broader disease category.",
                 BROADER_SCHEMA,
                 max_tokens=100,
+                step="normalise",
             )
             broader = str((data or {}).get("term") or "").strip().lower()
             if 0 < len(broader) <= 200:

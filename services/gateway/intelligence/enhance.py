@@ -175,6 +175,7 @@ class QueryEnhancer:
                 "Record the English question and the literature search query.",
                 REWRITE_SCHEMA,
                 max_tokens=400,
+                step="enhance",
             )
             if data is None:
                 return None

@@ -253,6 +253,7 @@ class SearchTermExpander:
                 "Record the organ term.",
                 ORGAN_SCHEMA,
                 max_tokens=50,
+                step="expand",
             )
             organ = str((data or {}).get("organ") or "").strip().lower()
             if 0 < len(organ) <= 60:
@@ -279,6 +280,7 @@ class SearchTermExpander:
                 "record_search_terms",
                 "Record the PubMed queries, each with its axis.",
                 TERMS_SCHEMA,
+                step="expand",
             )
             raw = (data or {}).get("queries")
             got: list[SearchQuery] = []

@@ -144,7 +144,15 @@ class ToolLlm(Protocol):
     def model(self) -> str: ...
 
     async def tool(
-        self, prompt: str, name: str, description: str, schema: dict[str, object], *, max_tokens: int = 800
+        self,
+        prompt: str,
+        name: str,
+        description: str,
+        schema: dict[str, object],
+        *,
+        max_tokens: int = 800,
+        step: str | None = None,
+        model: str | None = None,
     ) -> dict[str, object] | None: ...
 
 
@@ -207,8 +215,14 @@ async def write_assessment(
         patient=html.escape(patient_text(condition, findings, population), quote=False),
         sections=section_blocks(hits),
     )
-    data = await llm.tool(
-        prompt, "record_assessment", "Record the assessment of this patient.", ASSESSMENT_SCHEMA, max_tokens=600
+    data = await llm.tool(  # answer writing: the main model
+        prompt,
+        "record_assessment",
+        "Record the assessment of this patient.",
+        ASSESSMENT_SCHEMA,
+        max_tokens=600,
+        step="assessment",
+        model=llm.model,
     )
     raw = str((data or {}).get("assessment") or "").strip()
     if not raw:

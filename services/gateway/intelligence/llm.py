@@ -3,6 +3,8 @@
 Each step (normalise a disease name, expand search terms, classify a question, rewrite a query) asks for
 one tool call whose input schema says what is wanted. Without an API key :class:`WorkflowLlm` is
 unavailable and every caller uses its rule-based fallback; a failed or malformed call does the same.
+The steps run on the fast model (``EVIDENTIA_LLM_FAST_MODEL``) unless the caller names another (the guideline
+assessment, which is answer writing, takes ``model``); each call is recorded by :mod:`shared.llm`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import anthropic
 
-from shared.llm import anthropic_client
+from shared.llm import anthropic_client, create_message
 from shared.settings import LlmSettings
 
 log = logging.getLogger(__name__)
@@ -31,17 +33,38 @@ class WorkflowLlm:
 
     @property
     def model(self) -> str:
+        """The model that writes answers."""
         return self.settings.model
 
+    @property
+    def fast_model(self) -> str:
+        """The model of the small structured steps."""
+        return self.settings.fast_model
+
     async def tool(
-        self, prompt: str, name: str, description: str, schema: dict[str, Any], *, max_tokens: int = 800
+        self,
+        prompt: str,
+        name: str,
+        description: str,
+        schema: dict[str, Any],
+        *,
+        max_tokens: int = 800,
+        step: str | None = None,
+        model: str | None = None,
     ) -> dict[str, Any] | None:
-        """The input of the forced call to tool ``name``; None without a client or on any failure."""
+        """The input of the forced call to tool ``name``; None without a client or on any failure.
+
+        ``step`` names the call in the usage records (default: the tool's name); ``model`` defaults to the
+        fast model.
+        """
         if self.client is None:
             return None
         try:
-            message = await self.client.messages.create(
-                model=self.settings.model,
+            message = await create_message(
+                self.client,
+                service="gateway",
+                step=step or name,
+                model=model or self.settings.fast_model,
                 max_tokens=max_tokens,
                 messages=[{"role": "user", "content": prompt}],
                 tools=[{"name": name, "description": description, "input_schema": schema}],  # type: ignore[list-item]

@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException
 from services.gateway.deps import KafkaDep
 from services.gateway.errors import error_headers, public_error
 from services.gateway.schemas.search import SearchRequest, SearchResponse
-from shared.events import RetrievalRequest
+from shared.events import RetrievalRequest, TokenUsage
 
 router = APIRouter(tags=["search"])
 
@@ -35,4 +35,11 @@ async def search(body: SearchRequest, kafka: KafkaDep) -> SearchResponse:
     if reply.error is not None:
         error = public_error(reply.error.status or 500, reply.error.type, reply.error.message)
         raise HTTPException(error["status"], error["detail"], headers=error_headers(error))
-    return SearchResponse(query=body.query_text, hits=reply.hits, model=reply.model, took_ms=reply.took_ms)
+    return SearchResponse(
+        query=body.query_text,
+        hits=reply.hits,
+        model=reply.model,
+        took_ms=reply.took_ms,
+        tokens_used=TokenUsage.total(reply.llm_calls),
+        llm_calls=reply.llm_calls,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.schemas.common import check_query_terms
-from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary
+from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
 from shared.models import SearchFilters, SearchHit, SearchMode
 
 
@@ -69,3 +69,10 @@ class AskResponse(BaseModel):
     disclaimer: str
     sources: list[SearchHit] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
+    tokens_used: TokenUsage = Field(
+        default_factory=TokenUsage,
+        description="Tokens of every Claude call made for this answer, added up (all 0 offline: no call is made).",
+    )
+    llm_calls: list[LlmCall] = Field(
+        default_factory=list, description="Each Claude call made for this answer: service, step, model, tokens."
+    )

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.schemas.common import check_query_terms
+from shared.events import LlmCall, TokenUsage
 from shared.models import QueryForm, SearchFilters, SearchHit, SearchMode
 
 
@@ -81,3 +82,7 @@ class SearchResponse(BaseModel):
     hits: list[SearchHit]
     model: str | None
     took_ms: float
+    tokens_used: TokenUsage = Field(
+        default_factory=TokenUsage, description="Tokens of the LLM reranker's Claude calls (0 without one)."
+    )
+    llm_calls: list[LlmCall] = Field(default_factory=list, description="The LLM reranker's Claude calls, if any.")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.intelligence.expansion import DrugProfile
-from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary
+from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
 from shared.models import SearchFilters, SearchHit, SearchMode
 
 
@@ -85,7 +85,18 @@ class IngestionSummary(BaseModel):
     failed: int = 0
 
 
-class EvidenceResponse(BaseModel):
+class Metered(BaseModel):
+    """What an answer cost in Claude calls (all 0 and no calls offline, where no model is called)."""
+
+    tokens_used: TokenUsage = Field(
+        default_factory=TokenUsage, description="Tokens of every Claude call made for this answer, added up."
+    )
+    llm_calls: list[LlmCall] = Field(
+        default_factory=list, description="Each Claude call made for this answer: service, step, model, tokens."
+    )
+
+
+class EvidenceResponse(Metered):
     drug: str
     disease: DiseaseTerm
     organ: str | None
@@ -144,7 +155,7 @@ class PlanItem(BaseModel):
     sections: list[str] = Field(default_factory=list, description="Title paths of the guideline sections cited.")
 
 
-class GuidelineResponse(BaseModel):
+class GuidelineResponse(Metered):
     condition: str
     findings: list[str]
     population: str | None
@@ -254,7 +265,7 @@ class InteractionOut(BaseModel):
     text: str
 
 
-class QueryResponse(BaseModel):
+class QueryResponse(Metered):
     question: str
     answer: str
     numbered_answer: str

@@ -83,6 +83,9 @@ def test_ask_streams_tokens_then_prints_the_verified_answer(
     assert "[1]" in captured.out and "[PMID:" not in captured.out.split("Citations")[0]
     assert "citation check:" in captured.out
     assert "conversation:" in captured.out
+    # What the answer cost: the synthesizer's three calls (answer, summary on the main model; support check on
+    # the fast one) and their tokens, from the stream's metrics event.
+    assert "model calls: 3 (claude-test x2, claude-haiku-4-5 x1); tokens: " in captured.out
 
 
 def test_ask_json_is_one_object_with_the_verified_answer(
@@ -95,6 +98,7 @@ def test_ask_json_is_one_object_with_the_verified_answer(
     assert data["mode"] == "llm"
     assert data["citations"] and data["citation_check"]["verified"]
     assert data["metrics"]["time_to_first_token_ms"] > 0
+    assert data["metrics"]["tokens_used"]["output_tokens"] > 0 and len(data["metrics"]["llm_calls"]) == 3
     assert "[1]" in data["numbered_answer"]
     # --no-stream gives the same fields from POST /v1/ask
     rc = main(["ask", "Does telephone counseling help?", "--json", "--no-stream", "--gateway-url", answers_gateway])

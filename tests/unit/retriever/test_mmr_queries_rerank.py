@@ -138,3 +138,20 @@ def test_build_reranker_choices() -> None:
     )
     r = build_reranker(ce)
     assert r is not None and r.name.startswith("cross-encoder:")
+
+
+async def test_llm_rerank_calls_are_recorded_with_their_tokens(fake_anthropic: str) -> None:
+    from shared.llm import usage_scope
+
+    settings = Settings(
+        llm=LlmSettings(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=fake_anthropic),  # type: ignore[call-arg]
+        retrieval=RetrievalSettings(rerank_llm_model="claude-rerank-test"),
+    )
+    reranker = build_reranker(settings)
+    assert isinstance(reranker, LlmReranker)
+    _FakeMessages.replies[:] = ['[{"id": 1, "score": 2}, {"id": 2, "score": 8}]']
+    with usage_scope() as ledger:  # as the retriever's request handler opens one around a search
+        await reranker.rerank("aspirin stroke", ["p one", "p two"])
+    (call,) = ledger.calls
+    assert (call.service, call.step, call.model) == ("retriever", "rerank", "claude-rerank-test")
+    assert (call.usage.input_tokens, call.usage.output_tokens) == (12, 4)  # what the fake API reported

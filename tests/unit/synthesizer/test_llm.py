@@ -12,10 +12,10 @@ from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.summary import TOOL_NAME, summary_input_schema
 from services.synthesizer.support import SUPPORT_TOOL
-from shared.events import ChatTurn, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
-from shared.settings import LlmSettings, Settings, SupportSettings
+from shared.events import ChatTurn, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken, TokenUsage
+from shared.settings import LlmSettings, Settings
 from tests.factories import search_hit
-from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic
+from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic, default_answer
 
 hit = functools.partial(search_hit, title="Trial of counseling {pmid}")
 
@@ -37,6 +37,7 @@ def fake() -> Iterator[FakeAnthropic]:
 @pytest.fixture
 def synth(fake: FakeAnthropic) -> Synthesizer:
     fake.requests.clear()
+    fake.usages.clear()
     llm = LlmSettings(
         anthropic_api_key=SecretStr("test-key"),
         anthropic_base_url=fake.url,  # type: ignore[call-arg]
@@ -53,7 +54,7 @@ async def test_prompt_carries_numbered_sources_and_the_settings(synth: Synthesiz
     assert len(text_calls) == 1 and len(tool_calls) == 1
     # The claim-support check: one call, with the configured cheap model, judging the cited sentences.
     assert len(support_calls) == 1
-    assert support_calls[0].body["model"] == SupportSettings().model
+    assert support_calls[0].body["model"] == LlmSettings().fast_model  # EVIDENTIA_LLM_FAST_MODEL
     assert '<claim n="1">' in support_calls[0].user_text
     req = text_calls[0]
     assert req.path == "/v1/messages"
@@ -206,3 +207,54 @@ async def test_an_emergency_never_reaches_the_model(synth: Synthesizer, fake: Fa
     reply = await synth.answer(SynthesisRequest(question="My wife has chest pain and can't breathe", passages=PASSAGES))
     assert reply.mode == "emergency"
     assert fake.requests == []
+
+
+def _sent_usages(fake: FakeAnthropic) -> list[tuple[str, TokenUsage]]:
+    return sorted(
+        ((m, TokenUsage.model_validate({k: u[k] for k in TokenUsage.model_fields})) for m, u in fake.usages),
+        key=repr,
+    )
+
+
+async def test_every_call_of_an_answer_is_in_the_reply_with_its_model_and_tokens(
+    synth: Synthesizer, fake: FakeAnthropic
+) -> None:
+    reply = await synth.answer(SynthesisRequest(question=QUESTION, passages=PASSAGES))
+    steps = {c.step: c for c in reply.llm_calls}
+    assert sorted(steps) == ["answer", "summary", "support_check"] and len(reply.llm_calls) == 3
+    # Answer writing keeps the main model; the support check runs on the fast one (EVIDENTIA_LLM_FAST_MODEL).
+    assert steps["answer"].model == steps["summary"].model == "claude-test" == reply.model
+    assert steps["support_check"].model == LlmSettings().fast_model
+    assert {c.service for c in reply.llm_calls} == {"synthesizer"}
+    # Each call's tokens are exactly what the API reported for it.
+    assert sorted(((c.model, c.usage) for c in reply.llm_calls), key=repr) == _sent_usages(fake)
+    assert all(c.usage.input_tokens > 0 and c.usage.output_tokens > 0 for c in reply.llm_calls)
+
+
+async def test_a_streamed_answer_reports_the_streamed_calls_tokens(synth: Synthesizer, fake: FakeAnthropic) -> None:
+    events = [e async for e in synth.stream(SynthesisRequest(question=QUESTION, passages=PASSAGES, stream=True))]
+    final = events[-1]
+    assert isinstance(final, SynthesisReply)
+    streamed_call = next(c for c in final.llm_calls if c.step == "answer")
+    raw = default_answer([p.citation_id for p in PASSAGES])
+    # message_start's input count and message_delta's output count, as the SDK's final message holds them.
+    assert streamed_call.usage.output_tokens == FakeAnthropic.tokens(raw)
+    assert sorted(((c.model, c.usage) for c in final.llm_calls), key=repr) == _sent_usages(fake)
+
+
+async def test_an_answer_that_ends_insufficient_still_reports_the_calls_it_made(
+    synth: Synthesizer, fake: FakeAnthropic
+) -> None:
+    fake.reply_text("The retrieved sources do not answer this question.")
+    reply = await synth.answer(SynthesisRequest(question=QUESTION, passages=PASSAGES))
+    assert reply.mode == "insufficient-evidence"
+    assert sorted(c.step for c in reply.llm_calls) == ["answer", "summary"]  # both were sent, and paid for
+
+
+async def test_no_call_no_usage_offline_and_for_an_emergency(synth: Synthesizer, fake: FakeAnthropic) -> None:
+    offline = await Synthesizer(Settings()).answer(SynthesisRequest(question=QUESTION, passages=PASSAGES))
+    assert offline.mode == "extractive" and offline.llm_calls == []
+    emergency = await synth.answer(
+        SynthesisRequest(question="I think I'm having a stroke right now", passages=PASSAGES)
+    )
+    assert emergency.mode == "emergency" and emergency.llm_calls == [] and fake.usages == []
