@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Literal, Self
 import asyncpg
 import numpy as np
 
-from services.retriever.filters import where_clause
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.lexical_store import (
+    Bm25Scoring,
     CorpusCounts,
     LexicalHit,
     bm25_rank,
@@ -35,7 +35,7 @@ from services.retriever.lexical_store import (
     fts_rank,
 )
 from services.retriever.mmr import mmr_select
-from services.retriever.store import VectorIndex, hit_rows, nearest_chunks, vectors_of
+from services.retriever.store import VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
 from shared.models import SearchFilters, SearchHit
 
 if TYPE_CHECKING:
@@ -136,33 +136,19 @@ async def bm25_search(
     (exact BM25 over those chunks). Otherwise, when the top M leave fewer than ``k`` chunks through the
     filters, the query is repeated ``TOP_M_ESCALATION`` times deeper, then exactly: k results either way.
     """
-    counts = await stats.get(pool)
-    weights = {
-        "k1": params.k1,
-        "b": params.b,
-        "title_weight": params.title_weight,
-        "section_weight": params.section_weight,
-        "counts": counts,
-    }
+    scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
     hits: list[LexicalHit] = []
     if params.top_m:
         if where_clause(filters, 1)[1] and (
             await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None
         ):
-            hits = await bm25_rank_filter_first(
-                pool,
-                query,
-                k,
-                filters,
-                max_chunks=FILTER_FIRST_MAX_CHUNKS,
-                **weights,  # type: ignore[arg-type]
-            )
+            hits = await bm25_rank_filter_first(pool, query, k, filters, scoring, max_chunks=FILTER_FIRST_MAX_CHUNKS)
             return [Scored(h.chunk_id, h.score) for h in hits]
         for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
-            hits = await bm25_rank(pool, query, k, filters, top_m=depth, **weights)  # type: ignore[arg-type]
+            hits = await bm25_rank(pool, query, k, filters, scoring, top_m=depth)
             if len(hits) >= k:
                 return [Scored(h.chunk_id, h.score) for h in hits]
-    hits = await bm25_rank(pool, query, k, filters, top_m=None, **weights)  # type: ignore[arg-type]
+    hits = await bm25_rank(pool, query, k, filters, scoring, top_m=None)
     return [Scored(h.chunk_id, h.score) for h in hits]
 
 

@@ -1,4 +1,5 @@
-"""The vector store: one pgvector table per embedding model, exactly one of them active.
+"""The vector store: one pgvector table per embedding model, exactly one of them active; and the search
+filters as a SQL ``WHERE`` clause over ``documents d`` (:func:`where_clause`, shared with ``lexical_store``).
 
 Each index records the model and dimension that produced its vectors. A retriever started with a
 different model than the active index refuses to run (mixing vector spaces silently ruins search);
@@ -10,13 +11,52 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import numpy as np
 
-from services.retriever.filters import where_clause
 from shared.models import SearchFilters
 from shared.settings import DatabaseSettings
+
+
+def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[Any]]:
+    """``(sql, params)`` where sql is ``TRUE`` or conditions joined by AND, using $first_param..."""
+    conds: list[str] = []
+    params: list[Any] = []
+
+    def p(value: Any) -> str:
+        params.append(value)
+        return f"${first_param + len(params) - 1}"
+
+    if not filters.include_retracted:
+        conds.append("NOT d.retracted")
+    if filters.year_from is not None:
+        conds.append(f"d.year >= {p(filters.year_from)}")
+    if filters.year_to is not None:
+        conds.append(f"d.year <= {p(filters.year_to)}")
+    if filters.journals:
+        journals = [j.lower() for j in filters.journals]
+        ph = p(journals)
+        conds.append(f"(lower(d.journal) = ANY({ph}::text[]) OR lower(d.journal_iso) = ANY({ph}::text[]))")
+    if filters.study_types:
+        conds.append(f"d.study_type = ANY({p(list(filters.study_types))}::text[])")
+    if filters.min_evidence_level is not None:
+        conds.append(f"d.evidence_level >= {p(filters.min_evidence_level)}")
+    if filters.mesh:
+        ph = p(list(filters.mesh))
+        if filters.mesh_descendants:
+            # Descendants through the MeSH tree numbers when the tree is loaded (mesh_tree); else exact.
+            conds.append(
+                f"d.mesh_terms && ({ph}::text[] || ARRAY(SELECT c.descriptor FROM mesh_tree p "
+                "JOIN mesh_tree c ON c.tree_number = p.tree_number OR c.tree_number LIKE p.tree_number || '.%' "
+                f"WHERE lower(p.descriptor) = ANY(SELECT lower(x) FROM unnest({ph}::text[]) AS x)))"
+            )
+        else:
+            conds.append(f"d.mesh_terms && {ph}::text[]")
+    if filters.sources:
+        conds.append(f"d.source = ANY({p(list(filters.sources))}::text[])")
+    return (" AND ".join(conds) or "TRUE"), params
 
 
 class IndexModelMismatch(RuntimeError):
@@ -48,6 +88,14 @@ async def active_index(pool: asyncpg.Pool) -> VectorIndex | None:
 
 async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
     row = await pool.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
+    return _row(row) if row else None
+
+
+async def live_index_for(pool: asyncpg.Pool, model: str, dim: int) -> VectorIndex | None:
+    """The index (active or building, not retired) that holds ``model``'s ``dim``-d vectors, if any."""
+    row = await pool.fetchrow(
+        "SELECT * FROM vector_indexes WHERE model = $1 AND dim = $2 AND state <> 'retired'", model, dim
+    )
     return _row(row) if row else None
 
 

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from devstack.common import free_port
-from services.fetcher import tracking
+from services.fetcher import store as fetcher_store
 from services.fetcher.eutils import EutilsClient, EutilsQueryError
 from services.fetcher.ingest import discover, fetch_pubmed
 from shared.db import jobs, migrate
@@ -86,23 +86,23 @@ async def _store(pool: asyncpg.Pool, pmids: list[str]) -> None:
 
 async def test_search_cache_with_ttl(pool: asyncpg.Pool) -> None:
     q = "metformin AND diabetes"
-    await tracking.record_search(pool, "  metformin   AND diabetes ", "pubmed", 100, 250, ["3", "2", "1"])
-    assert await tracking.cached_search(pool, q, "pubmed", 100, 3600) == ["3", "2", "1"]
-    assert await tracking.cached_search(pool, q, "pubmed", 2, 3600) == ["3", "2"]
-    assert await tracking.cached_search(pool, q, "pubmed", 500, 3600) is None  # more wanted than recorded
-    assert await tracking.cached_search(pool, q, "pmc", 100, 3600) is None
-    assert await tracking.cached_search(pool, q, "pubmed", 100, 0) is None
+    await fetcher_store.record_search(pool, "  metformin   AND diabetes ", "pubmed", 100, 250, ["3", "2", "1"])
+    assert await fetcher_store.cached_search(pool, q, "pubmed", 100, 3600) == ["3", "2", "1"]
+    assert await fetcher_store.cached_search(pool, q, "pubmed", 2, 3600) == ["3", "2"]
+    assert await fetcher_store.cached_search(pool, q, "pubmed", 500, 3600) is None  # more wanted than recorded
+    assert await fetcher_store.cached_search(pool, q, "pmc", 100, 3600) is None
+    assert await fetcher_store.cached_search(pool, q, "pubmed", 100, 0) is None
     await pool.execute("UPDATE search_queries SET searched_at = now() - interval '6 days'")
-    assert await tracking.cached_search(pool, q, "pubmed", 100, 5 * 24 * 3600) is None
+    assert await fetcher_store.cached_search(pool, q, "pubmed", 100, 5 * 24 * 3600) is None
     # a search that already took every hit answers a larger cap too
-    await tracking.record_search(pool, "rare thing", "pubmed", 10, 3, ["7", "8", "9"])
-    assert await tracking.cached_search(pool, "rare thing", "pubmed", 500, 3600) == ["7", "8", "9"]
+    await fetcher_store.record_search(pool, "rare thing", "pubmed", 10, 3, ["7", "8", "9"])
+    assert await fetcher_store.cached_search(pool, "rare thing", "pubmed", 500, 3600) == ["7", "8", "9"]
 
 
 async def test_filter_new_pmids(pool: asyncpg.Pool) -> None:
     await _store(pool, ["2", "4"])
-    assert await tracking.filter_new_pmids(pool, ["1", "2", "3", "1", "4", " 5 ", "3"]) == ["1", "3", "5"]
-    assert await tracking.filter_new_pmids(pool, ["1", "2", "1"], refresh=True) == ["1", "2"]
+    assert await fetcher_store.filter_new_pmids(pool, ["1", "2", "3", "1", "4", " 5 ", "3"]) == ["1", "3", "5"]
+    assert await fetcher_store.filter_new_pmids(pool, ["1", "2", "1"], refresh=True) == ["1", "2"]
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -210,7 +210,7 @@ async def test_a_killed_fetcher_resumes_and_stores_each_pmid_once(
         stored.append(event.source_id)
         await _store(pool, [event.source_id])
     assert sorted(stored) == sorted(known) and len(stored) == len(set(stored))
-    assert await tracking.filter_new_pmids(pool, known) == []
+    assert await fetcher_store.filter_new_pmids(pool, known) == []
 
 
 async def test_a_bad_query_fails_the_job_with_the_reason(

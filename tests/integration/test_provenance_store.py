@@ -15,7 +15,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from services.fetcher import tracking
+from services.fetcher import store as fetcher_store
 from services.parser.chunking import Chunker
 from services.parser.core import parse_content
 from services.parser.handlers import parse_event
@@ -156,13 +156,13 @@ async def test_the_ncbi_record_replaces_an_inline_copy_and_the_fetcher_fetches_o
     assert (await _row(pool, real.document_id))["origin"] == "inline"
     assert real.pmid is not None
     # an inline copy does not count as stored: the fetcher fetches the record
-    assert await tracking.filter_new_pmids(pool, [real.pmid]) == [real.pmid]
-    assert await tracking.stored_document_ids(pool, [real.document_id]) == set()
+    assert await fetcher_store.filter_new_pmids(pool, [real.pmid]) == [real.pmid]
+    assert await fetcher_store.stored_document_ids(pool, [real.document_id]) == set()
     result = await store_document(pool, real, "ncbi")
     assert result.outcome == "updated" and result.chunks
     row = await _row(pool, real.document_id)
     assert row["origin"] == "ncbi" and row["title"] == real.title
-    assert await tracking.filter_new_pmids(pool, [real.pmid]) == []
+    assert await fetcher_store.filter_new_pmids(pool, [real.pmid]) == []
     # an inline copy identical to the record still hands the id to NCBI when the record arrives
     await pool.execute("UPDATE documents SET origin = 'inline' WHERE document_id = $1", real.document_id)
     assert (await store_document(pool, real, "ncbi")).outcome == "unchanged"
