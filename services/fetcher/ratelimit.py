@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 
 
 class Limiter(Protocol):
-    async def acquire(self) -> None: ...
+    async def acquire(self) -> None:
+        """Wait until the caller may make one request."""
 
 
 class TokenBucket:
@@ -145,12 +146,14 @@ class PgTokenBucket:
         self.waited_s = 0.0
 
     async def reserve(self) -> float:
+        """Take one token from the shared row (on credit if need be); the seconds the caller must wait."""
         tokens = await reserve_rate_token(self.pool, self.name, self.rate, self.burst)
         wait = 0.0 if tokens >= 0 else -tokens / self.rate
         self.waited_s += wait
         return wait
 
     async def acquire(self) -> None:
+        """Wait until the caller may make one request; a caller cancelled while waiting gives its token back."""
         wait = await self.reserve()
         if wait <= 0:
             return

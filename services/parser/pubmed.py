@@ -40,6 +40,7 @@ def text_of(el: etree._Element | None) -> str:
 
 
 def month_number(value: str | None) -> int | None:
+    """A month (1-12) from a number, a month name or abbreviation, or a season; None when it is none of these."""
     if not value:
         return None
     v = value.strip().lower()

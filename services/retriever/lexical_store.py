@@ -40,6 +40,7 @@ class CorpusCounts:
 
 
 async def corpus_counts(pool: asyncpg.Pool) -> CorpusCounts:
+    """N and the mean title, section and text lengths of the indexed chunks (zeros for an empty index)."""
     row = await pool.fetchrow(
         "SELECT count(*) AS n, coalesce(avg(len_title), 0) AS t, coalesce(avg(len_section), 0) AS s, "
         "coalesce(avg(len_text), 0) AS x FROM bm25_chunks"

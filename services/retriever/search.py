@@ -64,6 +64,7 @@ class Bm25Params:
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
+        """The BM25 parameters of the retrieval settings (``bm25_top_m`` 0: read every posting)."""
         return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_top_m or None)
 
 
@@ -98,6 +99,7 @@ class CorpusStats:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def get(self, pool: asyncpg.Pool) -> CorpusCounts:
+        """The corpus counts, read from the store when the cached ones are older than ``ttl_s``."""
         now = time.monotonic()
         if self._value is not None and now - self._at < self.ttl_s:
             return self._value
@@ -109,6 +111,7 @@ class CorpusStats:
         return self._value
 
     def invalidate(self) -> None:
+        """Forget the cached counts: the next :meth:`get` reads them again."""
         self._value = None
 
 
@@ -153,6 +156,7 @@ async def bm25_search(
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
+    """The stored rows (chunk, document metadata, text) of ``chunk_ids``, by chunk id; unknown ids are absent."""
     return await hit_rows(pool, chunk_ids)
 
 
@@ -169,6 +173,8 @@ def _url(r: asyncpg.Record) -> str | None:
 def limit_per_document(
     ids: list[tuple[str, float]], doc_of: dict[str, str], per_doc: int | None
 ) -> list[tuple[str, float]]:
+    """``ids`` in order, keeping at most ``per_doc`` chunks of one document (None: all); ``doc_of`` maps
+    chunk id to document id (a chunk missing from it counts as its own document)."""
     if per_doc is None:
         return ids
     seen: dict[str, int] = {}
@@ -232,6 +238,7 @@ class HybridSearcher:
         ef_search: int = 100,
         stats: CorpusStats | None = None,
     ) -> Self:
+        """A searcher configured by the retrieval settings (fusion, BM25, PRF, MMR) over ``pool`` and ``index``."""
         return cls(
             pool,
             index,
@@ -252,9 +259,11 @@ class HybridSearcher:
     async def dense_search(
         self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
     ) -> list[Scored]:
+        """The ``k`` nearest chunks to ``query_vector`` that pass ``filters``, best first."""
         return await dense_search(self.pool, self.index, query_vector, k, filters, ef_search)
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+        """The ``k`` best chunks for ``query`` by BM25 (or full-text rank) that pass ``filters``, best first."""
         if self.lexical == "fts":
             return await fts_search(self.pool, query, k, filters)
         return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats)

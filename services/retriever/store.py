@@ -73,6 +73,7 @@ class VectorIndex:
 
 
 def index_name_for(model: str) -> str:
+    """The index name for a model: its name lower-cased, non-alphanumerics as ``_``, at most 40 characters."""
     slug = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")
     return slug[:40] or "default"
 
@@ -82,11 +83,13 @@ def _row(r: asyncpg.Record) -> VectorIndex:
 
 
 async def active_index(pool: asyncpg.Pool) -> VectorIndex | None:
+    """The active vector index, or None before the first one is created."""
     row = await pool.fetchrow("SELECT * FROM vector_indexes WHERE state = 'active'")
     return _row(row) if row else None
 
 
 async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
+    """The vector index called ``name``, or None."""
     row = await pool.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
     return _row(row) if row else None
 
@@ -209,6 +212,7 @@ async def complete_documents(pool: asyncpg.Pool, index: VectorIndex, document_id
 
 
 async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
+    """How many vectors ``index`` holds."""
     return int(await pool.fetchval(f"SELECT count(*) FROM {index.table_name}"))
 
 
@@ -254,6 +258,7 @@ async def hit_rows(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, as
 
 
 async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """The stored vectors of ``chunk_ids`` in ``index``, by chunk id (chunks without a vector are absent)."""
     rows = await pool.fetch(
         f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
     )

@@ -79,12 +79,14 @@ class ClaudeAnswerer:
         }
 
     async def answer(self, question: str, hits: Sequence[SearchHit], history: Sequence[ChatTurn] = ()) -> str:
+        """Claude's answer to ``question`` from the numbered ``hits`` (with the conversation ``history``), whole."""
         message = await self.client.messages.create(**self._params(question, hits, history))
         return "".join(block.text for block in message.content if block.type == "text")
 
     async def stream(
         self, question: str, hits: Sequence[SearchHit], history: Sequence[ChatTurn] = ()
     ) -> AsyncIterator[str]:
+        """Claude's answer to ``question`` from ``hits``, as the text deltas arrive."""
         async with self.client.messages.stream(**self._params(question, hits, history)) as stream:
             async for text in stream.text_stream:
                 yield text
@@ -127,4 +129,5 @@ class ClaudeAnswerer:
         return None
 
     async def aclose(self) -> None:
+        """Close the Anthropic client."""
         await self.client.close()

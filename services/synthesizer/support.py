@@ -29,6 +29,7 @@ LLM_THRESHOLD = 0.5
 
 
 def support_tool() -> dict[str, Any]:
+    """The Claude tool definition (name, description, JSON schema) for per-claim support verdicts."""
     return {
         "name": SUPPORT_TOOL,
         "description": "Record, for each numbered claim, how well the passages it cites support it.",
@@ -67,7 +68,8 @@ class SupportReport:
 class SupportJudge(Protocol):
     """What the LLM support check needs from Claude (``ClaudeAnswerer.judge_support``)."""
 
-    async def judge_support(self, claims: Sequence[tuple[str, Sequence[SearchHit]]]) -> list[float] | None: ...
+    async def judge_support(self, claims: Sequence[tuple[str, Sequence[SearchHit]]]) -> list[float] | None:
+        """One support score (0-1) per ``(claim, cited passages)``, in order; None when no verdict came back."""
 
 
 class ClaimChecker:
@@ -88,6 +90,8 @@ class ClaimChecker:
         return check
 
     async def scorer(self) -> SupportScorer:
+        """The similarity scorer, built once: with the embedding model when it has a support calibration,
+        else word overlap alone."""
         async with self._lock:
             if self._scorer is None:
                 embedder = self._embedder
@@ -109,6 +113,8 @@ class ClaimChecker:
             return self._scorer
 
     async def check(self, verified_text: str, hits: Sequence[SearchHit]) -> SupportReport:
+        """How well each cited claim of ``verified_text`` is supported by the passages it cites (at most
+        ``max_claims`` claims): by Claude in ``llm`` mode, else by similarity; empty when the check is off."""
         if self.mode == "off":
             return SupportReport()
         by_id: dict[str, list[SearchHit]] = {}
