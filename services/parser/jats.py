@@ -426,7 +426,8 @@ def _abstracts(meta: etree._Element) -> tuple[list[AbstractSection], list[tuple[
 
 
 def parse_article(article: etree._Element) -> ParsedDocument:
-    """One JATS ``<article>`` element."""
+    """The parsed document of one JATS ``<article>`` element (metadata, sections, full text, no chunks yet);
+    raises :class:`JatsParseError` when it has no ``front/article-meta``."""
     meta = article.find("front/article-meta")
     if meta is None:
         raise JatsParseError("JATS article without front/article-meta")

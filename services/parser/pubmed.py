@@ -196,7 +196,8 @@ def _full_text(title: str, sections: list[AbstractSection]) -> tuple[str, list[S
 
 
 def parse_article(el: etree._Element) -> ParsedDocument:
-    """One ``PubmedArticle`` element."""
+    """The parsed document of one ``PubmedArticle`` element (metadata and abstract, no chunks yet); raises
+    :class:`PubmedParseError` without a ``MedlineCitation`` or a PMID."""
     citation = el.find("MedlineCitation")
     if citation is None:
         raise PubmedParseError("PubmedArticle without MedlineCitation")
