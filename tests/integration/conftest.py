@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,23 +190,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="module")
-def llm_mode(stack: Stack) -> Iterator[FakeAnthropic]:
-    """The running synthesizer and gateway switched to Claude mode against the fake Anthropic server.
+def sample_pmids(stack: Stack) -> list[str]:
+    """The fake E-utilities' recorded PubMed sample ingested through the gateway (job done); its PMIDs."""
+    pmids = stack.fake.pubmed_ids
+    with stack.http() as http:
+        job = http.post("/v1/ingest", json={"pmids": pmids}).json()["job_id"]
+    status = stack.wait_job(job)
+    assert status["done"], status
+    return pmids
+
+
+@contextmanager
+def claude_mode(stack: Stack, fake: FakeAnthropic) -> Iterator[FakeAnthropic]:
+    """The running synthesizer and gateway switched to Claude mode against ``fake``, then back.
 
     Both processes are restarted with ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` set, so the LLM path runs
-    through real Kafka exactly as in production; at the end of the module they are restarted without them
-    (back to extractive mode) for the other tests.
+    through real Kafka exactly as in production; on exit they are restarted without them (back to extractive
+    mode) for the other tests.
     """
-    with FakeAnthropic() as fake:
-        changed = ("synthesizer", "gateway")
+    changed = ("synthesizer", "gateway")
+    for name in changed:
+        proc = stack.services.processes[name]
+        proc.env = {**proc.env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
+        stack.services.restart(name)
+    try:
+        yield fake
+    finally:
         for name in changed:
             proc = stack.services.processes[name]
-            proc.env = {**proc.env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
+            proc.env = {k: v for k, v in proc.env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
             stack.services.restart(name)
-        try:
-            yield fake
-        finally:
-            for name in changed:
-                proc = stack.services.processes[name]
-                proc.env = {k: v for k, v in proc.env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
-                stack.services.restart(name)
+
+
+@pytest.fixture(scope="module")
+def llm_mode(stack: Stack) -> Iterator[FakeAnthropic]:
+    """The running services in Claude mode (:func:`claude_mode`) against the fake Anthropic server, for a module."""
+    with FakeAnthropic() as fake, claude_mode(stack, fake):
+        yield fake
