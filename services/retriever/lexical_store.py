@@ -19,14 +19,8 @@ from typing import Any
 
 import asyncpg
 
-from services.retriever.store import where_clause
+from services.retriever.store import Scored, where_clause
 from shared.models import SearchFilters
-
-
-@dataclass(frozen=True)
-class LexicalHit:
-    chunk_id: str
-    score: float
 
 
 @dataclass(frozen=True)
@@ -148,18 +142,18 @@ class Bm25Scoring:
 
 async def _bm25_fetch(
     pool: asyncpg.Pool, sql: str, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, depth: int | None
-) -> list[LexicalHit]:
+) -> list[Scored]:
     """Run one of the BM25 statements with its nine scoring parameters and the filters from $10."""
     if scoring.counts.chunks == 0:
         return []
     where, fparams = where_clause(filters, 10)
     rows = await pool.fetch(sql.format(where=where), *scoring.args(query, k, depth), *fparams)
-    return [LexicalHit(r["chunk_id"], float(r["score"])) for r in rows]
+    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
 
 
 async def bm25_rank(
     pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, *, top_m: int | None
-) -> list[LexicalHit]:
+) -> list[Scored]:
     """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id), reading at most
     ``top_m`` postings a query term (None: all). Empty when nothing is indexed."""
     hits = await _bm25_fetch(pool, _BM25_SQL, query, k, filters, scoring, top_m)
@@ -180,7 +174,7 @@ async def filtered_chunks_at_most(pool: asyncpg.Pool, filters: SearchFilters, ca
 
 async def bm25_rank_filter_first(
     pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, *, max_chunks: int
-) -> list[LexicalHit]:
+) -> list[Scored]:
     """Exact BM25 over the chunks passing ``filters`` (at most ``max_chunks`` of them: for selective filters);
     the ``k`` best, best first (ties: chunk id). Empty when nothing is indexed."""
     return await _bm25_fetch(pool, _BM25_FILTER_FIRST_SQL, query, k, filters, scoring, max_chunks)
@@ -195,11 +189,11 @@ _FTS_SQL = """WITH q AS (
               LIMIT $2"""
 
 
-async def fts_rank(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[LexicalHit]:
+async def fts_rank(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
     """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
     where, params = where_clause(filters, 3)
     rows = await pool.fetch(_FTS_SQL.format(where=where), query, k, *params)
-    return [LexicalHit(r["chunk_id"], float(r["score"])) for r in rows]
+    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
 
 
 #: The lexical index's B-trees (as migration 100 creates them): a bulk load may drop them and build them once.

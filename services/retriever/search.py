@@ -27,7 +27,6 @@ from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.lexical_store import (
     Bm25Scoring,
     CorpusCounts,
-    LexicalHit,
     bm25_rank,
     bm25_rank_filter_first,
     corpus_counts,
@@ -35,7 +34,7 @@ from services.retriever.lexical_store import (
     fts_rank,
 )
 from services.retriever.mmr import mmr_select
-from services.retriever.store import VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
+from services.retriever.store import Scored, VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
 from shared.models import SearchFilters, SearchHit
 
 if TYPE_CHECKING:
@@ -43,12 +42,6 @@ if TYPE_CHECKING:
     from shared.settings import RetrievalSettings
 
 Mode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
-
-
-@dataclass(frozen=True)
-class Scored:
-    chunk_id: str
-    score: float
 
 
 @dataclass(frozen=True)
@@ -86,7 +79,7 @@ async def dense_search(
 
 async def fts_search(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
     """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
-    return [Scored(h.chunk_id, h.score) for h in await fts_rank(pool, query, k, filters)]
+    return await fts_rank(pool, query, k, filters)
 
 
 @dataclass
@@ -140,19 +133,16 @@ async def bm25_search(
     filters, the query is repeated ``TOP_M_ESCALATION`` times deeper, then exactly: k results either way.
     """
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
-    hits: list[LexicalHit] = []
     if params.top_m:
         if where_clause(filters, 1)[1] and (
             await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None
         ):
-            hits = await bm25_rank_filter_first(pool, query, k, filters, scoring, max_chunks=FILTER_FIRST_MAX_CHUNKS)
-            return [Scored(h.chunk_id, h.score) for h in hits]
+            return await bm25_rank_filter_first(pool, query, k, filters, scoring, max_chunks=FILTER_FIRST_MAX_CHUNKS)
         for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
             hits = await bm25_rank(pool, query, k, filters, scoring, top_m=depth)
             if len(hits) >= k:
-                return [Scored(h.chunk_id, h.score) for h in hits]
-    hits = await bm25_rank(pool, query, k, filters, scoring, top_m=None)
-    return [Scored(h.chunk_id, h.score) for h in hits]
+                return hits
+    return await bm25_rank(pool, query, k, filters, scoring, top_m=None)
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:

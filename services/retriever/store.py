@@ -20,6 +20,14 @@ from shared.models import SearchFilters
 from shared.settings import DatabaseSettings
 
 
+@dataclass(frozen=True)
+class Scored:
+    """A chunk and its score in one ranking (higher: better)."""
+
+    chunk_id: str
+    score: float
+
+
 def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[Any]]:
     """``(sql, params)`` where sql is ``TRUE`` or conditions joined by AND, using $first_param..."""
     conds: list[str] = []
