@@ -455,13 +455,13 @@ async def filtered(
 
 
 def _filter_sql(filters: Any) -> str:
-    from services.retriever.filters import where_clause
+    from services.retriever.store import where_clause
 
     return where_clause(filters, 1)[0]
 
 
 def _filter_args(filters: Any) -> list[Any]:
-    from services.retriever.filters import where_clause
+    from services.retriever.store import where_clause
 
     return where_clause(filters, 1)[1]
 

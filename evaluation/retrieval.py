@@ -41,8 +41,8 @@ import numpy as np
 from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
-from services.retriever.search import CorpusStats, HybridSearcher, Scored
-from services.retriever.store import create_index, upsert_vectors
+from services.retriever.search import CorpusStats, HybridSearcher
+from services.retriever.store import Scored, create_index, upsert_vectors
 from shared.models import ParsedDocument, SearchFilters
 from shared.settings import Settings
 

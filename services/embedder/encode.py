@@ -170,7 +170,8 @@ def serialize_encoded(
 def encode_events(
     embedder: Embedder, events: Sequence[ChunkCreated], batch_size: int, *, packed: bool = True
 ) -> list[Payload]:
-    """Both steps at once (tests, benchmarks)."""
+    """Encode ``events`` and serialise them in one call (tests, benchmarks): the ``(key, ChunkEmbedded JSON)``
+    payload of each event, in order; empty for no events."""
     if not events:
         return []
     vectors = encode_vectors(embedder, events, batch_size)

@@ -114,6 +114,7 @@ class EmbedPipeline(Generic[T]):
 
     # ------------------------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Start the encode, serialise and publish stages (queues and worker threads); a second call does nothing."""
         if self._tasks:
             return
         self._encode_q = asyncio.Queue(self._depth)

@@ -255,6 +255,7 @@ class BookshelfClient(NcbiHttpClient):
     follow_redirects = True
 
     async def file_list(self) -> list[BookshelfPackage]:
+        """Every package in the Bookshelf Open Access file list (downloaded and parsed on each call)."""
         response = await send_with_retries(
             self.http,
             "GET",
@@ -268,6 +269,7 @@ class BookshelfClient(NcbiHttpClient):
         return parse_file_list(response.text)
 
     async def packages(self, publisher: str | None = None) -> list[BookshelfPackage]:
+        """The packages of ``publisher`` (exact name), or every package when ``publisher`` is None."""
         found = await self.file_list()
         return filter_publisher(found, publisher) if publisher else found
 

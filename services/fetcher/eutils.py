@@ -104,6 +104,7 @@ class RetryPolicy:
 
     @classmethod
     def from_settings(cls, settings: NcbiSettings) -> RetryPolicy:
+        """The retry policy the NCBI settings ask for (retries, backoff base and cap, Retry-After cap)."""
         return cls(
             max_retries=settings.ncbi_max_retries,
             backoff_base_s=settings.ncbi_backoff_base_s,
@@ -444,6 +445,7 @@ class NcbiHttpClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the HTTP client if this object created it (a client passed in is left open)."""
         if self._own_http:
             await self.http.aclose()
 
@@ -650,4 +652,5 @@ class EutilsClient(NcbiHttpClient):
 
 
 def valid_pmid(value: str) -> bool:
+    """Whether ``value`` is a PMID as NCBI writes it: 1 to 10 digits, no leading zero, nothing else."""
     return bool(_PMID.match(value))

@@ -30,16 +30,17 @@ from services.fetcher.bookshelf import BookshelfClient, BookshelfPackage, nxml_e
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsQueryError, EutilsUnavailable
 from services.fetcher.ingest import discover, fetch_pmc, fetch_pubmed
 from services.fetcher.ratelimit import make_limiter, rate_for
-from services.fetcher.tracking import filter_new_pmids
+from services.fetcher.store import filter_new_pmids
 from shared import bookshelf, metrics
 from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply, request_subscriber_options
 from shared.claimcheck import check_in, oversized_reason
-from shared.db import create_pool
+from shared.db import create_pool, reachable
 from shared.db.jobs import (
     add_job_documents,
     add_tasks,
     create_job,
     fail_documents_hook,
+    fail_running_job,
     finish_task,
     mark_job,
     set_stage,
@@ -88,12 +89,7 @@ def fail_jobs_hook(pool: asyncpg.Pool) -> Callable[[list[str], BaseException], A
                 job_id, _, accession = key.partition("/")
                 await finish_task(pool, job_id, package_task(accession), f"Bookshelf {accession}: {reason}")
             else:
-                await pool.execute(
-                    "UPDATE ingest_jobs SET state = 'failed', error = $2, updated_at = now() "
-                    "WHERE job_id = $1 AND state = 'running'",
-                    key,
-                    reason,
-                )
+                await fail_running_job(pool, key, reason)
 
     return hook
 
@@ -131,7 +127,7 @@ class FetcherState:
             await self._pool.close()
 
     async def ready(self) -> bool:
-        return self._client is not None and bool(await self.pool.fetchval("SELECT 1"))
+        return self._client is not None and await reachable(self.pool)
 
     @property
     def pool(self) -> asyncpg.Pool:

@@ -8,11 +8,11 @@ The Kafka handlers (``services/fetcher/handlers.py``) call these and publish wha
 - :func:`fetch_pmc` turns PMIDs into open-access PMC full text (``jats-xml``) events.
 
 Resume: every step is idempotent. A recorded search answers a repeated request inside the TTL, PMIDs
-already in ``documents`` are not returned again (unless ``refresh``), job rows are upserted and
-stages never move backwards (see :mod:`services.fetcher.tracking`). A fetcher killed mid-job gets
-the same ``IngestRequested`` / ``PmidDiscovered`` events again from Kafka (offsets are committed
-after the work) and only re-does what was not stored; each document is stored once because its id
-(``pubmed:<pmid>``) is the key everywhere.
+already in ``documents`` are not returned again (unless ``refresh``; see :mod:`services.fetcher.store`),
+job rows are upserted and stages never move backwards (see :mod:`shared.db.jobs`). A fetcher killed
+mid-job gets the same ``IngestRequested`` / ``PmidDiscovered`` events again from Kafka (offsets are
+committed after the work) and only re-does what was not stored; each document is stored once because
+its id (``pubmed:<pmid>``) is the key everywhere.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from services.fetcher import tracking
+from services.fetcher import store
 from services.fetcher.bulk import PubmedEvent, record_to_events
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsUnavailable, normalise_pmcid, valid_pmid
 from shared.db import jobs
+from shared.db.jobs import Db, dedupe
 from shared.events import DocumentDeleted, DocumentFetched, IngestRequested
 from shared.models import document_id
 from shared.settings import NcbiSettings, Settings
@@ -39,7 +40,7 @@ async def search_pmids(
     database: str,
     max_results: int,
     client: EutilsClient,
-    pool: tracking.Db,
+    pool: Db,
     settings: NcbiSettings,
     *,
     refresh: bool = False,
@@ -50,14 +51,12 @@ async def search_pmids(
     records without a PubMed record are dropped. ``refresh`` skips the recorded search.
     """
     ids = (
-        None
-        if refresh
-        else await tracking.cached_search(pool, query, database, max_results, settings.search_cache_ttl_s)
+        None if refresh else await store.cached_search(pool, query, database, max_results, settings.search_cache_ttl_s)
     )
     if ids is None:
         result = await client.esearch(query, database, max_results)
         ids = result.pmids
-        await tracking.record_search(pool, query, database, max_results, result.count, ids)
+        await store.record_search(pool, query, database, max_results, result.count, ids)
         log.info(
             "searched NCBI",
             extra={"query": query, "database": database, "count": result.count, "taken": len(ids)},
@@ -72,7 +71,7 @@ async def search_pmids(
 
 
 async def discover(
-    req: IngestRequested, client: EutilsClient, pool: tracking.Db, settings: Settings | NcbiSettings
+    req: IngestRequested, client: EutilsClient, pool: Db, settings: Settings | NcbiSettings
 ) -> list[str]:
     """The PMIDs of an ingest request that still need fetching, in order, each once.
 
@@ -95,13 +94,13 @@ async def discover(
         if req.query:
             cap = min(req.max_results, ncbi.search_max_results)
             found += await search_pmids(req.query, req.database, cap, client, pool, ncbi, refresh=req.refresh)
-        given = tracking.dedupe(req.pmids)
+        given = dedupe(req.pmids)
         bad = [p for p in given if not valid_pmid(p)]
         if bad:
             log.warning("invalid PMIDs ignored", extra={"job_id": req.job_id, "pmids": bad[:20]})
         found += [p for p in given if valid_pmid(p)]
-        unique = tracking.dedupe(found)
-        new = await tracking.filter_new_pmids(pool, unique, req.refresh)
+        unique = dedupe(found)
+        new = await store.filter_new_pmids(pool, unique, req.refresh)
         await jobs.add_job_documents(pool, req.job_id, [document_id("pubmed", p) for p in unique])
         new_ids = [document_id("pubmed", p) for p in new]
         await jobs.set_stage(pool, new_ids, "discovered", force=req.refresh)
@@ -134,7 +133,7 @@ async def fetch_pubmed(
     failure that outlasts the retries raises :class:`EutilsError`; events of earlier batches have
     been yielded by then.
     """
-    wanted = [p for p in tracking.dedupe(pmids) if valid_pmid(p)]
+    wanted = [p for p in dedupe(pmids) if valid_pmid(p)]
     async for batch, content in client.efetch_batches(wanted, "pubmed", batch_size):
         returned: set[str] = set()
         for record in iter_pubmed_records(content):
@@ -168,7 +167,7 @@ async def fetch_pmc(
     ``on_closed``. PMIDs without a PMC record are simply not in PMC.
     """
     extra = {"trace_id": trace_id} if trace_id else {}
-    wanted = [p for p in tracking.dedupe(pmids) if valid_pmid(p)]
+    wanted = [p for p in dedupe(pmids) if valid_pmid(p)]
     if not wanted:
         return
     mapping = await client.pmids_to_pmcids(wanted)

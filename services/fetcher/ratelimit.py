@@ -32,6 +32,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from services.fetcher.store import reserve_rate_token, return_rate_token
+
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -43,7 +45,8 @@ log = logging.getLogger(__name__)
 
 
 class Limiter(Protocol):
-    async def acquire(self) -> None: ...
+    async def acquire(self) -> None:
+        """Wait until the caller may make one request."""
 
 
 class TokenBucket:
@@ -122,15 +125,6 @@ def process_limiter(rate: float) -> TokenBucket:
         return bucket
 
 
-_RESERVE = """
-INSERT INTO rate_buckets AS b (name, tokens, updated_at) VALUES ($1, $3 - 1, clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET
-    tokens = LEAST($3, b.tokens + GREATEST(0, EXTRACT(EPOCH FROM clock_timestamp() - b.updated_at)) * $2) - 1,
-    updated_at = clock_timestamp()
-RETURNING tokens
-"""
-
-
 class PgTokenBucket:
     """One token bucket for every process that shares the database (the fetcher replicas).
 
@@ -152,12 +146,14 @@ class PgTokenBucket:
         self.waited_s = 0.0
 
     async def reserve(self) -> float:
-        tokens = float(await self.pool.fetchval(_RESERVE, self.name, self.rate, self.burst))
+        """Take one token from the shared row (on credit if need be); the seconds the caller must wait."""
+        tokens = await reserve_rate_token(self.pool, self.name, self.rate, self.burst)
         wait = 0.0 if tokens >= 0 else -tokens / self.rate
         self.waited_s += wait
         return wait
 
     async def acquire(self) -> None:
+        """Wait until the caller may make one request; a caller cancelled while waiting gives its token back."""
         wait = await self.reserve()
         if wait <= 0:
             return
@@ -165,9 +161,7 @@ class PgTokenBucket:
             await self._sleep(wait)
         except asyncio.CancelledError:
             try:
-                await asyncio.shield(
-                    self.pool.execute("UPDATE rate_buckets SET tokens = tokens + 1 WHERE name = $1", self.name)
-                )
+                await asyncio.shield(return_rate_token(self.pool, self.name))
             except Exception:  # giving the token back is a courtesy; the bucket refills anyway
                 log.debug("could not return an unused NCBI token", exc_info=True)
             raise

@@ -80,6 +80,7 @@ class FullTextBuilder:
         return section
 
     def build(self) -> tuple[str, list[Section]]:
+        """The full text written so far and its sections (with their character offsets into that text)."""
         return "".join(self._parts), list(self._sections)
 
 
@@ -159,6 +160,7 @@ class Chunker:
         return self.chunk_article(doc)
 
     def chunk_article(self, doc: ParsedDocument) -> list[Chunk]:
+        """An article's chunks: each section split into token-capped windows that overlap, in document order."""
         full = doc.full_text or ""
         chunks: list[Chunk] = []
         for sec in doc.sections:
@@ -171,6 +173,8 @@ class Chunker:
         return chunks
 
     def chunk_guideline(self, doc: ParsedDocument) -> list[Chunk]:
+        """A guideline's chunks: a section with its subsections becomes one chunk when it fits the cap, else
+        its own text is split and each subsection is chunked the same way (document order)."""
         full = doc.full_text or ""
         sections = doc.sections
         children: list[list[int]] = [[] for _ in sections]

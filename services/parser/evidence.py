@@ -123,6 +123,7 @@ _TITLE_PATTERNS: tuple[tuple[re.Pattern[str], StudyType], ...] = (
 
 
 def strongest(types: Iterable[StudyType]) -> StudyType | None:
+    """The strongest of ``types`` by evidence rank, or None when there is none."""
     best: StudyType | None = None
     for t in types:
         if best is None or _RANK[t] > _RANK[best]:
@@ -131,6 +132,7 @@ def strongest(types: Iterable[StudyType]) -> StudyType | None:
 
 
 def evidence_level(study_type: StudyType | None) -> float | None:
+    """The evidence weight (0-1) of a study type, or None for no study type."""
     return None if study_type is None else EVIDENCE_WEIGHTS[study_type]
 
 

@@ -18,7 +18,7 @@ from services.parser.store import chunks_missing_vectors, delete_document, store
 from shared import metrics
 from shared.broker import PoisonEvent, add_dead_letter_hook, decode
 from shared.claimcheck import ClaimMissing, claim
-from shared.db import create_pool
+from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding.passage_tokens import PassageTokenizer, passage_tokenizer
 from shared.events import ChunkCreated, DocumentDeleted, DocumentFetched
@@ -52,7 +52,7 @@ class ParserState:
             await self._pool.close()
 
     async def ready(self) -> bool:
-        return self._pool is not None and self._chunker is not None and bool(await self.pool.fetchval("SELECT 1"))
+        return self._pool is not None and self._chunker is not None and await reachable(self.pool)
 
     @property
     def pool(self) -> asyncpg.Pool:

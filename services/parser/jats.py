@@ -65,6 +65,7 @@ class JatsParseError(ValueError):
 
 
 def local(el: etree._Element) -> str:
+    """The local name of an element's tag (namespace dropped); empty for comments and processing instructions."""
     tag = el.tag
     if not isinstance(tag, str):
         return ""
@@ -72,6 +73,7 @@ def local(el: etree._Element) -> str:
 
 
 def squash(text: str) -> str:
+    """``text`` with every run of whitespace made one space, stripped."""
     return " ".join(text.split())
 
 
@@ -152,6 +154,7 @@ def table_text(tw: etree._Element) -> str:
 
 
 def list_text(el: etree._Element, depth: int = 0) -> str:
+    """A JATS ``<list>`` as text: its title, then one bulleted line per item (nested lists indented by ``depth``)."""
     lines: list[str] = []
     title = squash(el.findtext("title") or "")
     if title:
@@ -230,6 +233,7 @@ def container_blocks(el: etree._Element, *, include_secs: bool = False) -> list[
 
 
 def section_title(sec: etree._Element, default: str = "Section") -> str:
+    """A section's title: its ``<title>``, else its ``<label>``, else its ``sec-type`` (else ``default``), readable."""
     title = text_without(sec.find("title"))
     if not title:
         title = squash(sec.findtext("label") or "")
@@ -237,6 +241,8 @@ def section_title(sec: etree._Element, default: str = "Section") -> str:
 
 
 def excluded_section(sec: etree._Element) -> bool:
+    """Whether a section is left out of the text: acknowledgements, references, funding, competing interests,
+    author contributions or supplementary material, by its ``sec-type`` or its title."""
     sec_type = (sec.get("sec-type") or "").strip()
     if sec_type in _EXCLUDED_SEC_TYPES or sec_type.lower() in _EXCLUDED_SEC_TYPES:
         return True
@@ -285,6 +291,7 @@ def _initials(given: str) -> str | None:
 
 
 def affiliations_by_id(root: etree._Element) -> dict[str, str]:
+    """The text of every ``<aff>`` with an ``id``, by that id (labels left out)."""
     out: dict[str, str] = {}
     for aff in root.iter("aff"):
         aff_id = aff.get("id")
@@ -345,6 +352,8 @@ _DATE_PREFERENCE = ("ppub", "collection", "epub-ppub", "epub", "pmc-release")
 
 
 def jats_date(el: etree._Element | None) -> tuple[str | None, int | None]:
+    """``(ISO date, year)`` of a JATS date element: as precise as it gives (year, month or season, day);
+    ``(None, None)`` without a four-digit year."""
     if el is None:
         return None, None
     year_text = squash(el.findtext("year") or "")
@@ -374,6 +383,8 @@ def publication_date(meta: etree._Element) -> tuple[str | None, int | None]:
 
 
 def language_code(value: str | None) -> str | None:
+    """PubMed's three-letter code for a JATS ``xml:lang`` (``en`` or ``en-US`` -> ``eng``); other values
+    lower-cased as given; None for none."""
     if not value:
         return None
     value = value.strip().lower()
@@ -415,7 +426,8 @@ def _abstracts(meta: etree._Element) -> tuple[list[AbstractSection], list[tuple[
 
 
 def parse_article(article: etree._Element) -> ParsedDocument:
-    """One JATS ``<article>`` element."""
+    """The parsed document of one JATS ``<article>`` element (metadata, sections, full text, no chunks yet);
+    raises :class:`JatsParseError` when it has no ``front/article-meta``."""
     meta = article.find("front/article-meta")
     if meta is None:
         raise JatsParseError("JATS article without front/article-meta")

@@ -68,6 +68,8 @@ def _book_info(book_meta: etree._Element | None) -> BookInfo:
 
 
 def classify_book(book_title: str, chapter_title: str, publisher: str | None, subjects: list[str]) -> StudyType:
+    """The study type of a Bookshelf part: ``guideline`` when its titles or subjects say so or the WHO
+    publishes it, else ``review``."""
     text = " ".join([book_title, chapter_title, *subjects]).lower()
     if any(w in text for w in GUIDELINE_WORDS) or (publisher or "").lower().startswith("world health organization"):
         return "guideline"

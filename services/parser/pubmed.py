@@ -40,6 +40,7 @@ def text_of(el: etree._Element | None) -> str:
 
 
 def month_number(value: str | None) -> int | None:
+    """A month (1-12) from a number, a month name or abbreviation, or a season; None when it is none of these."""
     if not value:
         return None
     v = value.strip().lower()
@@ -195,7 +196,8 @@ def _full_text(title: str, sections: list[AbstractSection]) -> tuple[str, list[S
 
 
 def parse_article(el: etree._Element) -> ParsedDocument:
-    """One ``PubmedArticle`` element."""
+    """The parsed document of one ``PubmedArticle`` element (metadata and abstract, no chunks yet); raises
+    :class:`PubmedParseError` without a ``MedlineCitation`` or a PMID."""
     citation = el.find("MedlineCitation")
     if citation is None:
         raise PubmedParseError("PubmedArticle without MedlineCitation")

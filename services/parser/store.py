@@ -38,6 +38,7 @@ class StoreResult:
 
 
 def chunk_id(document_id: str, content_hash: str, ordinal: int) -> str:
+    """The id of a chunk: the document id, the first 12 characters of the content hash and the chunk's ordinal."""
     return f"{document_id}#{content_hash[:12]}#{ordinal}"
 
 

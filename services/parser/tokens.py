@@ -41,11 +41,14 @@ class Tokenizer(Protocol):
     max_seq_length: int
     special_tokens: int
 
-    def count(self, text: str) -> int: ...
+    def count(self, text: str) -> int:
+        """How many tokens ``text`` makes (no special tokens)."""
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str) -> list[int]:
+        """The token ids of ``text`` (no special tokens)."""
 
-    def offsets(self, text: str) -> list[tuple[int, int]]: ...
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character span in ``text`` of each token."""
 
 
 def resolve_model_path(name: str) -> str:
@@ -100,10 +103,12 @@ class HfTokenizer:
         return self.max_seq_length - self.special_tokens
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of ``text`` (no special tokens)."""
         ids = self._tok(text, add_special_tokens=False, verbose=False)["input_ids"]
         return [int(i) for i in ids]
 
     def count(self, text: str) -> int:
+        """How many tokens ``text`` makes (no special tokens)."""
         return len(self.encode(text))
 
     def offsets(self, text: str) -> list[tuple[int, int]]:

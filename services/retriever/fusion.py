@@ -39,6 +39,8 @@ class ConvexFusion:
         self.weights = list(weights) if weights is not None else None
 
     def fuse(self, rankings: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
+        """``(item, fused score)`` of every item of the rankings, best first (ties: first seen); an item missing
+        from a ranking gets 0 from it. Raises ValueError when weights and rankings differ in number."""
         weights = self.weights or [1.0] * len(rankings)
         if len(weights) != len(rankings):
             raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")

@@ -21,7 +21,7 @@ from services.retriever.store import (
     VectorIndex,
     complete_documents,
     ensure_active_index,
-    get_index,
+    live_index_for,
     upsert_vectors,
 )
 from shared import metrics
@@ -35,7 +35,7 @@ from shared.broker import (
     request_subscriber_options,
     undecoded_batch,
 )
-from shared.db import create_pool
+from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
@@ -81,7 +81,7 @@ class RetrieverState:
                 await pool.close()
 
     async def ready(self) -> bool:
-        return self._index is not None and bool(await self.pool.fetchval("SELECT 1"))
+        return self._index is not None and await reachable(self.pool)
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -107,10 +107,7 @@ class RetrieverState:
         """Where vectors from ``model`` go: the active index, or a building one (reindexing)."""
         if model == self.index.model and dim == self.index.dim:
             return self.index
-        row = await self.pool.fetchrow(
-            "SELECT name FROM vector_indexes WHERE model = $1 AND dim = $2 AND state <> 'retired'", model, dim
-        )
-        return await get_index(self.pool, row["name"]) if row else None
+        return await live_index_for(self.pool, model, dim)
 
     def searcher(self) -> HybridSearcher:
         return HybridSearcher.from_settings(

@@ -19,14 +19,8 @@ from typing import Any
 
 import asyncpg
 
-from services.retriever.filters import where_clause
+from services.retriever.store import Scored, where_clause
 from shared.models import SearchFilters
-
-
-@dataclass(frozen=True)
-class LexicalHit:
-    chunk_id: str
-    score: float
 
 
 @dataclass(frozen=True)
@@ -40,6 +34,7 @@ class CorpusCounts:
 
 
 async def corpus_counts(pool: asyncpg.Pool) -> CorpusCounts:
+    """N and the mean title, section and text lengths of the indexed chunks (zeros for an empty index)."""
     row = await pool.fetchrow(
         "SELECT count(*) AS n, coalesce(avg(len_title), 0) AS t, coalesce(avg(len_section), 0) AS s, "
         "coalesce(avg(len_text), 0) AS x FROM bm25_chunks"
@@ -48,19 +43,26 @@ async def corpus_counts(pool: asyncpg.Pool) -> CorpusCounts:
     return CorpusCounts(int(row["n"]), float(row["t"]), float(row["s"]), float(row["x"]))
 
 
-# $1 query text, $2 k, $3 k1, $4 b, $5 title weight, $6 section weight, $7 N, $8 avgdl, $9 top M (NULL: all);
-# filters from $10. `s` is materialised in score order and the filter is a LATERAL subquery (its LIMIT 1 keeps the
-# planner from flattening it into a hash join), so the walk is a nested loop in score order that stops after k
-# passing chunks instead of joining every candidate.
-_BM25_SQL = """
-WITH q AS (
+# Both BM25 statements take $1 query text, $2 k, $3 k1, $4 b, $5 title weight, $6 section weight, $7 N,
+# $8 avgdl, $9 a depth (top M postings a term, or at most that many filtered chunks), filters from $10; they
+# share the query terms with their IDF, a posting's BM25F term frequency and length, and the BM25 sum.
+_QUERY_TERMS = """q AS (
     SELECT t.term_id, ln(1 + ($7::float8 - t.df + 0.5) / (t.df + 0.5)) AS idf
     FROM bm25_terms t
-    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0),
+    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0)"""
+_POSTING_TF_DL = """i.tf_text + $5::float8 * i.tf_title + $6::float8 * i.tf_section AS tf,
+           i.len_text + $5::float8 * i.len_title + $6::float8 * i.len_section AS dl"""
+_BM25_SUM = """sum(p.idf * p.tf * ($3::float8 + 1)
+               / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8 * p.dl / $8::float8))) AS score"""
+
+# Postings first: `s` is materialised in score order and the filter is a LATERAL subquery (its LIMIT 1 keeps the
+# planner from flattening it into a hash join), so the walk is a nested loop in score order that stops after k
+# passing chunks instead of joining every candidate. $9 NULL: every posting (exact BM25).
+_BM25_SQL = f"""
+WITH {_QUERY_TERMS},
 p AS (
     SELECT q.idf, i.chunk_key,
-           i.tf_text + $5::float8 * i.tf_title + $6::float8 * i.tf_section AS tf,
-           i.len_text + $5::float8 * i.len_title + $6::float8 * i.len_section AS dl
+           {_POSTING_TF_DL}
     FROM q CROSS JOIN LATERAL (
         SELECT chunk_key, tf_text, tf_title, tf_section, len_text, len_title, len_section
         FROM bm25_impacts
@@ -69,8 +71,7 @@ p AS (
         LIMIT $9::bigint) i),
 s AS MATERIALIZED (
     SELECT p.chunk_key,
-           sum(p.idf * p.tf * ($3::float8 + 1)
-               / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8 * p.dl / $8::float8))) AS score
+           {_BM25_SUM}
     FROM p
     WHERE p.tf > 0
     GROUP BY p.chunk_key
@@ -81,75 +82,83 @@ FROM s CROSS JOIN LATERAL (
     FROM bm25_chunks b
     JOIN chunks c ON c.chunk_id = b.chunk_id
     JOIN documents d ON d.document_id = c.document_id
-    WHERE b.chunk_key = s.chunk_key AND {where}
+    WHERE b.chunk_key = s.chunk_key AND {{where}}
     LIMIT 1) f
 LIMIT $2"""
 
-
-async def bm25_rank(
-    pool: asyncpg.Pool,
-    query: str,
-    k: int,
-    filters: SearchFilters,
-    *,
-    k1: float,
-    b: float,
-    title_weight: float,
-    section_weight: float,
-    counts: CorpusCounts,
-    top_m: int | None,
-) -> list[LexicalHit]:
-    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id)."""
-    if counts.chunks == 0:
-        return []
-    avgdl = counts.mean_text + title_weight * counts.mean_title + section_weight * counts.mean_section
-    where, fparams = where_clause(filters, 10)
-    args: list[Any] = [
-        query,
-        k,
-        k1,
-        b,
-        title_weight,
-        section_weight,
-        float(counts.chunks),
-        max(avgdl, 1e-6),
-        top_m,
-        *fparams,
-    ]
-    rows = await pool.fetch(_BM25_SQL.format(where=where), *args)
-    hits = [LexicalHit(r["chunk_id"], float(r["score"])) for r in rows]
-    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))
-
-
 # The same scores, driven from the filter instead of the posting lists: every chunk passing the filter (at
 # most $9 of them) is scored from all its postings of the query terms (exact BM25) through the chunk_key index.
-_BM25_FILTER_FIRST_SQL = """
-WITH q AS (
-    SELECT t.term_id, ln(1 + ($7::float8 - t.df + 0.5) / (t.df + 0.5)) AS idf
-    FROM bm25_terms t
-    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0),
+_BM25_FILTER_FIRST_SQL = f"""
+WITH {_QUERY_TERMS},
 f AS MATERIALIZED (
     SELECT b.chunk_key, b.chunk_id
     FROM chunks c
     JOIN documents d ON d.document_id = c.document_id
     JOIN bm25_chunks b ON b.chunk_id = c.chunk_id
-    WHERE {where}
+    WHERE {{where}}
     LIMIT $9::bigint),
 p AS (
     SELECT q.idf, f.chunk_id,
-           i.tf_text + $5::float8 * i.tf_title + $6::float8 * i.tf_section AS tf,
-           i.len_text + $5::float8 * i.len_title + $6::float8 * i.len_section AS dl
+           {_POSTING_TF_DL}
     FROM f
     JOIN bm25_impacts i ON i.chunk_key = f.chunk_key
     JOIN q ON q.term_id = i.term_id)
 SELECT p.chunk_id,
-       sum(p.idf * p.tf * ($3::float8 + 1)
-           / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8 * p.dl / $8::float8))) AS score
+       {_BM25_SUM}
 FROM p
 WHERE p.tf > 0
 GROUP BY p.chunk_id
 ORDER BY score DESC, p.chunk_id
 LIMIT $2"""
+
+
+@dataclass(frozen=True)
+class Bm25Scoring:
+    """What a BM25 score is computed with: ``k1``/``b``, the BM25F field weights (text weighs 1) and the
+    corpus counts (N, mean field lengths)."""
+
+    k1: float
+    b: float
+    title_weight: float
+    section_weight: float
+    counts: CorpusCounts
+
+    def args(self, query: str, k: int, depth: int | None) -> list[Any]:
+        """$1..$9 of the BM25 statements."""
+        c = self.counts
+        avgdl = c.mean_text + self.title_weight * c.mean_title + self.section_weight * c.mean_section
+        return [
+            query,
+            k,
+            self.k1,
+            self.b,
+            self.title_weight,
+            self.section_weight,
+            float(c.chunks),
+            max(avgdl, 1e-6),
+            depth,
+        ]
+
+
+async def _bm25_fetch(
+    pool: asyncpg.Pool, sql: str, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, depth: int | None
+) -> list[Scored]:
+    """Run one of the BM25 statements with its nine scoring parameters and the filters from $10."""
+    if scoring.counts.chunks == 0:
+        return []
+    where, fparams = where_clause(filters, 10)
+    rows = await pool.fetch(sql.format(where=where), *scoring.args(query, k, depth), *fparams)
+    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+
+
+async def bm25_rank(
+    pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, *, top_m: int | None
+) -> list[Scored]:
+    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id), reading at most
+    ``top_m`` postings a query term (None: all). Empty when nothing is indexed."""
+    hits = await _bm25_fetch(pool, _BM25_SQL, query, k, filters, scoring, top_m)
+    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))
+
 
 _FILTERED_COUNT_SQL = """
 SELECT count(*) FROM (
@@ -164,37 +173,11 @@ async def filtered_chunks_at_most(pool: asyncpg.Pool, filters: SearchFilters, ca
 
 
 async def bm25_rank_filter_first(
-    pool: asyncpg.Pool,
-    query: str,
-    k: int,
-    filters: SearchFilters,
-    *,
-    k1: float,
-    b: float,
-    title_weight: float,
-    section_weight: float,
-    counts: CorpusCounts,
-    max_chunks: int,
-) -> list[LexicalHit]:
-    """Exact BM25 over the chunks passing ``filters`` (at most ``max_chunks`` of them: for selective filters)."""
-    if counts.chunks == 0:
-        return []
-    avgdl = counts.mean_text + title_weight * counts.mean_title + section_weight * counts.mean_section
-    where, fparams = where_clause(filters, 10)
-    args: list[Any] = [
-        query,
-        k,
-        k1,
-        b,
-        title_weight,
-        section_weight,
-        float(counts.chunks),
-        max(avgdl, 1e-6),
-        max_chunks,
-        *fparams,
-    ]
-    rows = await pool.fetch(_BM25_FILTER_FIRST_SQL.format(where=where), *args)
-    return [LexicalHit(r["chunk_id"], float(r["score"])) for r in rows]
+    pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, *, max_chunks: int
+) -> list[Scored]:
+    """Exact BM25 over the chunks passing ``filters`` (at most ``max_chunks`` of them: for selective filters);
+    the ``k`` best, best first (ties: chunk id). Empty when nothing is indexed."""
+    return await _bm25_fetch(pool, _BM25_FILTER_FIRST_SQL, query, k, filters, scoring, max_chunks)
 
 
 _FTS_SQL = """WITH q AS (
@@ -206,11 +189,11 @@ _FTS_SQL = """WITH q AS (
               LIMIT $2"""
 
 
-async def fts_rank(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[LexicalHit]:
+async def fts_rank(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
     """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
     where, params = where_clause(filters, 3)
     rows = await pool.fetch(_FTS_SQL.format(where=where), query, k, *params)
-    return [LexicalHit(r["chunk_id"], float(r["score"])) for r in rows]
+    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
 
 
 #: The lexical index's B-trees (as migration 100 creates them): a bulk load may drop them and build them once.

@@ -36,6 +36,8 @@ def _sentence(text: str) -> str:
 
 
 def render(query: str, form: QueryForm | None = None) -> RenderedQuery:
+    """What each leg searches with: a free question as written, or the query form (therapeutic,
+    condition-findings) rendered into its dense text, its lexical keywords and the reranker's text."""
     if form is None:
         return RenderedQuery(query, query, query)
     if form.kind == "therapeutic":

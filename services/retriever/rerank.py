@@ -54,6 +54,7 @@ class CrossEncoderReranker:
 
     @staticmethod
     def onnx_graph(folder: Path) -> Path | None:
+        """The ONNX graph of a model folder (``model.onnx``, ``onnx/model.onnx`` or its only ``*.onnx``), or None."""
         for candidate in (folder / "model.onnx", folder / "onnx" / "model.onnx"):
             if candidate.is_file():
                 return candidate
@@ -116,6 +117,7 @@ class CrossEncoderReranker:
         return predict
 
     async def rerank(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One cross-encoder score per passage for ``query`` (higher: more relevant), in the passages' order."""
         if not passages:
             return []
         predict = await asyncio.to_thread(self._load)
@@ -161,10 +163,13 @@ class LlmReranker:
         self.max_tokens = max_tokens
 
     def prompt(self, query: str, passages: Sequence[str]) -> str:
+        """The prompt that asks Claude to grade each numbered passage (cut to ``max_chars``) for ``query``."""
         blocks = "\n\n".join(f"[{i}] {p[: self.max_chars]}" for i, p in enumerate(passages, start=1))
         return _LLM_PROMPT.format(query=query, passages=blocks)
 
     async def rerank(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One relevance score per passage from Claude, in the passages' order; when Claude fails, scores that
+        keep the incoming order."""
         if not passages:
             return []
         fallback = [float(len(passages) - i) / len(passages) - 1.0 for i in range(len(passages))]
@@ -204,6 +209,8 @@ class EmbeddingReranker:
         self.cache = cache
 
     async def rerank(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One score per passage, in the passages' order: reciprocal-rank fusion of the incoming order (weighted
+        ``first_weight``) and the order by cosine similarity of the query's and the passage's vectors."""
         if not passages:
             return []
         q = (await asyncio.to_thread(self.embedder.encode_queries, [query]))[0]
@@ -223,6 +230,7 @@ class EmbeddingReranker:
 
 
 def anthropic_client(settings: Settings) -> Any:
+    """An ``anthropic.AsyncAnthropic`` client from the LLM settings (API key, base URL, timeout; one retry)."""
     import anthropic
 
     key = settings.llm.anthropic_api_key

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Literal, Self
 import asyncpg
 import numpy as np
 
-from services.retriever.filters import where_clause
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.lexical_store import (
+    Bm25Scoring,
     CorpusCounts,
-    LexicalHit,
     bm25_rank,
     bm25_rank_filter_first,
     corpus_counts,
@@ -35,7 +34,7 @@ from services.retriever.lexical_store import (
     fts_rank,
 )
 from services.retriever.mmr import mmr_select
-from services.retriever.store import VectorIndex, hit_rows, nearest_chunks, vectors_of
+from services.retriever.store import Scored, VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
 from shared.models import SearchFilters, SearchHit
 
 if TYPE_CHECKING:
@@ -43,12 +42,6 @@ if TYPE_CHECKING:
     from shared.settings import RetrievalSettings
 
 Mode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
-
-
-@dataclass(frozen=True)
-class Scored:
-    chunk_id: str
-    score: float
 
 
 @dataclass(frozen=True)
@@ -64,6 +57,7 @@ class Bm25Params:
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
+        """The BM25 parameters of the retrieval settings (``bm25_top_m`` 0: read every posting)."""
         return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_top_m or None)
 
 
@@ -85,7 +79,7 @@ async def dense_search(
 
 async def fts_search(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
     """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
-    return [Scored(h.chunk_id, h.score) for h in await fts_rank(pool, query, k, filters)]
+    return await fts_rank(pool, query, k, filters)
 
 
 @dataclass
@@ -98,6 +92,7 @@ class CorpusStats:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def get(self, pool: asyncpg.Pool) -> CorpusCounts:
+        """The corpus counts, read from the store when the cached ones are older than ``ttl_s``."""
         now = time.monotonic()
         if self._value is not None and now - self._at < self.ttl_s:
             return self._value
@@ -109,6 +104,7 @@ class CorpusStats:
         return self._value
 
     def invalidate(self) -> None:
+        """Forget the cached counts: the next :meth:`get` reads them again."""
         self._value = None
 
 
@@ -136,37 +132,21 @@ async def bm25_search(
     (exact BM25 over those chunks). Otherwise, when the top M leave fewer than ``k`` chunks through the
     filters, the query is repeated ``TOP_M_ESCALATION`` times deeper, then exactly: k results either way.
     """
-    counts = await stats.get(pool)
-    weights = {
-        "k1": params.k1,
-        "b": params.b,
-        "title_weight": params.title_weight,
-        "section_weight": params.section_weight,
-        "counts": counts,
-    }
-    hits: list[LexicalHit] = []
+    scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
     if params.top_m:
         if where_clause(filters, 1)[1] and (
             await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None
         ):
-            hits = await bm25_rank_filter_first(
-                pool,
-                query,
-                k,
-                filters,
-                max_chunks=FILTER_FIRST_MAX_CHUNKS,
-                **weights,  # type: ignore[arg-type]
-            )
-            return [Scored(h.chunk_id, h.score) for h in hits]
+            return await bm25_rank_filter_first(pool, query, k, filters, scoring, max_chunks=FILTER_FIRST_MAX_CHUNKS)
         for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
-            hits = await bm25_rank(pool, query, k, filters, top_m=depth, **weights)  # type: ignore[arg-type]
+            hits = await bm25_rank(pool, query, k, filters, scoring, top_m=depth)
             if len(hits) >= k:
-                return [Scored(h.chunk_id, h.score) for h in hits]
-    hits = await bm25_rank(pool, query, k, filters, top_m=None, **weights)  # type: ignore[arg-type]
-    return [Scored(h.chunk_id, h.score) for h in hits]
+                return hits
+    return await bm25_rank(pool, query, k, filters, scoring, top_m=None)
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
+    """The stored rows (chunk, document metadata, text) of ``chunk_ids``, by chunk id; unknown ids are absent."""
     return await hit_rows(pool, chunk_ids)
 
 
@@ -183,6 +163,8 @@ def _url(r: asyncpg.Record) -> str | None:
 def limit_per_document(
     ids: list[tuple[str, float]], doc_of: dict[str, str], per_doc: int | None
 ) -> list[tuple[str, float]]:
+    """``ids`` in order, keeping at most ``per_doc`` chunks of one document (None: all); ``doc_of`` maps
+    chunk id to document id (a chunk missing from it counts as its own document)."""
     if per_doc is None:
         return ids
     seen: dict[str, int] = {}
@@ -246,6 +228,7 @@ class HybridSearcher:
         ef_search: int = 100,
         stats: CorpusStats | None = None,
     ) -> Self:
+        """A searcher configured by the retrieval settings (fusion, BM25, PRF, MMR) over ``pool`` and ``index``."""
         return cls(
             pool,
             index,
@@ -266,9 +249,11 @@ class HybridSearcher:
     async def dense_search(
         self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
     ) -> list[Scored]:
+        """The ``k`` nearest chunks to ``query_vector`` that pass ``filters``, best first."""
         return await dense_search(self.pool, self.index, query_vector, k, filters, ef_search)
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+        """The ``k`` best chunks for ``query`` by BM25 (or full-text rank) that pass ``filters``, best first."""
         if self.lexical == "fts":
             return await fts_search(self.pool, query, k, filters)
         return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats)

@@ -1,4 +1,5 @@
-"""The vector store: one pgvector table per embedding model, exactly one of them active.
+"""The vector store: one pgvector table per embedding model, exactly one of them active; and the search
+filters as a SQL ``WHERE`` clause over ``documents d`` (:func:`where_clause`, shared with ``lexical_store``).
 
 Each index records the model and dimension that produced its vectors. A retriever started with a
 different model than the active index refuses to run (mixing vector spaces silently ruins search);
@@ -10,13 +11,60 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import numpy as np
 
-from services.retriever.filters import where_clause
 from shared.models import SearchFilters
 from shared.settings import DatabaseSettings
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A chunk and its score in one ranking (higher: better)."""
+
+    chunk_id: str
+    score: float
+
+
+def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[Any]]:
+    """``(sql, params)`` where sql is ``TRUE`` or conditions joined by AND, using $first_param..."""
+    conds: list[str] = []
+    params: list[Any] = []
+
+    def p(value: Any) -> str:
+        params.append(value)
+        return f"${first_param + len(params) - 1}"
+
+    if not filters.include_retracted:
+        conds.append("NOT d.retracted")
+    if filters.year_from is not None:
+        conds.append(f"d.year >= {p(filters.year_from)}")
+    if filters.year_to is not None:
+        conds.append(f"d.year <= {p(filters.year_to)}")
+    if filters.journals:
+        journals = [j.lower() for j in filters.journals]
+        ph = p(journals)
+        conds.append(f"(lower(d.journal) = ANY({ph}::text[]) OR lower(d.journal_iso) = ANY({ph}::text[]))")
+    if filters.study_types:
+        conds.append(f"d.study_type = ANY({p(list(filters.study_types))}::text[])")
+    if filters.min_evidence_level is not None:
+        conds.append(f"d.evidence_level >= {p(filters.min_evidence_level)}")
+    if filters.mesh:
+        ph = p(list(filters.mesh))
+        if filters.mesh_descendants:
+            # Descendants through the MeSH tree numbers when the tree is loaded (mesh_tree); else exact.
+            conds.append(
+                f"d.mesh_terms && ({ph}::text[] || ARRAY(SELECT c.descriptor FROM mesh_tree p "
+                "JOIN mesh_tree c ON c.tree_number = p.tree_number OR c.tree_number LIKE p.tree_number || '.%' "
+                f"WHERE lower(p.descriptor) = ANY(SELECT lower(x) FROM unnest({ph}::text[]) AS x)))"
+            )
+        else:
+            conds.append(f"d.mesh_terms && {ph}::text[]")
+    if filters.sources:
+        conds.append(f"d.source = ANY({p(list(filters.sources))}::text[])")
+    return (" AND ".join(conds) or "TRUE"), params
 
 
 class IndexModelMismatch(RuntimeError):
@@ -33,6 +81,7 @@ class VectorIndex:
 
 
 def index_name_for(model: str) -> str:
+    """The index name for a model: its name lower-cased, non-alphanumerics as ``_``, at most 40 characters."""
     slug = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")
     return slug[:40] or "default"
 
@@ -42,12 +91,22 @@ def _row(r: asyncpg.Record) -> VectorIndex:
 
 
 async def active_index(pool: asyncpg.Pool) -> VectorIndex | None:
+    """The active vector index, or None before the first one is created."""
     row = await pool.fetchrow("SELECT * FROM vector_indexes WHERE state = 'active'")
     return _row(row) if row else None
 
 
 async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
+    """The vector index called ``name``, or None."""
     row = await pool.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
+    return _row(row) if row else None
+
+
+async def live_index_for(pool: asyncpg.Pool, model: str, dim: int) -> VectorIndex | None:
+    """The index (active or building, not retired) that holds ``model``'s ``dim``-d vectors, if any."""
+    row = await pool.fetchrow(
+        "SELECT * FROM vector_indexes WHERE model = $1 AND dim = $2 AND state <> 'retired'", model, dim
+    )
     return _row(row) if row else None
 
 
@@ -161,6 +220,7 @@ async def complete_documents(pool: asyncpg.Pool, index: VectorIndex, document_id
 
 
 async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
+    """How many vectors ``index`` holds."""
     return int(await pool.fetchval(f"SELECT count(*) FROM {index.table_name}"))
 
 
@@ -206,6 +266,7 @@ async def hit_rows(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, as
 
 
 async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """The stored vectors of ``chunk_ids`` in ``index``, by chunk id (chunks without a vector are absent)."""
     rows = await pool.fetch(
         f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
     )

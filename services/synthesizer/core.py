@@ -51,6 +51,7 @@ class Synthesizer:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Synthesizer:
+        """A synthesizer that answers with Claude when an API key is set, else extractively."""
         llm = ClaudeAnswerer(settings.llm, support=settings.support) if settings.llm.anthropic_api_key else None
         return cls(settings, llm)
 
@@ -175,6 +176,9 @@ class Synthesizer:
         )
 
     async def answer(self, req: SynthesisRequest) -> SynthesisReply:
+        """The whole reply to a synthesis request: the answer with its citations checked and their support
+        scored, and (when asked) the structured summary. An emergency question gets the emergency reply and
+        passages below the relevance threshold the insufficient-evidence reply, without a model call."""
         start = time.perf_counter()
         early = await self._early(req, start)
         if early is not None:

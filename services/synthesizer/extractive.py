@@ -105,6 +105,7 @@ _FINDING = re.compile(
 
 
 def terms(text: str) -> list[str]:
+    """The content words of ``text``: lower-cased, stop words and one-letter words left out, in order."""
     return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
 
 
@@ -198,6 +199,8 @@ class ExtractiveAnswerer:
         return out
 
     def select(self, question: str, hits: Sequence[SearchHit]) -> list[ScoredSentence]:
+        """The sentences of ``hits`` that answer ``question`` best, in the order they are quoted; empty when
+        the question has no content word or no sentence clears the relevance floor."""
         q = stems(question)
         if not q:
             return []
@@ -277,6 +280,8 @@ class ExtractiveAnswerer:
         return first
 
     def answer(self, question: str, hits: Sequence[SearchHit]) -> str:
+        """The extractive answer: a labelled list of the selected sentences, each with its source's citation id;
+        empty when nothing relevant was found."""
         chosen = self.select(question, hits)
         if not chosen:
             return ""

@@ -94,6 +94,8 @@ class ClaudeAnswerer:
         *,
         ledger: UsageLedger | None = None,
     ) -> str:
+        """Claude's answer to ``question`` from the numbered ``hits`` (with the conversation ``history``), whole;
+        the call is recorded in ``ledger``."""
         message = await create_message(
             self.client, service=SERVICE, step="answer", ledger=ledger, **self._params(question, hits, history)
         )
@@ -107,6 +109,7 @@ class ClaudeAnswerer:
         *,
         ledger: UsageLedger | None = None,
     ) -> AsyncIterator[str]:
+        """Claude's answer to ``question`` from ``hits``, as the text deltas arrive."""
         params = self._params(question, hits, history)
         async with stream_message(self.client, service=SERVICE, step="answer", ledger=ledger, **params) as stream:
             async for text in stream.text_stream:
@@ -155,4 +158,5 @@ class ClaudeAnswerer:
         return None
 
     async def aclose(self) -> None:
+        """Close the Anthropic client."""
         await self.client.close()

@@ -35,6 +35,7 @@ def format_sources(hits: Sequence[SearchHit]) -> str:
 
 
 def user_message(question: str, hits: Sequence[SearchHit]) -> str:
+    """The user turn: the numbered sources, the question and the rule to answer only from them, citing by id."""
     return (
         f"{format_sources(hits)}\n\nQuestion: {question}\n\n"
         "Answer from these sources only, citing each finding inline by its source's id attribute in brackets, "

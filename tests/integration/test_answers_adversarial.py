@@ -17,7 +17,7 @@ import pytest
 from shared.citations import cited_ids
 from shared.models import SearchHit
 from tests.fakes.anthropic_server import FABRICATED, FakeAnthropic, leaks
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, claude_mode
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -25,29 +25,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def adversary(stack: Stack) -> Iterator[FakeAnthropic]:
     """The synthesizer and gateway restarted in Claude mode against the adversarial stand-in (then back)."""
-    with FakeAnthropic.adversarial() as fake:
-        changed = ("synthesizer", "gateway")
-        for name in changed:
-            proc = stack.services.processes[name]
-            proc.env = {**proc.env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
-            stack.services.restart(name)
-        try:
-            yield fake
-        finally:
-            for name in changed:
-                proc = stack.services.processes[name]
-                proc.env = {k: v for k, v in proc.env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
-                stack.services.restart(name)
-
-
-@pytest.fixture(scope="module")
-def ingested(stack: Stack) -> list[str]:
-    pmids = stack.fake.pubmed_ids
-    with stack.http() as http:
-        job = http.post("/v1/ingest", json={"pmids": pmids}).json()["job_id"]
-    status = stack.wait_job(job)
-    assert status["done"], status
-    return pmids
+    with FakeAnthropic.adversarial() as fake, claude_mode(stack, fake):
+        yield fake
 
 
 def _events(stack: Stack, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -64,14 +43,14 @@ def _events(stack: Stack, body: dict[str, Any]) -> list[tuple[str, dict[str, Any
 
 
 def test_no_unverified_id_reaches_the_client_in_any_channel(
-    stack: Stack, ingested: list[str], adversary: FakeAnthropic
+    stack: Stack, sample_pmids: list[str], adversary: FakeAnthropic
 ) -> None:
     question = "What is known about AIDS treatment in correctional facilities?"
     events = _events(stack, {"question": question, "return_sources": True})
     kinds = [k for k, _ in events]
     assert kinds[0] == "retrieval_done" and kinds[-1] == "done", kinds
     allowed = {SearchHit.model_validate(s).citation_id for s in events[0][1]["sources"]}
-    assert allowed and allowed <= {f"PMID:{p}" for p in ingested}
+    assert allowed and allowed <= {f"PMID:{p}" for p in sample_pmids}
     shown = ""
     for kind, data in events:  # every SSE event, every field
         if kind == "retrieval_done":

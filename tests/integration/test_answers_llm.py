@@ -12,18 +12,8 @@ from tests.integration.conftest import Stack
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def ingested_pmids(stack: Stack) -> list[str]:
-    pmids = stack.fake.pubmed_ids
-    with stack.http() as http:
-        job = http.post("/v1/ingest", json={"pmids": pmids}).json()["job_id"]
-    status = stack.wait_job(job)
-    assert status["done"], status
-    return pmids
-
-
 def test_llm_answer_is_verified_and_hallucinations_removed(
-    stack: Stack, ingested_pmids: list[str], llm_mode: FakeAnthropic
+    stack: Stack, sample_pmids: list[str], llm_mode: FakeAnthropic
 ) -> None:
     with stack.http() as http:
         r = http.post("/v1/ask", json={"question": "What is known about AIDS treatment in correctional facilities?"})
@@ -34,16 +24,14 @@ def test_llm_answer_is_verified_and_hallucinations_removed(
     assert f"PMID:{HALLUCINATED_PMID}" in body["citation_check"]["removed"]
     assert HALLUCINATED_PMID not in body["answer"]
     cited = {c["citation_id"].removeprefix("PMID:") for c in body["citations"]}
-    assert cited and cited <= set(ingested_pmids)
+    assert cited and cited <= set(sample_pmids)
     # The prompt Claude received carried the retrieved sources.
     answer_requests = [rq for rq in llm_mode.requests if not rq.uses_tools]
     assert answer_requests, "the synthesizer never called the Anthropic API"
     assert set(answer_requests[-1].source_ids) >= {f"PMID:{p}" for p in cited}
 
 
-def test_llm_stream_reaches_the_client_in_order(
-    stack: Stack, ingested_pmids: list[str], llm_mode: FakeAnthropic
-) -> None:
+def test_llm_stream_reaches_the_client_in_order(stack: Stack, sample_pmids: list[str], llm_mode: FakeAnthropic) -> None:
     events: list[tuple[str, dict[str, object]]] = []
     with (
         stack.http() as http,

@@ -7,12 +7,8 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import shutil
-import socket
-import tempfile
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -35,25 +31,6 @@ _VOCABULARY = (
 WORDS = _VOCABULARY.split(" ")
 N_DOCS = 160
 RARE_YEAR = 1987  # documents i % 40 == 1
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[LocalPostgres]:
-    root = Path(tempfile.mkdtemp(prefix="evidentia-bm25-test-"))
-    root.chmod(0o755)
-    pg = LocalPostgres(root, port=_free_port())
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -90,8 +67,8 @@ async def _fresh_database(pg: LocalPostgres, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-async def store(postgres: LocalPostgres) -> AsyncIterator[asyncpg.Pool]:
-    pool = await _pool(postgres.url)
+async def store(private_postgres: LocalPostgres) -> AsyncIterator[asyncpg.Pool]:
+    pool = await _pool(private_postgres.url)
     rng = random.Random(14)
     for i in range(N_DOCS):
         await store_document(pool, _doc(i, rng))
@@ -205,8 +182,8 @@ async def test_a_selective_filter_still_gets_k_results_with_a_small_m(store: asy
         assert [h.chunk_id for h in hits] == [c for c, _ in expected[:5]]
 
 
-async def test_statistics_follow_insert_replace_and_delete(postgres: LocalPostgres) -> None:
-    pool = await _pool(await _fresh_database(postgres, "bm25_writes"))
+async def test_statistics_follow_insert_replace_and_delete(private_postgres: LocalPostgres) -> None:
+    pool = await _pool(await _fresh_database(private_postgres, "bm25_writes"))
     try:
         rng = random.Random(3)
         docs = [_doc(i, rng) for i in range(30)]
@@ -245,8 +222,8 @@ async def test_statistics_follow_insert_replace_and_delete(postgres: LocalPostgr
         await pool.close()
 
 
-async def test_concurrent_writers_neither_deadlock_nor_miscount(postgres: LocalPostgres) -> None:
-    pool = await _pool(await _fresh_database(postgres, "bm25_concurrent"))
+async def test_concurrent_writers_neither_deadlock_nor_miscount(private_postgres: LocalPostgres) -> None:
+    pool = await _pool(await _fresh_database(private_postgres, "bm25_concurrent"))
     try:
         rng = random.Random(9)
         docs = [_doc(i, rng) for i in range(60)]
@@ -264,8 +241,8 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(postgres: LocalP
         await pool.close()
 
 
-async def test_migration_backfills_a_store_that_predates_the_index(postgres: LocalPostgres) -> None:
-    url = await _fresh_database(postgres, "bm25_backfill")
+async def test_migration_backfills_a_store_that_predates_the_index(private_postgres: LocalPostgres) -> None:
+    url = await _fresh_database(private_postgres, "bm25_backfill")
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(

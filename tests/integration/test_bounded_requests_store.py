@@ -4,12 +4,8 @@ query cancelled in PostgreSQL when the request that runs it is abandoned."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -54,35 +50,9 @@ def test_the_retriever_budget_is_what_the_caller_still_waits() -> None:
 # ----------------------------------------------------------------------------- on a real PostgreSQL
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    from devstack.postgres import LocalPostgres
-
-    data_dir = Path(tempfile.mkdtemp(prefix="evidentia-bounded-pg-"))
-    server = LocalPostgres(data_dir, port=_free_port())
-    try:
-        server.start()
-    except Exception as exc:  # pragma: no cover - environment without runnable PostgreSQL binaries
-        shutil.rmtree(data_dir, ignore_errors=True)
-        pytest.skip(f"could not start a local PostgreSQL: {exc}")
-    try:
-        yield server.url
-    finally:
-        try:
-            server.stop()
-        finally:
-            shutil.rmtree(data_dir, ignore_errors=True)
-
-
 @pytest.fixture
-async def watcher(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(postgres_url)
+async def watcher(private_postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(private_postgres_url)
     try:
         yield conn
     finally:
@@ -97,8 +67,10 @@ async def _sleeping(conn: asyncpg.Connection) -> int:
 
 
 @pytest.mark.integration
-async def test_a_request_pool_never_runs_a_statement_longer_than_its_caller_waits(postgres_url: str) -> None:
-    pool = await create_pool(_db(postgres_url, statement_timeout_s=120), run_migrations=False, caller_timeout_s=0.5)
+async def test_a_request_pool_never_runs_a_statement_longer_than_its_caller_waits(private_postgres_url: str) -> None:
+    pool = await create_pool(
+        _db(private_postgres_url, statement_timeout_s=120), run_migrations=False, caller_timeout_s=0.5
+    )
     try:
         assert await pool.fetchval("SHOW statement_timeout") == "500ms"
         t0 = time.monotonic()
@@ -108,7 +80,7 @@ async def test_a_request_pool_never_runs_a_statement_longer_than_its_caller_wait
         assert await pool.fetchval("SELECT 1") == 1  # the connection is fine afterwards
     finally:
         await pool.close()
-    plain = await create_pool(_db(postgres_url, statement_timeout_s=120), run_migrations=False)
+    plain = await create_pool(_db(private_postgres_url, statement_timeout_s=120), run_migrations=False)
     try:
         assert await plain.fetchval("SHOW statement_timeout") == "2min"
     finally:
@@ -117,10 +89,10 @@ async def test_a_request_pool_never_runs_a_statement_longer_than_its_caller_wait
 
 @pytest.mark.integration
 async def test_an_abandoned_request_cancels_its_query_in_postgresql(
-    postgres_url: str, watcher: asyncpg.Connection
+    private_postgres_url: str, watcher: asyncpg.Connection
 ) -> None:
     """What the retriever does when the caller's budget runs out: the task is cancelled, and with it the SQL."""
-    pool = await create_pool(_db(postgres_url, statement_timeout_s=0), run_migrations=False)
+    pool = await create_pool(_db(private_postgres_url, statement_timeout_s=0), run_migrations=False)
     try:
         task = asyncio.create_task(pool.fetchval("SELECT pg_sleep(30)"))
         deadline = time.monotonic() + 10

@@ -25,23 +25,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TIMEOUT_S = 8.0
 
 
-@pytest.fixture(scope="module")
-def ingested(stack: Stack) -> list[str]:
-    pmids = stack.fake.pubmed_ids
-    with stack.http() as http:
-        job = http.post("/v1/ingest", json={"pmids": pmids}).json()["job_id"]
-    status = stack.wait_job(job)
-    assert status["done"], status
-    return pmids
-
-
 def answer_calls(fake: FakeAnthropic, marker: str) -> int:
     """Answer calls to the model (the summary's tool calls aside) for the question carrying ``marker``."""
     return sum(1 for rq in list(fake.requests) if not rq.uses_tools and marker in rq.user_text)
 
 
 def test_kill_9_synthesizer_mid_answer_never_calls_the_model_twice(
-    stack: Stack, ingested: list[str], llm_mode: FakeAnthropic
+    stack: Stack, sample_pmids: list[str], llm_mode: FakeAnthropic
 ) -> None:
     fake = llm_mode
     marker = f"m{uuid.uuid4().hex[:8]}"

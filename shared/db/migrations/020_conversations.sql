@@ -1,4 +1,4 @@
--- Conversations (seed 002): messages, and the citations with their conversation-wide display numbers.
+-- Conversations: messages, and the citations with their conversation-wide display numbers.
 CREATE TABLE conversations (
     conversation_id  text PRIMARY KEY,
     owner            text,                         -- id of the API key that made it (NULL when auth is off)

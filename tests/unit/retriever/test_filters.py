@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from services.retriever.filters import where_clause
+from services.retriever.store import where_clause
 from shared.models import SearchFilters
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from services.retriever import search as search_mod
-from services.retriever.search import HybridSearcher, Scored
+from services.retriever.search import HybridSearcher
+from services.retriever.store import Scored
 from shared.models import SearchFilters
 
 VECTORS = {
