@@ -1,7 +1,8 @@
 """The web page in a real browser (headless Chromium driven by Selenium) against the running services.
 
 Ingest through the page's form and watch the job finish; ask a question and watch the answer stream in;
-click a numbered citation and see its source; save a screenshot to docs/web.png.
+click a numbered citation and see its source; save a screenshot (to the test's temporary folder; to the
+README's ``docs/web.png`` with ``EVIDENTIA_UPDATE_SCREENSHOT=1``: a test run leaves the checkout as it was).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps`` installs them; ``make test``
 runs it first). Without them the test is skipped locally, and fails where ``CI`` is set.
@@ -22,7 +23,7 @@ from tests.integration.test_answers import corpus  # noqa: F401  (the ingested s
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "web.png"
+README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "web.png"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 
@@ -69,6 +70,7 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     stack: Stack,
     corpus: dict[str, str],  # noqa: F811  (the fixture imported above)
     browser: object,
+    tmp_path: Path,
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -127,8 +129,8 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     assert "first token" in driver.find_element(By.ID, "metrics").text
     assert "no model call" in driver.find_element(By.ID, "metrics").text  # offline: tokens_used is all 0
 
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    assert driver.save_screenshot(str(SCREENSHOT))
+    shot = README_SCREENSHOT if os.environ.get("EVIDENTIA_UPDATE_SCREENSHOT") == "1" else tmp_path / "web.png"
+    assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
 
 
 def _titles(stack: Stack) -> dict[str, str]:
