@@ -24,16 +24,6 @@ FIELDS = list(TokenUsage.model_fields)
 KINDS = {"input_tokens": "input", "output_tokens": "output"}
 
 
-@pytest.fixture(scope="module")
-def ingested(stack: Stack) -> list[str]:
-    pmids = stack.fake.pubmed_ids
-    with stack.http() as http:
-        job = http.post("/v1/ingest", json={"pmids": pmids}).json()["job_id"]
-    status = stack.wait_job(job)
-    assert status["done"], status
-    return pmids
-
-
 def counters(stack: Stack, service: str, name: str) -> dict[tuple[str, ...], float]:
     port = stack.services.processes[service].port
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
@@ -50,7 +40,7 @@ def added_up(usages: list[tuple[str, dict[str, Any]]]) -> dict[str, int]:
     return {k: sum(int(u[k]) for _, u in usages) for k in FIELDS}
 
 
-def test_offline_an_answer_reports_no_call(stack: Stack, ingested: list[str]) -> None:
+def test_offline_an_answer_reports_no_call(stack: Stack, sample_pmids: list[str]) -> None:
     with stack.http() as http:
         body = http.post("/v1/ask", json={"question": "What is known about AIDS treatment in prisons?"}).json()
     assert body["mode"] == "extractive"
@@ -58,7 +48,7 @@ def test_offline_an_answer_reports_no_call(stack: Stack, ingested: list[str]) ->
 
 
 def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
-    stack: Stack, ingested: list[str], llm_mode: FakeAnthropic
+    stack: Stack, sample_pmids: list[str], llm_mode: FakeAnthropic
 ) -> None:
     fake = llm_mode
     fake.requests.clear()
