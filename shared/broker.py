@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
@@ -36,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared import metrics, tracing
 from shared.dlq import UNDECODABLE_HEADER, make_letter
-from shared.events import ErrorInfo, Event
+from shared.events import ErrorInfo, Event, RequestProgress
 from shared.kafka_security import broker_security
 from shared.logs import trace_id_var
 from shared.settings import KafkaSettings, Settings, get_settings
@@ -626,29 +627,31 @@ class ReplyClient:
     ) -> E:
         """Publish ``event`` and wait ``timeout`` seconds for its reply.
 
-        ``resend_after`` (for idempotent requests only): with no reply by then, publish the request once
-        more, with the same correlation id and the original timestamp (the server's budget and staleness
-        check still count from the first), and take whichever reply comes first. A request taken by a
-        server that was then killed is lost (requests are acknowledged on receipt); the copy is answered
-        by the restarted or another instance.
+        ``resend_after``: after that many seconds of silence (no reply, and no :class:`RequestProgress` from a
+        server working on it), publish the request once more, with the same correlation id and the original
+        timestamp (the server's budget and staleness check still count from the first), and take whichever
+        reply comes first. A request taken by a server that was then killed is lost (requests are
+        acknowledged on receipt); the copy is answered by the restarted or another instance. A server that
+        sends progress (:func:`progress_while`) is never resent to while it works, so a slow answer is not
+        paid for twice; one that sends none (a search) is resent ``resend_after`` after the first publish.
         """
         start = time.perf_counter()
         sent_ms = int(time.time() * 1000)
         cid, queue = await self._send(topic, event, key)
         outcome = "ok"
+        deadline = start + timeout
         resend_at = start + resend_after if resend_after and resend_after < timeout else None
         try:
             while True:
-                now = time.perf_counter()
-                wait = start + timeout - now if resend_at is None else resend_at - now
-                try:
-                    kind, body = await asyncio.wait_for(queue.get(), max(0.0, wait))
-                except TimeoutError:
-                    if resend_at is None:
-                        raise
+                kind, body = await self._next(queue, deadline, resend_at)
+                if kind == _RESEND:
                     resend_at = None
                     metrics.REQUEST_RESENDS.labels(topic).inc()
                     await self._publish(topic, event, key, cid, timestamp_ms=sent_ms)
+                    continue
+                if kind == PROGRESS_EVENT:
+                    if resend_at is not None and resend_after:
+                        resend_at = time.perf_counter() + resend_after  # alive: the silence starts again
                     continue
                 if kind in ("", reply_model.__name__):
                     reply = reply_model.model_validate_json(body)
@@ -665,23 +668,125 @@ class ReplyClient:
             self._pending.pop(cid, None)
             metrics.REQUEST_LATENCY.labels(topic, outcome).observe(time.perf_counter() - start)
 
+    @staticmethod
+    async def _next(
+        queue: asyncio.Queue[tuple[str, bytes]], deadline: float, resend_at: float | None
+    ) -> tuple[str, bytes]:
+        """The next message for a request; ``(_RESEND, b"")`` when ``resend_at`` comes first; TimeoutError
+        at ``deadline``."""
+        until = deadline if resend_at is None else min(resend_at, deadline)
+        try:
+            return await asyncio.wait_for(queue.get(), max(0.0, until - time.perf_counter()))
+        except TimeoutError:
+            if resend_at is None or time.perf_counter() >= deadline:
+                raise
+            return _RESEND, b""
+
     async def stream(
-        self, topic: str, event: Event, final_type: str, timeout: float, key: str | None = None
+        self,
+        topic: str,
+        event: Event,
+        final_type: str,
+        timeout: float,
+        key: str | None = None,
+        *,
+        resend_after: float | None = None,
     ) -> AsyncIterator[tuple[str, bytes]]:
-        """Yield ``(event type, body)`` until the message of ``final_type`` (yielded last)."""
+        """Yield ``(event type, body)`` until the message of ``final_type`` (yielded last).
+
+        ``timeout`` bounds the wait for each message. ``resend_after`` as in :meth:`request`, but only while
+        nothing has been yielded: a stream is never restarted halfway (its reader has shown part of it).
+        Progress messages are not yielded; they only show the server is alive.
+        """
+        sent_ms = int(time.time() * 1000)
         cid, queue = await self._send(topic, event, key)
+        resend_at = time.perf_counter() + resend_after if resend_after and resend_after < timeout else None
         try:
             while True:
                 try:
-                    kind, body = await asyncio.wait_for(queue.get(), timeout)
+                    kind, body = await self._next(queue, time.perf_counter() + timeout, resend_at)
                 except TimeoutError:
                     metrics.REQUEST_TIMEOUTS.labels(topic).inc()
                     raise RequestTimeout(topic, timeout) from None
+                if kind == _RESEND:
+                    resend_at = None
+                    metrics.REQUEST_RESENDS.labels(topic).inc()
+                    await self._publish(topic, event, key, cid, timestamp_ms=sent_ms)
+                    continue
+                if kind == PROGRESS_EVENT:
+                    if resend_at is not None and resend_after:
+                        resend_at = time.perf_counter() + resend_after
+                    continue
+                resend_at = None  # part of the answer is out: never ask for a second one
                 yield kind, body
                 if kind in ("", final_type):
                     return
         finally:
             self._pending.pop(cid, None)
+
+
+#: The reply-topic event type of :class:`RequestProgress`; ``_RESEND`` is internal to :class:`ReplyClient`.
+PROGRESS_EVENT = RequestProgress.__name__
+_RESEND = "\x00resend"
+
+
+@contextlib.asynccontextmanager
+async def progress_while(broker: KafkaBroker, msg: KafkaMessage, every_s: float, trace_id: str) -> AsyncIterator[None]:
+    """While the body runs, publish :class:`RequestProgress` to the request's ``reply_to`` every ``every_s``.
+
+    The first one goes out only after ``every_s``: a prompt answer sends none. The task ends with the body
+    (cancelled and awaited), so no progress message outlives its request. ``every_s`` 0: none.
+    """
+    if every_s <= 0 or not msg.reply_to:
+        yield
+        return
+    start = time.perf_counter()
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            elapsed = (time.perf_counter() - start) * 1000
+            try:
+                await reply(broker, msg, RequestProgress(trace_id=trace_id, elapsed_ms=elapsed))
+            except Exception:  # a missed beat costs at most one early resend, which the server de-duplicates
+                log.warning("progress message not sent", exc_info=True)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class RecentRequests:
+    """Correlation ids this process has taken, for ``ttl_s`` seconds (at most ``capacity`` of them).
+
+    A caller resends a request it heard nothing of (:meth:`ReplyClient.request`); if the copy reaches the
+    process that is still working on (or has just answered) the first, :meth:`claim` says no and the copy is
+    dropped, so a busy server never does the same request twice. A restarted process remembers nothing and
+    answers the copy: that is what the resend is for.
+    """
+
+    def __init__(self, ttl_s: float, capacity: int = 10_000):
+        self.ttl_s = ttl_s
+        self.capacity = capacity
+        self._seen: dict[str, float] = {}
+
+    def claim(self, correlation_id: str) -> bool:
+        """True the first time ``correlation_id`` is seen within the ttl (the caller should do the work)."""
+        now = time.monotonic()
+        if not correlation_id:
+            return True
+        seen = self._seen.get(correlation_id)
+        if seen is not None and now - seen < self.ttl_s:
+            return False
+        self._seen.pop(correlation_id, None)  # re-inserted last: the dict stays oldest first
+        self._seen[correlation_id] = now
+        while len(self._seen) > self.capacity:  # insertion order: the oldest first
+            del self._seen[next(iter(self._seen))]
+        return True
 
 
 def request_subscriber_options(kafka: KafkaSettings) -> dict[str, Any]:

@@ -532,6 +532,17 @@ class SynthesisToken(Event):
     text: str
 
 
+class RequestProgress(Event):
+    """Published on the reply topic while a request is being worked on, every ``request_progress_every_s``.
+
+    A lease: the caller resends a request whose server has gone silent (killed mid-request) and leaves one
+    alone that is only slow (a long model answer keeps sending progress). Callers never show it to anyone.
+    """
+
+    schema_version: Literal[1] = 1
+    elapsed_ms: float = Field(0.0, ge=0, description="Time the server has spent on the request so far.")
+
+
 class NcbiCountRequest(Event):
     """How many PubMed records a query matches (topic ``ncbi.requests``; reply to ``reply_to``).
 
@@ -625,6 +636,7 @@ PIPELINE_EVENTS: tuple[type[Event], ...] = (
     SynthesisRequest,
     SynthesisReply,
     SynthesisToken,
+    RequestProgress,
     NcbiCountRequest,
     NcbiCountReply,
     DeadLetter,

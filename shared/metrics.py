@@ -35,7 +35,8 @@ REQUEST_LATENCY = Histogram(
 REQUEST_TIMEOUTS = Counter("evidentia_request_timeouts_total", "Request/reply calls that timed out.", ["topic"])
 REQUEST_RESENDS = Counter(
     "evidentia_request_resends_total",
-    "Idempotent requests published a second time after no reply in EVIDENTIA_KAFKA_REQUEST_RESEND_AFTER_S.",
+    "Requests published a second time after their server went silent (EVIDENTIA_KAFKA_REQUEST_RESEND_AFTER_S "
+    "for searches, EVIDENTIA_KAFKA_SYNTHESIS_RESEND_AFTER_S for syntheses).",
     ["topic"],
 )
 REQUESTS_ABANDONED = Counter(

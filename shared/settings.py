@@ -46,7 +46,22 @@ class KafkaSettings(BaseSettings):
         ge=0,
         description="With no reply by then, the gateway publishes a search request once more (same correlation "
         "id, first reply wins): a search taken by a retriever that was then killed is answered by the restarted "
-        "or another one. Searches only (idempotent); never a synthesis, which calls a model. 0: never.",
+        "or another one. 0: never.",
+    )
+    synthesis_resend_after_s: float = Field(
+        8.0,
+        ge=0,
+        description="Silence (no answer and no progress message) after which the gateway publishes a synthesis "
+        "request once more (same correlation id, first reply wins): a synthesizer killed mid-answer is replaced. "
+        "A working synthesizer sends progress every `EVIDENTIA_KAFKA_REQUEST_PROGRESS_EVERY_S`, so a slow model "
+        "answer is never asked for twice; a copy reaching the instance already on it is dropped. Must exceed "
+        "that interval. A stream is resent only before its first token. 0: never.",
+    )
+    request_progress_every_s: float = Field(
+        2.0,
+        ge=0,
+        description="How often a synthesizer working on a request tells its caller it is alive (a progress "
+        "message on the reply topic). 0: never (then a synthesis slower than the resend delay is asked twice).",
     )
     request_concurrency: int = Field(
         8,

@@ -67,10 +67,22 @@ class GatewayKafka:
 
     async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
         """The synthesizer's reply, its citations checked again against the passages sent (shared.citations)."""
+        k = self.settings.kafka
         reply = await self.replies.request(
-            SYNTHESIS_REQUESTS, request, SynthesisReply, self.settings.kafka.request_timeout_s
+            SYNTHESIS_REQUESTS,
+            request,
+            SynthesisReply,
+            k.request_timeout_s,
+            resend_after=k.synthesis_resend_after_s or None,
         )
         return gate_reply(reply, {h.citation_id for h in request.passages})
 
     def synthesize_stream(self, request: SynthesisRequest) -> AsyncIterator[tuple[str, bytes]]:
-        return self.replies.stream(SYNTHESIS_REQUESTS, request, "SynthesisReply", self.settings.kafka.request_timeout_s)
+        k = self.settings.kafka
+        return self.replies.stream(
+            SYNTHESIS_REQUESTS,
+            request,
+            "SynthesisReply",
+            k.request_timeout_s,
+            resend_after=k.synthesis_resend_after_s or None,
+        )

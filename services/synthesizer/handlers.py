@@ -8,7 +8,7 @@ import logging
 from faststream.kafka import KafkaBroker, KafkaMessage
 
 from services.synthesizer.core import Synthesizer
-from shared.broker import reply, request_subscriber_options
+from shared.broker import RecentRequests, progress_while, reply, request_subscriber_options
 from shared.events import ErrorInfo, SynthesisReply, SynthesisRequest
 from shared.settings import Settings
 from shared.topics import SYNTHESIS_REQUESTS
@@ -43,21 +43,31 @@ class SynthesizerState:
 
 
 def register(broker: KafkaBroker, state: SynthesizerState) -> None:
+    kafka = state.settings.kafka
+    # A gateway resends a request it hears nothing of (kafka.synthesis_resend_after_s); a copy reaching this
+    # process while it still works on (or has just answered) the first is dropped: one answer, one model bill.
+    taken = RecentRequests(ttl_s=kafka.request_timeout_s * 2)
+
     @broker.subscriber(
         SYNTHESIS_REQUESTS,
         group_id=GROUP_ID,
         **request_subscriber_options(state.settings.kafka),
         no_reply=True,  # replies are published explicitly (tokens, then the answer); no empty extra one
         title="synthesis.requests:synthesizer",
-        description="A SynthesisRequest; SynthesisTokens (if streamed), then a SynthesisReply, to reply_to.",
+        description="A SynthesisRequest; RequestProgress while it works, SynthesisTokens (if streamed), then a "
+        "SynthesisReply, to reply_to.",
     )
     async def on_request(request: SynthesisRequest, msg: KafkaMessage) -> None:
+        if not taken.claim(msg.correlation_id):
+            log.info("copy of a request already taken here; dropped", extra={"correlation_id": msg.correlation_id})
+            return
         try:
-            if request.stream:
-                async for event in state.core.stream(request):
-                    await reply(broker, msg, event)
-                return
-            answer = await state.core.answer(request)
+            async with progress_while(broker, msg, kafka.request_progress_every_s, request.trace_id):
+                if request.stream:
+                    async for event in state.core.stream(request):
+                        await reply(broker, msg, event)
+                    return
+                answer = await state.core.answer(request)
         except Exception as exc:  # the caller gets the error instead of a timeout
             log.exception("synthesis failed")
             answer = SynthesisReply(

@@ -236,8 +236,10 @@ class FakeAnthropic(LocalHttpServer):
         adversarial: bool = False,
         chunk_chars: int | None = None,
         cache_min_tokens: int = 1024,
+        response_delay_s: float = 0.0,
     ):
         super().__init__()
+        self.response_delay_s = response_delay_s  # before a whole (non-streamed) message: a slow model
         self.answer = answer
         self.tool_input = tool_input
         self.token_delay_s = token_delay_s
@@ -399,6 +401,8 @@ class FakeAnthropic(LocalHttpServer):
         stop_reason: str,
         rec: RecordedRequest,
     ) -> None:
+        if self.response_delay_s and any(b.get("type") == "text" for b in content):
+            time.sleep(self.response_delay_s)  # a slow answer (tool calls: summary, support check, stay prompt)
         output = "".join(
             b["text"] if b.get("type") == "text" else json.dumps(b.get("input"), sort_keys=True) for b in content
         )

@@ -6,6 +6,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
+
 from devstack.common import free_port
 from devstack.processes import ServiceProcess
 from tests.integration.conftest import Stack
@@ -31,3 +33,12 @@ def extra_gateway(stack: Stack, name: str, env: dict[str, str], timeout: float =
         yield f"http://127.0.0.1:{port}"
     finally:
         gateway.stop()
+
+
+def gateway_counter(base: str, name: str, *labels: str) -> float:
+    """The sum of a gateway Prometheus counter over the series whose line carries every label given."""
+    total = 0.0
+    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+        if line.startswith(name) and all(label in line for label in labels):
+            total += float(line.rsplit(" ", 1)[1])
+    return total

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import Stack
+from tests.integration.gateways import gateway_counter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,15 +38,6 @@ def _search(base: str, query: str) -> tuple[int, str]:
     return r.status_code, r.text
 
 
-def _counter(base: str, name: str, *labels: str) -> float:
-    """The sum of a gateway Prometheus counter over the series whose line carries every label given."""
-    total = 0.0
-    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
-        if line.startswith(name) and all(label in line for label in labels):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def test_a_10000_character_query_gets_a_422_and_never_reaches_the_retriever_while_other_searches_are_served(
     stack: Stack, ingested: None
 ) -> None:
@@ -53,7 +45,7 @@ def test_a_10000_character_query_gets_a_422_and_never_reaches_the_retriever_whil
     base = stack.gateway
     refused = ("evidentia_http_requests_total", 'route="/v1/search"', 'status="422"')
     retrievals = ("evidentia_request_reply_seconds_count", "retrieval.requests")
-    before_422, before_retrievals = _counter(base, *refused), _counter(base, *retrievals)
+    before_422, before_retrievals = gateway_counter(base, *refused), gateway_counter(base, *retrievals)
 
     with ThreadPoolExecutor(max_workers=12) as pool:  # ordinary searches next to four 10,000-character queries
         longs = [pool.submit(_search, base, LONG_QUERY) for _ in range(4)]
@@ -65,6 +57,6 @@ def test_a_10000_character_query_gets_a_422_and_never_reaches_the_retriever_whil
         assert status == 422, text
         assert "EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS" in text
     assert all(s == 200 for s, _ in other_results), other_results
-    assert _counter(base, *refused) - before_422 == 4
+    assert gateway_counter(base, *refused) - before_422 == 4
     # every retrieval round trip was an ordinary search's: none was the long query's
-    assert 0 < _counter(base, *retrievals) - before_retrievals <= len(QUERIES) * 2
+    assert 0 < gateway_counter(base, *retrievals) - before_retrievals <= len(QUERIES) * 2

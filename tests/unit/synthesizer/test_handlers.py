@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import anthropic
@@ -13,7 +14,7 @@ from services.synthesizer.core import Synthesizer
 from services.synthesizer.handlers import SynthesizerState, register
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.broker import EVENT_TYPE_HEADER
-from shared.events import SynthesisReply, SynthesisRequest, SynthesisToken
+from shared.events import RequestProgress, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.settings import LlmSettings, Settings
 from shared.topics import SYNTHESIS_REQUESTS
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -58,7 +59,7 @@ async def test_streamed_request_gets_ordered_tokens_then_the_reply_on_reply_to(f
             correlation_id="c-1",
             reply_to=REPLIES,
         )
-    kinds = [k for _, k, _ in got]
+    kinds = [k for _, k, _ in got if k != "RequestProgress"]  # progress appears only if the answer took > 2 s
     assert {c for c, _, _ in got} == {"c-1"}
     assert kinds[-1] == "SynthesisReply" and set(kinds[:-1]) == {"SynthesisToken"}
     tokens = [SynthesisToken.model_validate_json(b) for _, k, b in got if k == "SynthesisToken"]
@@ -81,3 +82,74 @@ async def test_a_model_failure_becomes_an_error_reply_not_a_timeout() -> None:
             )
     final = SynthesisReply.model_validate_json(got[-1][2])
     assert final.error is not None and final.error.status == 502
+
+
+class SlowCore:
+    """A synthesizer core whose answer takes ``seconds`` (a slow model), counting the answers it starts."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.started = 0
+
+    async def answer(self, request: SynthesisRequest) -> SynthesisReply:
+        self.started += 1
+        await asyncio.sleep(self.seconds)
+        return SynthesisReply(trace_id=request.trace_id, answer="slow but sure", mode="extractive")
+
+
+def make_slow(seconds: float, progress_every: float) -> tuple[KafkaBroker, SlowCore, list[tuple[str, str, bytes]]]:
+    settings = Settings()
+    settings.kafka.request_progress_every_s = progress_every
+    state = SynthesizerState(settings)
+    core = SlowCore(seconds)
+    state._core = core  # type: ignore[assignment]
+    broker = KafkaBroker()
+    register(broker, state)
+    got: list[tuple[str, str, bytes]] = []
+
+    @broker.subscriber(REPLIES)
+    async def collect(msg: KafkaMessage) -> None:
+        got.append((msg.correlation_id, msg.headers.get(EVENT_TYPE_HEADER, ""), msg.body))
+
+    return broker, core, got
+
+
+async def test_a_slow_answer_sends_progress_while_it_works_and_none_after_its_reply() -> None:
+    broker, core, got = make_slow(seconds=0.55, progress_every=0.1)
+    async with TestKafkaBroker(broker) as br:
+        await br.publish(
+            SynthesisRequest(question=QUESTION, passages=PASSAGES),
+            topic=SYNTHESIS_REQUESTS,
+            correlation_id="c-slow",
+            reply_to=REPLIES,
+        )
+        answered = len(got)
+        await asyncio.sleep(0.35)  # a progress task that outlived its request would publish here
+    kinds = [k for _, k, _ in got]
+    assert kinds[-1] == "SynthesisReply" and len(got) == answered
+    progress = [RequestProgress.model_validate_json(b) for _, k, b in got if k == "RequestProgress"]
+    assert 1 <= len(progress) <= 6 and set(kinds[:-1]) == {"RequestProgress"}  # about 5: 0.55 s / 0.1 s
+    assert [p.elapsed_ms for p in progress] == sorted(p.elapsed_ms for p in progress)
+    assert {c for c, _, _ in got} == {"c-slow"} and core.started == 1
+
+
+async def test_a_prompt_answer_sends_no_progress() -> None:
+    broker, _, got = make_slow(seconds=0.0, progress_every=0.5)
+    async with TestKafkaBroker(broker) as br:
+        await br.publish(
+            SynthesisRequest(question=QUESTION, passages=PASSAGES),
+            topic=SYNTHESIS_REQUESTS,
+            correlation_id="c-quick",
+            reply_to=REPLIES,
+        )
+    assert [k for _, k, _ in got] == ["SynthesisReply"]
+
+
+async def test_a_resent_copy_of_a_request_taken_here_is_answered_once() -> None:
+    broker, core, got = make_slow(seconds=0.0, progress_every=0.0)
+    request = SynthesisRequest(question=QUESTION, passages=PASSAGES)
+    async with TestKafkaBroker(broker) as br:
+        for cid in ("c-dup", "c-dup", "c-other"):  # the gateway's copy carries the same correlation id
+            await br.publish(request, topic=SYNTHESIS_REQUESTS, correlation_id=cid, reply_to=REPLIES)
+    assert core.started == 2
+    assert sorted(c for c, k, _ in got if k == "SynthesisReply") == ["c-dup", "c-other"]
