@@ -473,13 +473,21 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             asyncio.run(_prepare(kafka.bootstrap, postgres.url, 3))
-            stack = ServiceStack(log_dir=root / "logs", env=env, ports={n: free_port() for n in SERVICES})
+            # Static group membership per replica (as a Kubernetes pod name gives it): a killed instance that is
+            # started again takes its partitions back without a rebalance stopping the other replica.
+            stack = ServiceStack(
+                log_dir=root / "logs", env=env, ports={n: free_port() for n in SERVICES}, instance="r1"
+            )
             stacks.append(stack)
             for r in range(2, max(args.replicas.values(), default=1) + 1):
                 extra = [n for n, count in args.replicas.items() if count >= r]
                 stacks.append(
                     ServiceStack(
-                        log_dir=root / f"logs-{r}", env=env, services=extra, ports={n: free_port() for n in extra}
+                        log_dir=root / f"logs-{r}",
+                        env=env,
+                        services=extra,
+                        ports={n: free_port() for n in extra},
+                        instance=f"r{r}",
                     )
                 )
             print(f"starting the services ({', '.join(f'{n} x{c}' for n, c in args.replicas.items())})", flush=True)
@@ -511,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                 (args.json.with_suffix(".kills.json")).write_text(
                     json.dumps([asdict(k) for k in record.kills], indent=2) + "\n"
                 )
+                (args.json.with_suffix(".calls.json")).write_text(json.dumps([asdict(c) for c in record.calls]) + "\n")
             if result["problems"]:
                 print("SOAK FAILED: " + "; ".join(result["problems"]), flush=True)
                 return 1

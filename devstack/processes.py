@@ -102,7 +102,10 @@ class ServiceStack:
     """Some or all of the six services, configured by environment variables (``EVIDENTIA_*``).
 
     ``ports`` overrides the registry's port of a service (tests use free ports); ``gateway_port``
-    overrides the gateway's alone (``EVIDENTIA_GATEWAY_PORT`` of ``evidentia demo``).
+    overrides the gateway's alone (``EVIDENTIA_GATEWAY_PORT`` of ``evidentia demo``). ``instance`` (e.g.
+    ``r2`` for a second replica) gives each process the static Kafka group membership id
+    ``<instance>-<service>`` (``EVIDENTIA_KAFKA_GROUP_INSTANCE_ID``), kept across its restarts; two stacks
+    on one Kafka must use different ones.
     """
 
     log_dir: Path
@@ -111,6 +114,7 @@ class ServiceStack:
     services: Sequence[str] = SERVICES
     ports: Mapping[str, int] = field(default_factory=dict)
     processes: dict[str, ServiceProcess] = field(default_factory=dict)
+    instance: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.services if n not in DEFAULT_PORTS]
@@ -124,6 +128,8 @@ class ServiceStack:
                 env["EVIDENTIA_GATEWAY_URL"] = f"http://127.0.0.1:{port}"
             else:
                 env["EVIDENTIA_METRICS_PORT"] = str(port)
+            if self.instance:
+                env["EVIDENTIA_KAFKA_GROUP_INSTANCE_ID"] = f"{self.instance}-{name}"
             env.setdefault("PYTHONUNBUFFERED", "1")
             env.setdefault("HF_HUB_OFFLINE", "1")
             env.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -789,19 +789,27 @@ class RecentRequests:
         return True
 
 
-def request_subscriber_options(kafka: KafkaSettings) -> dict[str, Any]:
+def request_subscriber_options(kafka: KafkaSettings, topic: str) -> dict[str, Any]:
     """Subscriber options every request/reply topic shares.
 
     Read from the earliest offset, so a request published while the consumer group is still joining is
     not skipped (requests older than the caller's timeout are dropped by :class:`DeadLetterPolicy`);
     acknowledged on receipt and handled ``request_concurrency`` at a time, because a caller waits at most
-    its timeout and a redelivered request would answer nobody.
+    its timeout and a redelivered request would answer nobody. A short session
+    (``request_session_timeout_ms``) moves a killed instance's partitions within seconds, and with a
+    ``group_instance_id`` a restarted instance takes its own back without stopping the others (the id is
+    made per topic: one process may answer several request topics).
     """
-    return {
+    options: dict[str, Any] = {
         "auto_offset_reset": "earliest",
         "ack_policy": AckPolicy.ACK_FIRST,
         "max_workers": kafka.request_concurrency,
+        "session_timeout_ms": kafka.request_session_timeout_ms,
+        "heartbeat_interval_ms": max(kafka.request_session_timeout_ms // 3, 100),
     }
+    if kafka.group_instance_id:
+        options["group_instance_id"] = f"{kafka.group_instance_id}.{topic}"
+    return options
 
 
 def is_stale(msg: KafkaMessage | StreamMessage[Any], max_age_s: float) -> bool:

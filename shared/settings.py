@@ -117,6 +117,22 @@ class KafkaSettings(BaseSettings):
             "keeps polling, so retries never count against it."
         ),
     )
+    request_session_timeout_ms: int = Field(
+        6_000,
+        ge=1_000,
+        description="Session timeout of the consumers that answer requests (retriever, synthesizer, the fetcher's "
+        "NCBI counts): how soon the partitions of a killed instance go to another. A rebalance stops the whole "
+        "group (aiokafka's eager protocol), so a short one matters more than for the pipeline's consumers. The "
+        "broker's minimum is `group.min.session.timeout.ms` (6000 by default). Heartbeats every third of it.",
+    )
+    group_instance_id: str = Field(
+        "",
+        description="Static group membership (Kafka KIP-345) for this process's request consumers: a restarted "
+        "instance with the same id takes its partitions back at once, without a rebalance that stops the other "
+        "replicas. Must be unique per replica and stable across its restarts: the pod name in Kubernetes "
+        "(`metadata.name`), `r<N>-<service>` in `bench/soak.py`. A static member leaving for good keeps its "
+        "partitions until its session times out. Empty: dynamic membership.",
+    )
     dlq_max_payload_bytes: int = Field(
         1_048_576,
         ge=1024,

@@ -415,7 +415,7 @@ def register(broker: KafkaBroker, state: FetcherState) -> None:
     @broker.subscriber(
         NCBI_REQUESTS,
         group_id=GROUP_ID,
-        **request_subscriber_options(state.settings.kafka),
+        **request_subscriber_options(state.settings.kafka, NCBI_REQUESTS),
         title="ncbi.requests:fetcher",
         description="An NcbiCountRequest; the NcbiCountReply (esearch count) goes to the reply_to topic.",
     )

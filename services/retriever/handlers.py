@@ -189,7 +189,7 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
     @broker.subscriber(
         RETRIEVAL_REQUESTS,
         group_id=GROUP_ID,
-        **request_subscriber_options(state.settings.kafka),
+        **request_subscriber_options(state.settings.kafka, RETRIEVAL_REQUESTS),
         title="retrieval.requests:retriever",
         description="A RetrievalRequest; the RetrievalReply goes to the reply_to topic.",
     )

@@ -51,7 +51,7 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
     @broker.subscriber(
         SYNTHESIS_REQUESTS,
         group_id=GROUP_ID,
-        **request_subscriber_options(state.settings.kafka),
+        **request_subscriber_options(state.settings.kafka, SYNTHESIS_REQUESTS),
         no_reply=True,  # replies are published explicitly (tokens, then the answer); no empty extra one
         title="synthesis.requests:synthesizer",
         description="A SynthesisRequest; RequestProgress while it works, SynthesisTokens (if streamed), then a "
