@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -246,3 +247,12 @@ class SearchHit(BaseModel):
         if self.pmcid:
             return f"PMCID:{self.pmcid}"
         return f"NBK:{self.source_id}" if self.source == "bookshelf" else f"{self.source}:{self.source_id}"
+
+
+def relevant_hits(hits: Sequence[SearchHit], min_score: float) -> list[SearchHit]:
+    """The relevance threshold, the one rule for what counts as evidence: takes retrieved ``hits`` and the
+    threshold (``RetrievalSettings.min_score``, ``EVIDENTIA_RETRIEVAL_MIN_SCORE``) and returns, in order, the
+    hits whose dense (cosine) similarity is at or above it; a hit with no dense score (found by the lexical leg
+    alone) is kept. The synthesizer cites only these (none: the insufficient-evidence answer); the gateway's
+    guideline route searches every source when no guideline passage is among them."""
+    return [h for h in hits if h.dense_score is None or h.dense_score >= min_score]

@@ -82,7 +82,7 @@ from shared.events import (
 )
 from shared.ingestion import submit_documents
 from shared.llm import absorb, usage_scope
-from shared.models import QueryForm, SearchFilters, SearchHit
+from shared.models import QueryForm, SearchFilters, SearchHit, relevant_hits
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
 from shared.topics import NCBI_REQUESTS
@@ -692,8 +692,7 @@ class WorkflowService:
 
         if classification.category == "guideline" and not body.filters.sources:
             reply = await self.backend.retrieve(request(body.filters.model_copy(update={"sources": ["bookshelf"]})))
-            floor = self.settings.retrieval.min_score
-            useful = [h for h in reply.hits if h.dense_score is None or h.dense_score >= floor]
+            useful = relevant_hits(reply.hits, self.settings.retrieval.min_score)
             intelligence.route.append(
                 f"guideline question: searched guideline sources first ({len(useful)} relevant passages)"
             )

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from shared.models import relevant_hits
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
@@ -91,7 +93,7 @@ async def test_evidence_stream_tells_a_broker_failure_as_a_503_error_event_with_
     async def broker_down(request: object) -> object:
         raise KafkaConnectionError("broker at 10.0.0.7:9092 unreachable")
 
-    backend.retrieve = broker_down  # type: ignore[method-assign]
+    backend.retrieve = broker_down  # type: ignore[method-assign,assignment]
     events: list[tuple[str, dict[str, object]]] = []
     async with (
         client(app) as http,
@@ -219,6 +221,21 @@ async def test_query_guideline_question_is_routed_to_guidelines_first() -> None:
     assert backend.retrievals[0].filters.sources == ["bookshelf"]
     assert "guideline sources first" in intel["route"][0]
     assert intel["enhancement"] in ("mesh", "none")
+
+
+@pytest.mark.parametrize(("below", "searches"), [(0.0, [["bookshelf"]]), (0.01, [["bookshelf"], []])])
+async def test_guideline_passages_under_the_relevance_threshold_send_the_question_to_every_source(
+    below: float, searches: list[list[str]]
+) -> None:
+    app, service, backend = build(mesh={"Malaria": 3})
+    floor = service.settings.retrieval.min_score  # the one threshold, also the synthesizer's
+    weak = [h.model_copy(update={"dense_score": floor - below}) for h in backend.guideline_hits]
+    backend.guideline_hits = weak
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"question": "What do guidelines recommend for malaria?"})).json()
+    assert [r.filters.sources for r in backend.retrievals] == searches
+    assert ("no guideline passage: searched every source" in body["intelligence"]["route"]) == (below > 0)
+    assert relevant_hits(weak, floor) == ([] if below > 0 else weak)
 
 
 async def test_query_emergency_short_circuits() -> None:
