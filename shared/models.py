@@ -179,12 +179,33 @@ class SearchFilters(BaseModel):
     max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
 
 
-class QueryForm(BaseModel):
-    """A structured query: the retriever writes the text that is embedded and the terms that are matched.
+#: The therapeutic-intent query: what a ``therapeutic`` :class:`QueryForm` embeds and tells a reranker.
+THERAPEUTIC_TEMPLATE = (
+    "Evidence for {drug} as a treatment for {disease}, including clinical trials, efficacy data, "
+    "and mechanism of action"
+)
 
-    ``therapeutic``: "Evidence for {drug} as a treatment for {disease}, including clinical
-    trials, efficacy data, and mechanism of action". ``condition-findings``: "{condition}.
-    {finding}. {finding}." where a finding reads like "symptom: fever 3 days".
+
+def finding_text(kind: str, value: str) -> str:
+    """Takes a clinical finding's kind and value and returns it as a condition-findings query writes it,
+    ``"symptom: fever 3 days"`` (kind lower-cased, spaces as ``_``); just the value when the kind is blank."""
+    kind = kind.strip().lower().replace(" ", "_")
+    return f"{kind}: {value.strip()}" if kind else value.strip()
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."
+
+
+class QueryForm(BaseModel):
+    """A structured query, rendered once for every service: the text the gateway shows is the text the
+    retriever embeds and gives its reranker; lexical search matches the form's terms.
+
+    ``therapeutic``: "Evidence for {drug} as a treatment for {disease}, including clinical trials, efficacy
+    data, and mechanism of action" (drug and disease matched). ``condition-findings``: "{condition}.
+    {finding}. {finding}." where a finding reads like "symptom: fever 3 days" (the condition and the
+    findings' values matched).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -206,6 +227,20 @@ class QueryForm(BaseModel):
         if self.kind == "condition-findings" and not self.condition:
             raise ValueError("a condition-findings query needs a condition")
         return self
+
+    @classmethod
+    def condition_findings(cls, condition: str, findings: Sequence[str], population: str | None = None) -> QueryForm:
+        """Takes a condition, its findings (as :func:`finding_text` writes them) and an optional population
+        (added as the finding "population: ..."); returns their form, cut to its limits (condition 500
+        characters, 50 findings)."""
+        extra = [finding_text("population", population)] if population and population.strip() else []
+        return cls(kind="condition-findings", condition=condition.strip()[:500], findings=[*findings, *extra][:50])
+
+    def text(self) -> str:
+        """The query as text: the therapeutic intent, or the condition and each non-blank finding as sentences."""
+        if self.kind == "therapeutic":
+            return THERAPEUTIC_TEMPLATE.format(drug=(self.drug or "").strip(), disease=(self.disease or "").strip())
+        return " ".join([_sentence(self.condition or "")] + [_sentence(f) for f in self.findings if f.strip()])
 
     def keywords(self) -> str:
         """The terms a lexical search matches: drug and disease, or the condition and findings."""

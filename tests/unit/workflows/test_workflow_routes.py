@@ -8,6 +8,9 @@ import json
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from services.gateway.schemas.workflows import QueryRequest
+from services.gateway.workflows import _Tools
+from services.retriever.queries import render
 from shared.models import relevant_hits
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
@@ -198,6 +201,31 @@ async def test_guideline_assessment_falls_back_to_the_labelled_template_when_cla
     assert body["mode"] == "llm"  # the plan is still Claude's
     assert body["assessment_mode"] == "template" and body["assessment"].startswith("Template assessment")
     assert body["top_section"] in body["assessment"]
+
+
+async def test_the_gateway_shows_and_sends_the_query_text_the_retriever_searches_with() -> None:
+    app, service, backend = build(counts={COUNT: 12})
+    guideline = {
+        "condition": "Malaria",
+        "findings": [{"kind": "Medical History", "value": "pregnant first trimester"}],
+        "population": "adult",
+    }
+    async with client(app) as http:
+        evidence = (await http.post("/v1/evidence", json={"drug": "metformin", "disease": "PCOS"})).json()
+        therapeutic = backend.retrievals[-1]
+        recommend = (await http.post("/v1/guidelines/recommend", json=guideline)).json()
+        condition = backend.retrievals[-1]
+    await _Tools(service, QueryRequest(question="malaria?"), "t").get_guideline("Malaria", ["symptom: fever"])
+    tool = backend.retrievals[-1]
+    for request, shown in [
+        (therapeutic, evidence["therapeutic_query"]),
+        (condition, recommend["query"]),
+        (tool, tool.query),
+    ]:
+        assert request.query_form is not None
+        assert shown == request.query == render(request.query, request.query_form).dense  # the retriever's text
+    assert condition.query == "Malaria. medical_history: pregnant first trimester. population: adult."
+    assert tool.query == "Malaria. symptom: fever."
 
 
 async def test_a_section_cannot_forge_another_section_block() -> None:
