@@ -11,7 +11,9 @@ from aiokafka.errors import KafkaConnectionError
 from services.gateway.schemas.workflows import QueryRequest
 from services.gateway.workflows import _Tools
 from services.retriever.queries import render
+from shared.events import SynthesisRequest
 from shared.models import relevant_hits
+from shared.safety import EMERGENCY_ANSWER
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
@@ -267,12 +269,17 @@ async def test_guideline_passages_under_the_relevance_threshold_send_the_questio
 
 
 async def test_query_emergency_short_circuits() -> None:
-    app, _, backend = build()
+    app, service, backend = build()
     async with client(app) as http:
         body = (await http.post("/v1/query", json={"message": "My husband has chest pain and can't breathe"})).json()
     assert body["mode"] == "emergency" and "emergency" in body["answer"].lower()
     assert body["emergency"]["reason"] and body["intelligence"]["classification"]["method"] == "guard"
     assert backend.retrievals == [] and backend.syntheses == []
+    # the same reply as the synthesizer's and /v1/ask's (shared.safety.emergency_reply)
+    synth = await service.backend.synthesize(SynthesisRequest(question="My husband has chest pain and can't breathe"))
+    assert synth.mode == "emergency" and synth.emergency is not None
+    assert body["answer"] == body["numbered_answer"] == synth.answer == EMERGENCY_ANSWER
+    assert body["emergency"] == synth.emergency.model_dump(mode="json") and body["disclaimer"] == synth.disclaimer
 
 
 async def test_query_offline_non_english_says_translation_needs_the_llm() -> None:
