@@ -37,7 +37,7 @@ async def retrieve(
 ) -> dict[str, list[dict[str, Any]]]:
     from evaluation.retrieval import EvalConfig, _encode_queries, indexed_store, load_pubmedqa
     from services.retriever.search import CorpusStats, HybridSearcher
-    from shared.models import SearchFilters
+    from shared.models import SearchFilters, relevant_hits
     from shared.settings import EmbeddingSettings, Settings
 
     settings = Settings()
@@ -60,8 +60,7 @@ async def retrieve(
             result = await searcher.search(
                 ds.queries[qid], qvecs[i], mode="hybrid", top_k=top_k, top_n=top_n, filters=SearchFilters()
             )
-            # The synthesizer's relevance floor (Synthesizer.relevant): what it may quote.
-            hits = [h for h in result.hits if h.dense_score is None or h.dense_score >= floor]
+            hits = relevant_hits(result.hits, floor)  # what the synthesizer may quote
             out[qid] = [h.model_dump(mode="json") for h in hits]
     return out
 

@@ -10,6 +10,9 @@ for the fetcher; documents already at hand are attached to the job, marked ``fet
 large (:mod:`shared.claimcheck`) and published to ``documents.fetched``. A document that still cannot travel
 is marked ``failed`` with the reason (its job still completes). A job of documents alone has nothing left to
 discover, so it is marked ``discovered`` once they are published.
+
+:func:`document_event` is the one way a document already structured (inline in ``POST /v1/ingest``, a line of a
+JSON-lines import) becomes the ``DocumentFetched`` the parser reads.
 """
 
 from __future__ import annotations
@@ -21,11 +24,27 @@ from typing import Any
 from shared.claimcheck import check_in, oversized_reason
 from shared.db.jobs import Db, add_job_documents, create_job, mark_job, set_stage
 from shared.events import DocumentDeleted, DocumentFetched, Event, IngestRequested
+from shared.models import ParsedDocument
 from shared.settings import KafkaSettings
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 
 #: Publishes ``event`` to ``topic`` with ``key`` (the gateway's Kafka client, or the CLI's bare producer).
 Publish = Callable[[Event, str, str], Awaitable[None]]
+
+
+def document_event(doc: ParsedDocument, *, job_id: str | None = None, trace_id: str | None = None) -> DocumentFetched:
+    """Takes a structured document and returns its ``DocumentFetched`` (format ``document-json``, keyed by the
+    document's id, carrying ``doc`` itself) for job ``job_id``; ``trace_id`` None: the current trace, else a new one."""
+    extra = {"trace_id": trace_id} if trace_id else {}
+    return DocumentFetched(
+        document_id=doc.document_id,
+        source=doc.source,
+        source_id=doc.source_id,
+        format="document-json",
+        document=doc,
+        job_id=job_id,
+        **extra,
+    )
 
 
 async def submit_documents(

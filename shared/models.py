@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -178,12 +179,33 @@ class SearchFilters(BaseModel):
     max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
 
 
-class QueryForm(BaseModel):
-    """A structured query: the retriever writes the text that is embedded and the terms that are matched.
+#: The therapeutic-intent query: what a ``therapeutic`` :class:`QueryForm` embeds and tells a reranker.
+THERAPEUTIC_TEMPLATE = (
+    "Evidence for {drug} as a treatment for {disease}, including clinical trials, efficacy data, "
+    "and mechanism of action"
+)
 
-    ``therapeutic``: "Evidence for {drug} as a treatment for {disease}, including clinical
-    trials, efficacy data, and mechanism of action". ``condition-findings``: "{condition}.
-    {finding}. {finding}." where a finding reads like "symptom: fever 3 days".
+
+def finding_text(kind: str, value: str) -> str:
+    """Takes a clinical finding's kind and value and returns it as a condition-findings query writes it,
+    ``"symptom: fever 3 days"`` (kind lower-cased, spaces as ``_``); just the value when the kind is blank."""
+    kind = kind.strip().lower().replace(" ", "_")
+    return f"{kind}: {value.strip()}" if kind else value.strip()
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."
+
+
+class QueryForm(BaseModel):
+    """A structured query, rendered once for every service: the text the gateway shows is the text the
+    retriever embeds and gives its reranker; lexical search matches the form's terms.
+
+    ``therapeutic``: "Evidence for {drug} as a treatment for {disease}, including clinical trials, efficacy
+    data, and mechanism of action" (drug and disease matched). ``condition-findings``: "{condition}.
+    {finding}. {finding}." where a finding reads like "symptom: fever 3 days" (the condition and the
+    findings' values matched).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -205,6 +227,20 @@ class QueryForm(BaseModel):
         if self.kind == "condition-findings" and not self.condition:
             raise ValueError("a condition-findings query needs a condition")
         return self
+
+    @classmethod
+    def condition_findings(cls, condition: str, findings: Sequence[str], population: str | None = None) -> QueryForm:
+        """Takes a condition, its findings (as :func:`finding_text` writes them) and an optional population
+        (added as the finding "population: ..."); returns their form, cut to its limits (condition 500
+        characters, 50 findings)."""
+        extra = [finding_text("population", population)] if population and population.strip() else []
+        return cls(kind="condition-findings", condition=condition.strip()[:500], findings=[*findings, *extra][:50])
+
+    def text(self) -> str:
+        """The query as text: the therapeutic intent, or the condition and each non-blank finding as sentences."""
+        if self.kind == "therapeutic":
+            return THERAPEUTIC_TEMPLATE.format(drug=(self.drug or "").strip(), disease=(self.disease or "").strip())
+        return " ".join([_sentence(self.condition or "")] + [_sentence(f) for f in self.findings if f.strip()])
 
     def keywords(self) -> str:
         """The terms a lexical search matches: drug and disease, or the condition and findings."""
@@ -246,3 +282,12 @@ class SearchHit(BaseModel):
         if self.pmcid:
             return f"PMCID:{self.pmcid}"
         return f"NBK:{self.source_id}" if self.source == "bookshelf" else f"{self.source}:{self.source_id}"
+
+
+def relevant_hits(hits: Sequence[SearchHit], min_score: float) -> list[SearchHit]:
+    """The relevance threshold, the one rule for what counts as evidence: takes retrieved ``hits`` and the
+    threshold (``RetrievalSettings.min_score``, ``EVIDENTIA_RETRIEVAL_MIN_SCORE``) and returns, in order, the
+    hits whose dense (cosine) similarity is at or above it; a hit with no dense score (found by the lexical leg
+    alone) is kept. The synthesizer cites only these (none: the insufficient-evidence answer); the gateway's
+    guideline route searches every source when no guideline passage is among them."""
+    return [h for h in hits if h.dense_score is None or h.dense_score >= min_score]

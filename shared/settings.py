@@ -320,7 +320,12 @@ class RetrievalSettings(BaseSettings):
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before reranking.")
     top_n: int = Field(5, ge=1, le=100, description="Passages returned after reranking.")
     min_score: float = Field(
-        0.2, description="Below this similarity a passage is not evidence; an answer with none says so."
+        0.2,
+        description=(
+            "The relevance threshold: a passage whose dense similarity is below it is not evidence (lexical-only "
+            "hits pass); an answer with none says so, and a guideline question with no guideline passage above it "
+            "searches every source. One rule for every service: `shared.models.relevant_hits`."
+        ),
     )
     lexical: Literal["bm25", "fts"] = Field(
         "bm25",

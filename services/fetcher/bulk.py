@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from services.fetcher.eutils import EutilsError, parse_pmc_articles
 from shared.events import DocumentDeleted, DocumentFetched
+from shared.ingestion import document_event
 from shared.models import ParsedDocument, document_id
 from shared.xmlsafe import MalformedXmlError, PubmedRecord, UnsafeXmlError, iter_pubmed_records, parse_xml
 
@@ -303,7 +304,6 @@ def iter_jsonl(
     trace_id: str | None = None,
 ) -> Iterator[DocumentFetched | BulkProblem]:
     """A JSON-lines document import (plain or gzipped) as events; bad lines as :class:`BulkProblem`."""
-    extra = {"trace_id": trace_id} if trace_id else {}
     if isinstance(source, str | os.PathLike):
         name = os.fspath(source)
         fh: IO[bytes] | IO[str] = _open_maybe_gz(Path(name))
@@ -326,15 +326,7 @@ def iter_jsonl(
             except ValueError as exc:
                 yield BulkProblem(str(name), number, str(exc))
                 continue
-            yield DocumentFetched(
-                document_id=doc.document_id,
-                source=doc.source,
-                source_id=doc.source_id,
-                format="document-json",
-                document=doc,
-                job_id=job_id,
-                **extra,
-            )
+            yield document_event(doc, job_id=job_id, trace_id=trace_id)
     finally:
         if close:
             fh.close()

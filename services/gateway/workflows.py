@@ -31,13 +31,7 @@ from services.gateway.intelligence.classify import Classification, QueryClassifi
 from services.gateway.intelligence.disease import DiseaseNormalizer, drug_disease_query, search_clause
 from services.gateway.intelligence.enhance import Enhancement, QueryEnhancer
 from services.gateway.intelligence.expansion import DrugProfile, SearchTermExpander
-from services.gateway.intelligence.guidelines import (
-    attribute,
-    condition_query,
-    finding_text,
-    plan_question,
-    write_assessment,
-)
+from services.gateway.intelligence.guidelines import attribute, plan_question, write_assessment
 from services.gateway.intelligence.language import Language, detect_language
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import InteractionCheck, RxNavClient
@@ -82,17 +76,13 @@ from shared.events import (
 )
 from shared.ingestion import submit_documents
 from shared.llm import absorb, usage_scope
-from shared.models import QueryForm, SearchFilters, SearchHit
+from shared.models import QueryForm, SearchFilters, SearchHit, finding_text, relevant_hits
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
 from shared.topics import NCBI_REQUESTS
 
 log = logging.getLogger(__name__)
 
-THERAPEUTIC_TEMPLATE = (
-    "Evidence for {drug} as a treatment for {disease}, including clinical trials, efficacy data, "
-    "and mechanism of action"
-)
 INSUFFICIENT = "The evidence found is insufficient to answer this question."
 Progress = Callable[[WorkflowStep], Awaitable[None]]
 
@@ -247,17 +237,17 @@ class _Tools:
         return ToolOutput("", reply.hits)
 
     async def get_guideline(self, condition: str, findings: list[str]) -> ToolOutput:
-        text = condition_query(condition, findings)
+        form = QueryForm.condition_findings(condition, findings)
         filters = self.body.filters.model_copy(update={"sources": ["bookshelf"]})
         reply = await self.service.backend.retrieve(
             RetrievalRequest(
                 trace_id=self.trace_id,
-                query=text,
+                query=form.text(),
                 top_k=self.body.top_k,
                 top_n=self.body.top_n,
                 mode=self.body.search_mode,
                 filters=filters,
-                query_form=QueryForm(kind="condition-findings", condition=condition[:500], findings=findings[:50]),
+                query_form=form,
             )
         )
         return ToolOutput("" if reply.hits else "No guideline section matched.", reply.hits)
@@ -371,7 +361,8 @@ class WorkflowService:
             await step("fetch", "skipped", "ingest=false: searching what is stored", t0)
 
         t0 = time.perf_counter()
-        therapeutic = THERAPEUTIC_TEMPLATE.format(drug=drug, disease=disease.normalised)
+        form = QueryForm(kind="therapeutic", drug=drug, disease=disease.normalised)
+        therapeutic = form.text()
         await progress(WorkflowStep(name="search", status="running", detail=therapeutic))
         reply = await self.backend.retrieve(
             RetrievalRequest(
@@ -381,7 +372,7 @@ class WorkflowService:
                 top_n=body.top_n,
                 mode=body.mode,
                 filters=SearchFilters(sources=["pubmed", "pmc"]),  # the literature: what the searches fetched
-                query_form=QueryForm(kind="therapeutic", drug=drug, disease=disease.normalised),
+                query_form=form,
             )
         )
         hits = reply.hits
@@ -470,8 +461,8 @@ class WorkflowService:
         trace_id = new_trace_id()
         start = time.perf_counter()
         findings = [finding_text(f.kind, f.value) for f in body.findings]
-        query = condition_query(body.condition, findings, body.population)
-        form_findings = findings + ([f"population: {body.population.strip()}"] if body.population else [])
+        form = QueryForm.condition_findings(body.condition, findings, body.population)
+        query = form.text()
         t0 = time.perf_counter()
         reply = await self.backend.retrieve(
             RetrievalRequest(
@@ -481,9 +472,7 @@ class WorkflowService:
                 top_n=body.top_n,
                 mode=body.mode,
                 filters=SearchFilters(sources=["bookshelf"]),
-                query_form=QueryForm(
-                    kind="condition-findings", condition=body.condition.strip()[:500], findings=form_findings[:50]
-                ),
+                query_form=form,
             )
         )
         hits = reply.hits
@@ -692,8 +681,7 @@ class WorkflowService:
 
         if classification.category == "guideline" and not body.filters.sources:
             reply = await self.backend.retrieve(request(body.filters.model_copy(update={"sources": ["bookshelf"]})))
-            floor = self.settings.retrieval.min_score
-            useful = [h for h in reply.hits if h.dense_score is None or h.dense_score >= floor]
+            useful = relevant_hits(reply.hits, self.settings.retrieval.min_score)
             intelligence.route.append(
                 f"guideline question: searched guideline sources first ({len(useful)} relevant passages)"
             )

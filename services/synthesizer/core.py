@@ -23,7 +23,7 @@ from services.synthesizer.support import ClaimChecker
 from shared.citations import CitationVerifier, StreamGate, gate_summary, merge_check
 from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.llm import UsageLedger
-from shared.models import SearchHit
+from shared.models import SearchHit, relevant_hits
 from shared.safety import DISCLAIMER, EmergencyGuard, default_guard, emergency_reply
 from shared.settings import Settings
 
@@ -60,9 +60,8 @@ class Synthesizer:
         return "llm" if self.llm is not None else "extractive"
 
     def relevant(self, hits: Sequence[SearchHit]) -> list[SearchHit]:
-        """Passages worth citing: dense similarity at or above the threshold (lexical-only hits pass)."""
-        floor = self.settings.retrieval.min_score
-        return [h for h in hits if h.dense_score is None or h.dense_score >= floor]
+        """Passages worth citing: those that clear the relevance threshold (:func:`shared.models.relevant_hits`)."""
+        return relevant_hits(hits, self.settings.retrieval.min_score)
 
     async def _early(self, req: SynthesisRequest, start: float) -> SynthesisReply | None:
         verdict = await self.guard.acheck(req.question)  # an emergency never reaches the model, whoever asks

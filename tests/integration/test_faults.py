@@ -36,6 +36,7 @@ from services.fetcher.bulk import iter_jsonl
 from services.parser.chunking import Chunker, build_chunker
 from services.parser.core import chunk_document, parse_content
 from shared.events import ChunkEmbedded, DeadLetter, DocumentFetched
+from shared.ingestion import document_event
 from shared.models import ParsedDocument
 from shared.settings import Settings
 from shared.topics import (
@@ -121,17 +122,7 @@ async def _publish_job(stack: Stack, docs: list[ParsedDocument]) -> str:
     from cli.ingest import publish_documents
 
     job_id = f"fault-{uuid.uuid4().hex[:12]}"
-    events = [
-        DocumentFetched(
-            document_id=d.document_id,
-            source=d.source,
-            source_id=d.source_id,
-            format="document-json",
-            document=d,
-            job_id=job_id,
-        )
-        for d in docs
-    ]
+    events = [document_event(d, job_id=job_id) for d in docs]
     await publish_documents(settings_of(stack), list(events), job_id, "test_faults", follow=False)
     return job_id
 

@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from services.fetcher import store as fetcher_store
+from services.gateway.store.documents import database_ready, mesh_vocabulary, stored_document
 from services.parser.chunking import Chunker
 from services.parser.core import parse_content
 from services.parser.handlers import parse_event
@@ -18,7 +19,7 @@ from services.parser.imported import server_side
 from services.parser.store import store_document
 from services.parser.tokens import get_tokenizer
 from shared.events import DocumentFetched
-from shared.models import Chunk, ParsedDocument
+from shared.models import Chunk, MeshHeading, ParsedDocument
 from shared.provenance import claimed_ids, inconsistency, ncbi_records
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pubmed" / "pubmed1.xml"
@@ -152,3 +153,27 @@ def test_inconsistent_ids_are_named() -> None:
         "pubmed:1",
         "pmc:PMC5",
     ]
+
+
+async def test_the_gateway_reads_what_the_parser_stored(private_pool: asyncpg.Pool) -> None:
+    """The gateway's read-only look-ups (services/gateway/store/documents.py; docs/architecture.md says why it
+    reads the parser's table) against rows the parser's store wrote: they break here if the columns move."""
+
+    def own(pmid: str, mesh: list[str]) -> ParsedDocument:
+        return ParsedDocument(  # type: ignore[call-arg]
+            source="pubmed",
+            source_id=pmid,
+            pmid=pmid,
+            title=f"Study {pmid}",
+            abstract="Aspirin lowered the risk.",
+            mesh=[MeshHeading(descriptor=m) for m in mesh],
+        )
+
+    await store_document(private_pool, own("990001", ["Aspirin", "Stroke"]))
+    await store_document(private_pool, own("990002", ["Aspirin"]), "inline")
+    row = await stored_document(private_pool, "pubmed:990002")
+    assert row is not None and (row["source"], row["source_id"], row["origin"]) == ("pubmed", "990002", "inline")
+    assert await stored_document(private_pool, "pubmed:990003") is None
+    assert await mesh_vocabulary(private_pool) == {"Aspirin": 2, "Stroke": 1}
+    assert await mesh_vocabulary(private_pool, limit=1) == {"Aspirin": 2}
+    assert await database_ready(private_pool)

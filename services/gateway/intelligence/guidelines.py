@@ -1,7 +1,8 @@
 """Guideline recommendations: condition + clinical findings -> guideline sections -> Assessment & Plan.
 
-The query combines the condition with the findings ("Malaria. symptom: fever 3 days. medical_history:
-pregnant first trimester."): the condition finds the guideline, the findings find the section. Only
+The query is the condition-findings :class:`shared.models.QueryForm` ("Malaria. symptom: fever 3 days.
+medical_history: pregnant first trimester."; rendered by the form, which the retriever searches with): the
+condition finds the guideline, the findings find the section. Only
 guideline chunks (Bookshelf sources) are searched. The plan is the synthesizer's verified answer (Claude,
 or extractive sentences offline), each sentence attributed to the guideline section it came from, shown
 by its title path ("Guidelines for the treatment of malaria > Malaria in pregnancy > First trimester").
@@ -27,24 +28,6 @@ from shared.models import SearchHit
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\[])")
 _BRACKET = re.compile(r"\[[^\]]*\]")
 _WORD = re.compile(r"[a-z0-9]+")
-
-
-def finding_text(kind: str, value: str) -> str:
-    kind = kind.strip().lower().replace(" ", "_")
-    return f"{kind}: {value.strip()}" if kind else value.strip()
-
-
-def sentence(text: str) -> str:
-    text = text.strip()
-    return text if text.endswith((".", "?", "!")) else f"{text}."
-
-
-def condition_query(condition: str, findings: Sequence[str], population: str | None = None) -> str:
-    """ "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester."."""
-    parts = [sentence(condition)] + [sentence(f) for f in findings if f.strip()]
-    if population and population.strip():
-        parts.append(sentence(f"population: {population.strip()}"))
-    return " ".join(parts)
 
 
 def plan_question(condition: str, findings: Sequence[str], population: str | None = None) -> str:

@@ -12,8 +12,8 @@ from services.gateway.deps import KafkaDep, PoolDep, SettingsDep
 from services.gateway.schemas.ingest import IngestAccepted, IngestRequest
 from shared import provenance
 from shared.db.jobs import JobStatus, job_status
-from shared.events import DocumentFetched, IngestRequested
-from shared.ingestion import submit_documents
+from shared.events import IngestRequested
+from shared.ingestion import document_event, submit_documents
 
 router = APIRouter(tags=["ingestion"])
 
@@ -61,17 +61,7 @@ async def ingest(body: IngestRequest, pool: PoolDep, kafka: KafkaDep, settings: 
             full_text=body.full_text,
             bookshelf_publisher=body.bookshelf_publisher,
         )
-    documents = [
-        DocumentFetched(
-            document_id=doc.document_id,
-            source=doc.source,
-            source_id=doc.source_id,
-            format="document-json",
-            document=doc,
-            job_id=job_id,
-        )
-        for doc in body.documents
-    ]
+    documents = [document_event(doc, job_id=job_id) for doc in body.documents]
     await submit_documents(
         pool,
         kafka.publish,

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.schemas.common import check_query_terms
 from shared.events import LlmCall, TokenUsage
-from shared.models import QueryForm, SearchFilters, SearchHit, SearchMode
+from shared.models import THERAPEUTIC_TEMPLATE, QueryForm, SearchFilters, SearchHit, SearchMode
 
 
 class SearchRequest(BaseModel):
@@ -26,8 +26,7 @@ class SearchRequest(BaseModel):
     query_form: QueryForm | None = Field(
         None,
         description=(
-            'A structured query. `therapeutic` (drug + disease) embeds "Evidence for {drug} as a treatment '
-            'for {disease}, including clinical trials, efficacy data, and mechanism of action"; '
+            f'A structured query. `therapeutic` (drug + disease) embeds "{THERAPEUTIC_TEMPLATE}"; '
             '`condition-findings` embeds "{condition}. {finding}. ...". Lexical search matches their terms.'
         ),
     )

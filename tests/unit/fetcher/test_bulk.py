@@ -12,6 +12,8 @@ import pytest
 
 from services.fetcher.bulk import BulkProblem, iter_jsonl, iter_pubmed_file, iter_xml_dir
 from shared.events import DocumentDeleted, DocumentFetched
+from shared.ingestion import document_event
+from shared.models import ParsedDocument
 from shared.xmlsafe import MalformedXmlError, iter_pubmed_records
 from tests.fakes.eutils_server import DEFAULT_RECORDS_DIR as FIXTURES
 
@@ -171,3 +173,11 @@ def test_jsonl_gzipped_and_from_a_stream(tmp_path: Path) -> None:
     gz.write_bytes(gzip.compress(line.encode() * 2))
     assert len([e for e in iter_jsonl(gz) if isinstance(e, DocumentFetched)]) == 2
     assert len(list(iter_jsonl(io.StringIO(line)))) == 1
+
+
+def test_a_json_lines_record_becomes_the_same_event_as_the_document_given_inline() -> None:
+    record = {"source": "pmc", "source_id": "PMC7", "title": "Own", "abstract": "Text.", "year": 2020}
+    (event,) = iter_jsonl(io.BytesIO(json.dumps(record).encode() + b"\n"), job_id="j-1", trace_id="t-1")
+    assert isinstance(event, DocumentFetched)
+    inline = document_event(ParsedDocument.model_validate(record), job_id="j-1", trace_id="t-1")
+    assert event == inline.model_copy(update={"created_at": event.created_at})

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.synthesizer.core import Synthesizer
 from shared.citations import scrub
+from shared.events import SynthesisRequest
+from shared.safety import EMERGENCY_ANSWER
+from shared.settings import Settings
 from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic
 from tests.unit.gateway.conftest import build_app, client
 
@@ -149,6 +153,12 @@ async def test_an_emergency_is_answered_without_retrieval_or_model(fake_anthropi
     citations = dict(streamed)["citations"]
     assert citations["emergency"]["situation"] == "an overdose or a poison swallowed"
     assert streamed[0][1]["emergency_reason"] == citations["emergency"]["reason"]
+    # the one emergency reply (shared.safety.emergency_reply): what the synthesizer answers to the same message
+    message = "My husband has crushing chest pain right now"
+    synth = await Synthesizer(Settings()).answer(SynthesisRequest(question=message))
+    assert synth.emergency is not None
+    assert whole["answer"] == whole["numbered_answer"] == synth.answer == EMERGENCY_ANSWER
+    assert whole["emergency"] == synth.emergency.model_dump(mode="json") and whole["disclaimer"] == synth.disclaimer
 
 
 async def test_input_rules_give_422_with_the_reason() -> None:

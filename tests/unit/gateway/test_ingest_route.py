@@ -8,6 +8,8 @@ from typing import Any
 
 from services.gateway import deps
 from shared.events import DocumentFetched, Event, IngestRequested
+from shared.ingestion import document_event
+from shared.models import ParsedDocument
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 from tests.unit.gateway.conftest import build_app, client
 
@@ -54,6 +56,9 @@ async def test_pmids_and_inline_documents_start_one_job_that_publishes_both() ->
     assert request.pmids == ["10808977"] and request.job_id == job_id
     assert isinstance(doc, DocumentFetched) and (t2, k2) == (DOCUMENTS_FETCHED, "pubmed:555")
     assert doc.job_id == job_id and doc.format == "document-json"
+    # built as every structured document is (the JSON-lines import too), in the request's trace
+    built = document_event(ParsedDocument.model_validate(own), job_id=job_id, trace_id=doc.trace_id)
+    assert doc == built.model_copy(update={"created_at": doc.created_at})
     job = pool.statements[0]
     assert job[0] == "INSERT ingest_jobs" and job[1][:2] == (job_id, "documents")
     # a job that also discovers is left to the fetcher to mark discovered

@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from services.retriever.mmr import mmr_select
-from services.retriever.queries import THERAPEUTIC_TEMPLATE, render
+from services.retriever.queries import render
 from services.retriever.rerank import LlmReranker, build_reranker, parse_llm_scores
-from shared.models import QueryForm
+from shared.models import THERAPEUTIC_TEMPLATE, QueryForm
 from shared.settings import LlmSettings, RetrievalSettings, Settings
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.events import DocumentFetched, Event, IngestRequested
-from shared.ingestion import submit_documents
+from shared.ingestion import document_event, submit_documents
 from shared.models import ParsedDocument
 from shared.settings import KafkaSettings
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
@@ -87,3 +87,20 @@ async def test_a_discovery_request_is_published_and_leaves_the_job_to_the_fetche
     assert published == [("IngestRequested", INGEST_REQUESTS, "q1")]
     # only the job row: no document rows, and not marked discovered (the fetcher does that when it has)
     assert [s for s, _ in db.log] == ["INSERT ingest_jobs"]
+
+
+def test_a_structured_document_becomes_the_document_json_event_the_parser_reads() -> None:
+    doc = ParsedDocument(source="pmc", source_id="PMC42", title="Own full text", abstract="Metformin helped.")  # type: ignore[call-arg]
+    event = document_event(doc, job_id="job-7", trace_id="t-1")
+    assert (event.document_id, event.source, event.source_id) == ("pmc:PMC42", "pmc", "PMC42")
+    assert event.format == "document-json" and event.content is None and event.content_ref is None
+    assert event.document == doc and (event.job_id, event.trace_id) == ("job-7", "t-1")
+    # it travels: the JSON a consumer reads back is the same event
+    assert DocumentFetched.model_validate_json(event.model_dump_json()) == event
+
+
+def test_without_a_trace_id_each_document_event_gets_a_trace_of_its_own() -> None:
+    doc = ParsedDocument(source="pubmed", source_id="9", title="No trace given")  # type: ignore[call-arg]
+    first, second = document_event(doc), document_event(doc)
+    assert first.job_id is None and first.trace_id and second.trace_id
+    assert first.trace_id != second.trace_id  # a fresh one each time (no tracing span is active here)

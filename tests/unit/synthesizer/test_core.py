@@ -53,6 +53,16 @@ async def test_no_relevant_passage_means_insufficient_evidence(synth: Synthesize
     assert "insufficient" in reply.answer
 
 
+async def test_a_passage_at_the_relevance_threshold_is_cited_and_one_just_under_it_is_not() -> None:
+    synth = Synthesizer(Settings())
+    floor = synth.settings.retrieval.min_score
+    question = "Does telephone counseling increase mammography screening?"
+    at = [PASSAGES[0].model_copy(update={"dense_score": floor})]
+    under = [PASSAGES[0].model_copy(update={"dense_score": floor - 0.001})]
+    assert (await synth.answer(SynthesisRequest(question=question, passages=at))).mode == "extractive"
+    assert (await synth.answer(SynthesisRequest(question=question, passages=under))).mode == "insufficient-evidence"
+
+
 async def test_emergency_answers_at_once_without_sources(synth: Synthesizer) -> None:
     reply = await synth.answer(
         SynthesisRequest(question="My father has crushing chest pain right now, what do I do?", passages=PASSAGES)

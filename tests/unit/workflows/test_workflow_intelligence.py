@@ -28,9 +28,10 @@ from services.gateway.intelligence.expansion import (
     rule_organ,
     rule_queries,
 )
-from services.gateway.intelligence.guidelines import attribute, condition_query
+from services.gateway.intelligence.guidelines import attribute
 from services.gateway.intelligence.language import detect_language
 from services.gateway.intelligence.rxnav import NOT_CONFIGURED, RxNavClient
+from shared.models import QueryForm
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
 from tests.unit.workflows.conftest import GUIDELINES, workflow_llm
@@ -295,7 +296,8 @@ async def test_rxnav_against_the_fake() -> None:
 
 
 def test_condition_query_and_attribution() -> None:
-    q = condition_query("Malaria", ["symptom: fever 3 days", "medical_history: pregnant first trimester"])
+    findings = ["symptom: fever 3 days", "medical_history: pregnant first trimester"]
+    q = QueryForm.condition_findings("Malaria", findings).text()
     assert q == "Malaria. symptom: fever 3 days. medical_history: pregnant first trimester."
     answer = (
         "Extractive answer (no language model configured): quoted.\n\n"

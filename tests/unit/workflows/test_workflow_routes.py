@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from services.gateway.schemas.workflows import QueryRequest
+from services.gateway.workflows import _Tools
+from services.retriever.queries import render
+from shared.events import SynthesisRequest
+from shared.models import relevant_hits
+from shared.safety import EMERGENCY_ANSWER
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
@@ -91,7 +98,7 @@ async def test_evidence_stream_tells_a_broker_failure_as_a_503_error_event_with_
     async def broker_down(request: object) -> object:
         raise KafkaConnectionError("broker at 10.0.0.7:9092 unreachable")
 
-    backend.retrieve = broker_down  # type: ignore[method-assign]
+    backend.retrieve = broker_down  # type: ignore[method-assign,assignment]
     events: list[tuple[str, dict[str, object]]] = []
     async with (
         client(app) as http,
@@ -198,6 +205,31 @@ async def test_guideline_assessment_falls_back_to_the_labelled_template_when_cla
     assert body["top_section"] in body["assessment"]
 
 
+async def test_the_gateway_shows_and_sends_the_query_text_the_retriever_searches_with() -> None:
+    app, service, backend = build(counts={COUNT: 12})
+    guideline = {
+        "condition": "Malaria",
+        "findings": [{"kind": "Medical History", "value": "pregnant first trimester"}],
+        "population": "adult",
+    }
+    async with client(app) as http:
+        evidence = (await http.post("/v1/evidence", json={"drug": "metformin", "disease": "PCOS"})).json()
+        therapeutic = backend.retrievals[-1]
+        recommend = (await http.post("/v1/guidelines/recommend", json=guideline)).json()
+        condition = backend.retrievals[-1]
+    await _Tools(service, QueryRequest(question="malaria?"), "t").get_guideline("Malaria", ["symptom: fever"])
+    tool = backend.retrievals[-1]
+    for request, shown in [
+        (therapeutic, evidence["therapeutic_query"]),
+        (condition, recommend["query"]),
+        (tool, tool.query),
+    ]:
+        assert request.query_form is not None
+        assert shown == request.query == render(request.query, request.query_form).dense  # the retriever's text
+    assert condition.query == "Malaria. medical_history: pregnant first trimester. population: adult."
+    assert tool.query == "Malaria. symptom: fever."
+
+
 async def test_a_section_cannot_forge_another_section_block() -> None:
     from services.gateway.intelligence.guidelines import section_blocks
 
@@ -221,13 +253,33 @@ async def test_query_guideline_question_is_routed_to_guidelines_first() -> None:
     assert intel["enhancement"] in ("mesh", "none")
 
 
+@pytest.mark.parametrize(("below", "searches"), [(0.0, [["bookshelf"]]), (0.01, [["bookshelf"], []])])
+async def test_guideline_passages_under_the_relevance_threshold_send_the_question_to_every_source(
+    below: float, searches: list[list[str]]
+) -> None:
+    app, service, backend = build(mesh={"Malaria": 3})
+    floor = service.settings.retrieval.min_score  # the one threshold, also the synthesizer's
+    weak = [h.model_copy(update={"dense_score": floor - below}) for h in backend.guideline_hits]
+    backend.guideline_hits = weak
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"question": "What do guidelines recommend for malaria?"})).json()
+    assert [r.filters.sources for r in backend.retrievals] == searches
+    assert ("no guideline passage: searched every source" in body["intelligence"]["route"]) == (below > 0)
+    assert relevant_hits(weak, floor) == ([] if below > 0 else weak)
+
+
 async def test_query_emergency_short_circuits() -> None:
-    app, _, backend = build()
+    app, service, backend = build()
     async with client(app) as http:
         body = (await http.post("/v1/query", json={"message": "My husband has chest pain and can't breathe"})).json()
     assert body["mode"] == "emergency" and "emergency" in body["answer"].lower()
     assert body["emergency"]["reason"] and body["intelligence"]["classification"]["method"] == "guard"
     assert backend.retrievals == [] and backend.syntheses == []
+    # the same reply as the synthesizer's and /v1/ask's (shared.safety.emergency_reply)
+    synth = await service.backend.synthesize(SynthesisRequest(question="My husband has chest pain and can't breathe"))
+    assert synth.mode == "emergency" and synth.emergency is not None
+    assert body["answer"] == body["numbered_answer"] == synth.answer == EMERGENCY_ANSWER
+    assert body["emergency"] == synth.emergency.model_dump(mode="json") and body["disclaimer"] == synth.disclaimer
 
 
 async def test_query_offline_non_english_says_translation_needs_the_llm() -> None:
