@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 _QUERY_TERM = re.compile(r"\w+")
 
@@ -175,6 +175,17 @@ class SearchFilters(BaseModel):
     )
     sources: list[Source] = Field(default_factory=list, description="pubmed, pmc and/or bookshelf.")
     include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
+    sections: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]] = Field(
+        default_factory=list,
+        max_length=20,
+        description=(
+            "Only passages from these sections, any of which must match, e.g. `Results`, `Conclusions`. A passage's "
+            "section is its heading path (`Methods > Statistical analysis`; guidelines `Book > Chapter > "
+            "Section`); it matches a name when any heading on the path does, also one of two joined headings "
+            "(`Materials and Methods` matches `Methods`), regardless of case, numbering and a plural `s`. "
+            "PubMed records have one section, `Abstract`."
+        ),
+    )
     max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
 
 

@@ -1,5 +1,6 @@
 """The vector store: one pgvector table per embedding model, exactly one of them active; and the search
-filters as a SQL ``WHERE`` clause over ``documents d`` (:func:`where_clause`, shared with ``lexical_store``).
+filters as a SQL ``WHERE`` clause over ``chunks c JOIN documents d`` (:func:`where_clause`, shared with
+``lexical_store``).
 
 Each index records the model and dimension that produced its vectors. A retriever started with a
 different model than the active index refuses to run (mixing vector spaces silently ruins search);
@@ -64,6 +65,12 @@ def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[An
             conds.append(f"d.mesh_terms && {ph}::text[]")
     if filters.sources:
         conds.append(f"d.source = ANY({p(list(filters.sources))}::text[])")
+    if filters.sections:
+        # Names as the store's section_names() reads them (migration 210), on both sides: one rule.
+        conds.append(
+            f"section_names(c.section) && ARRAY(SELECT DISTINCT n FROM unnest({p(list(filters.sections))}::text[]) "
+            "AS s, unnest(section_names(s)) AS n)"
+        )
     return (" AND ".join(conds) or "TRUE"), params
 
 

@@ -45,6 +45,12 @@ ROUTES: dict[tuple[str, str], tuple[str, list[str], list[str], str | None]] = {
         ["answers"],
         "ConversationView",
     ),
+    ("DELETE", "/v1/conversations/{conversation_id}"): (
+        "delete_conversation_v1_conversations__conversation_id__delete",
+        ["204", "404", "422"],
+        ["answers"],
+        None,
+    ),
     ("POST", "/v1/evidence"): ("evidence_v1_evidence_post", ["200", "422"], ["workflows"], "EvidenceResponse"),
     ("POST", "/v1/evidence/stream"): ("evidence_stream_v1_evidence_stream_post", ["200", "422"], ["workflows"], None),
     ("POST", "/v1/guidelines/recommend"): (

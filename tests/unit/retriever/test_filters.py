@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from services.retriever.store import where_clause
 from shared.models import SearchFilters
 
@@ -26,3 +29,20 @@ def test_every_filter_becomes_a_numbered_parameter() -> None:
     assert "d.year >= $3" in sql and "d.year <= $4" in sql
     assert "$9" in sql and "$10" not in sql
     assert params == [2010, 2020, ["lancet"], ["randomized-controlled-trial"], 0.8, ["Diabetes Mellitus"], ["pubmed"]]
+
+
+def test_sections_are_matched_through_the_stores_section_names() -> None:
+    sql, params = where_clause(SearchFilters(sections=[" Results ", "Conclusions"], include_retracted=True), 2)
+    # One rule for both sides: the chunk's path and the requested names both go through section_names().
+    assert sql == (
+        "section_names(c.section) && ARRAY(SELECT DISTINCT n FROM unnest($2::text[]) AS s, "
+        "unnest(section_names(s)) AS n)"
+    )
+    assert params == [["Results", "Conclusions"]]
+
+
+def test_sections_must_be_named() -> None:
+    with pytest.raises(ValidationError):
+        SearchFilters(sections=["  "])
+    with pytest.raises(ValidationError):
+        SearchFilters(sections=["x"] * 21)
