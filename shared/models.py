@@ -106,6 +106,10 @@ class Chunk(BaseModel):
     char_end: int
 
 
+#: Document priorities (seed 003): a document at 0 is never returned by search.
+PRIORITY_EXCLUDED, PRIORITY_LOW, PRIORITY_NORMAL, PRIORITY_HIGH = 0, 10, 50, 100
+
+
 class ParsedDocument(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -134,6 +138,16 @@ class ParsedDocument(BaseModel):
     sections: list[Section] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list, description="PMIDs this document cites.")
     chunks: list[Chunk] = Field(default_factory=list)
+    priority: int | None = Field(
+        None,
+        ge=PRIORITY_EXCLUDED,
+        le=PRIORITY_HIGH,
+        description=(
+            "Search priority (seed 003): 0 never returned by search, 10 low, 50 normal, 100 high (any 0-100). "
+            "Unset: the ingestion job's `priority`, else the stored document's, else 50. Not part of the content: "
+            "a change of priority alone does not re-chunk or re-embed."
+        ),
+    )
 
     @property
     def document_id(self) -> str:
@@ -141,7 +155,7 @@ class ParsedDocument(BaseModel):
 
     def content_hash(self) -> str:
         """Hash of everything that shapes the stored text and metadata (not the chunks)."""
-        payload = self.model_dump_json(exclude={"chunks"})
+        payload = self.model_dump_json(exclude={"chunks", "priority"})
         return hashlib.sha256(payload.encode()).hexdigest()
 
     @property
@@ -175,6 +189,12 @@ class SearchFilters(BaseModel):
     )
     sources: list[Source] = Field(default_factory=list, description="pubmed, pmc and/or bookshelf.")
     include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
+    min_priority: int | None = Field(
+        None,
+        ge=1,
+        le=PRIORITY_HIGH,
+        description="Lowest document priority (10 low, 50 normal, 100 high); priority 0 is never returned anyway.",
+    )
     sections: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]] = Field(
         default_factory=list,
         max_length=20,
@@ -240,6 +260,7 @@ class SearchHit(BaseModel):
     year: int | None = None
     study_type: str | None = None
     evidence_level: float | None = None
+    priority: int | None = Field(None, description="The document's search priority (50 normal).")
     section: str | None = None
     text: str
     score: float

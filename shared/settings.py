@@ -351,6 +351,16 @@ class RetrievalSettings(BaseSettings):
     mmr_lambda: float = Field(
         0.7, ge=0, le=1, description="MMR trade-off when diversity is asked for: 1 = relevance only, 0 = novelty."
     )
+    priority_boost: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description=(
+            "Blend of the document priority (0-100, 50 normal) into the fused score before reranking: "
+            "`score + boost * |score| * (priority - 50) / 50` (0.1: high +10 %, low -8 %). 0 (default): off, "
+            "priority only filters (0 is never returned; `min_priority`)."
+        ),
+    )
     max_query_terms: int = Field(
         200,
         ge=1,

@@ -40,6 +40,8 @@ def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[An
 
     if not filters.include_retracted:
         conds.append("NOT d.retracted")
+    # Priority 0 (seed 003: "exclude") is never returned, whatever the filters say.
+    conds.append("d.priority > 0" if filters.min_priority is None else f"d.priority >= {p(filters.min_priority)}")
     if filters.year_from is not None:
         conds.append(f"d.year >= {p(filters.year_from)}")
     if filters.year_to is not None:
@@ -234,7 +236,7 @@ async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
 # ----------------------------------------------------------------------------------------- reading (search)
 
 _HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level"""
+    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority"""
 
 
 async def nearest_chunks(
