@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from services.gateway import deps
 from services.gateway.security import key_digest
 from shared.events import DocumentFetched
@@ -86,3 +88,18 @@ async def test_ingest_records_the_job_priority_and_carries_each_documents_own() 
     assert json.loads(job[1][2])["priority"] == 10  # the job's params: what the store reads for its documents
     fetched = [e for e, _, _ in kafka.published if isinstance(e, DocumentFetched)]
     assert [e.document.priority for e in fetched if e.document] == [100, None]
+
+
+def test_the_cli_sends_the_job_priority() -> None:
+    from cli.ingest import _request_body
+    from cli.main import build_parser
+    from shared.settings import Settings
+
+    parser = build_parser()
+    args = parser.parse_args(["ingest", "--pmids", "1,2", "--priority", "100"])
+    body = _request_body(args, Settings())  # type: ignore[call-arg]
+    assert body["priority"] == 100 and body["pmids"] == ["1", "2"]
+    assert "priority" not in _request_body(parser.parse_args(["ingest", "--pmids", "1"]), Settings())  # type: ignore[call-arg]
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["ingest", "--pmids", "1", "--priority", "101"])
+    assert exc.value.code == 2
