@@ -44,6 +44,15 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="With --query/--pmids: also fetch the open-access PMC full text of the PMIDs.",
     )
+    p.add_argument(
+        "--priority",
+        type=int,
+        choices=range(0, 101),
+        metavar="0-100",
+        default=None,
+        help="Search priority of the job's documents: 0 never returned, 10 low, 50 normal, 100 high "
+        "(default: new documents 50, stored ones keep theirs).",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="Stop following after this many seconds.")
     p.add_argument("--no-wait", action="store_true", help="Start the job and return its id at once.")
     p.add_argument(
@@ -76,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _request_body(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     body: dict[str, Any] = {"refresh": args.refresh}
+    if args.priority is not None:
+        body["priority"] = args.priority
     if args.full_text:
         body["full_text"] = True
     if args.query:
@@ -218,6 +229,7 @@ async def publish_documents(
     follow: bool = True,
     timeout: float = 1800.0,
     show: bool = True,
+    priority: int | None = None,
 ) -> JobStatus | None:
     """Record a job for ``events``, publish them to ``documents.fetched`` (:func:`shared.ingestion.submit_documents`,
     the sequence every way of starting a job uses), and follow it until done."""
@@ -241,7 +253,7 @@ async def publish_documents(
                 settings.kafka,
                 job_id=job_id,
                 kind="file",
-                params={"path": source},
+                params={"path": source} if priority is None else {"path": source, "priority": priority},
                 documents=events,
                 window=256,
                 on_failed=failed,
@@ -270,6 +282,7 @@ async def _from_files(args: argparse.Namespace, settings: Settings) -> int:
         follow=not args.no_wait,
         timeout=args.timeout,
         show=not wants_json(args),
+        priority=args.priority,
     )
     if status is None:
         if wants_json(args):

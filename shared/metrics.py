@@ -95,3 +95,13 @@ LLM_TOKENS = Counter(
     "Tokens of Claude calls by kind: input (full rate), output, cache_read, cache_write.",
     ["service", "model", "kind"],
 )
+CONVERSATIONS_DELETED = Counter(
+    "evidentia_conversations_deleted_total",
+    "Conversations deleted by the gateway: `request` (DELETE /v1/conversations/{id}) or `retention` (the "
+    "periodic job enforcing EVIDENTIA_GATEWAY_CONVERSATION_RETENTION_DAYS).",
+    ["reason"],
+)
+CONVERSATION_RETENTION_FAILURES = Counter(
+    "evidentia_conversation_retention_failures_total",
+    "Runs of the conversation retention job that failed (retried at the next interval).",
+)

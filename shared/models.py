@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 _QUERY_TERM = re.compile(r"\w+")
 
@@ -107,6 +107,10 @@ class Chunk(BaseModel):
     char_end: int
 
 
+#: Document priorities (seed 003): a document at 0 is never returned by search.
+PRIORITY_EXCLUDED, PRIORITY_LOW, PRIORITY_NORMAL, PRIORITY_HIGH = 0, 10, 50, 100
+
+
 class ParsedDocument(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -135,6 +139,16 @@ class ParsedDocument(BaseModel):
     sections: list[Section] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list, description="PMIDs this document cites.")
     chunks: list[Chunk] = Field(default_factory=list)
+    priority: int | None = Field(
+        None,
+        ge=PRIORITY_EXCLUDED,
+        le=PRIORITY_HIGH,
+        description=(
+            "Search priority (seed 003): 0 never returned by search, 10 low, 50 normal, 100 high (any 0-100). "
+            "Unset: the ingestion job's `priority`, else the stored document's, else 50. Not part of the content: "
+            "a change of priority alone does not re-chunk or re-embed."
+        ),
+    )
 
     @property
     def document_id(self) -> str:
@@ -142,7 +156,7 @@ class ParsedDocument(BaseModel):
 
     def content_hash(self) -> str:
         """Hash of everything that shapes the stored text and metadata (not the chunks)."""
-        payload = self.model_dump_json(exclude={"chunks"})
+        payload = self.model_dump_json(exclude={"chunks", "priority"})
         return hashlib.sha256(payload.encode()).hexdigest()
 
     @property
@@ -176,6 +190,23 @@ class SearchFilters(BaseModel):
     )
     sources: list[Source] = Field(default_factory=list, description="pubmed, pmc and/or bookshelf.")
     include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
+    min_priority: int | None = Field(
+        None,
+        ge=1,
+        le=PRIORITY_HIGH,
+        description="Lowest document priority (10 low, 50 normal, 100 high); priority 0 is never returned anyway.",
+    )
+    sections: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]] = Field(
+        default_factory=list,
+        max_length=20,
+        description=(
+            "Only passages from these sections, any of which must match, e.g. `Results`, `Conclusions`. A passage's "
+            "section is its heading path (`Methods > Statistical analysis`; guidelines `Book > Chapter > "
+            "Section`); it matches a name when any heading on the path does, also one of two joined headings "
+            "(`Materials and Methods` matches `Methods`), regardless of case, numbering and a plural `s`. "
+            "PubMed records have one section, `Abstract`."
+        ),
+    )
     max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
 
 
@@ -265,6 +296,7 @@ class SearchHit(BaseModel):
     year: int | None = None
     study_type: str | None = None
     evidence_level: float | None = None
+    priority: int | None = Field(None, description="The document's search priority (50 normal).")
     section: str | None = None
     text: str
     score: float

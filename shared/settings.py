@@ -387,6 +387,16 @@ class RetrievalSettings(BaseSettings):
     mmr_lambda: float = Field(
         0.7, ge=0, le=1, description="MMR trade-off when diversity is asked for: 1 = relevance only, 0 = novelty."
     )
+    priority_boost: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description=(
+            "Blend of the document priority (0-100, 50 normal) into the fused score before reranking: "
+            "`score + boost * |score| * (priority - 50) / 50` (0.1: high +10 %, low -8 %). 0 (default): off, "
+            "priority only filters (0 is never returned; `min_priority`)."
+        ),
+    )
     max_query_terms: int = Field(
         200,
         ge=1,
@@ -460,6 +470,23 @@ class GatewaySettings(BaseSettings):
     )
     max_cited_chunks: int = Field(
         15, ge=0, description="Most chunks cited earlier in a conversation added to a follow-up's retrieval."
+    )
+    conversation_retention_days: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Conversations idle longer than this many days (no turn since) are deleted with their messages by a "
+            "periodic job in the gateway; 0: kept until deleted (`DELETE /v1/conversations/{id}`)."
+        ),
+    )
+    conversation_retention_interval_s: float = Field(
+        3600.0, gt=0, description="Seconds between two runs of the conversation retention job."
+    )
+    conversation_retention_batch: int = Field(
+        500,
+        ge=1,
+        le=100_000,
+        description="Conversations the retention job deletes per statement (it repeats until none is left).",
     )
 
     @model_validator(mode="after")

@@ -34,6 +34,7 @@ from services.gateway.sse import error_event, sse
 from services.gateway.store.conversations import (
     ConversationConflict,
     ConversationContext,
+    ConversationGone,
     ConversationStore,
     TurnRecord,
     new_conversation_id,
@@ -253,6 +254,8 @@ class AnswerService:
                 await self._save(turn, reply, hits, timings)
             except ConversationConflict as exc:
                 raise HTTPException(409, f"conversation changed meanwhile: {exc}") from exc
+            except ConversationGone as exc:
+                raise HTTPException(404, f"{exc} while this turn was answered; the turn was not stored") from exc
             return self._response(turn, reply, hits, timings)
 
     # --- streamed ----------------------------------------------------------------------------------------
@@ -267,6 +270,8 @@ class AnswerService:
         # The stream has started: an error event is the only way left to say so (services.gateway.sse).
         except ConversationConflict as exc:
             yield sse("error", sse_error(409, "ConversationConflict", str(exc)))
+        except ConversationGone as exc:
+            yield sse("error", sse_error(404, "ConversationGone", f"{exc}; the turn was not stored"))
         except Exception as exc:
             yield error_event(exc)
 

@@ -68,6 +68,16 @@ def get_owner(request: Request) -> str | None:
 OwnerDep = Annotated[str | None, Depends(get_owner)]
 
 
+def get_scopes(request: Request) -> frozenset[str]:
+    """The scopes the request's API key carries (every scope with authentication off), as the API guard
+    (:mod:`services.gateway.security`) granted them."""
+    granted: frozenset[str] = request.scope.get("state", {}).get("api_scopes", frozenset())
+    return granted
+
+
+ScopesDep = Annotated[frozenset[str], Depends(get_scopes)]
+
+
 def get_conversation_store(pool: PoolDep) -> ConversationStore:
     return PgConversationStore(pool)
 

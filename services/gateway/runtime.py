@@ -12,6 +12,7 @@ import asyncpg
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.kafka import GatewayKafka
+from services.gateway.retention import ConversationRetention
 from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.workflows import GatewayBackend
 from shared.db import create_pool
@@ -48,6 +49,7 @@ class Gateway:
         w = settings.workflow
         self.rxnav = RxNavClient(w.rxnav_url, timeout_s=w.rxnav_timeout_s)
         self.workflow_backend = GatewayBackend(self.kafka, lambda: self.pool)
+        self.retention = ConversationRetention.over(settings.gateway, lambda: self.pool)
 
     async def start(self) -> None:
         # No statement of the gateway outlives the request timeout its own callers are held to.
@@ -56,8 +58,10 @@ class Gateway:
         # The emergency guard's model loads now, in the background (start-up and readiness do not wait for it;
         # a question asked meanwhile waits for the model, it is never let through unchecked).
         self._warm = asyncio.create_task(asyncio.to_thread(default_guard().warm_up))
+        self.retention.start()  # conversations idle past EVIDENTIA_GATEWAY_CONVERSATION_RETENTION_DAYS
 
     async def stop(self) -> None:
+        await self.retention.stop()  # before the pool it deletes through is closed
         await self.kafka.stop()
         if self._pool is not None:
             await self._pool.close()

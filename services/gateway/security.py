@@ -235,7 +235,7 @@ def install(app: FastAPI, settings: GatewaySettings) -> None:
     if origins:
         kwargs: dict[str, Any] = {
             "allow_origins": origins,
-            "allow_methods": ["GET", "POST", "OPTIONS"],
+            "allow_methods": ["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             "allow_headers": ["Authorization", "Content-Type"],
             "expose_headers": ["Retry-After", "X-Trace-Id", "traceparent", "X-Error-Id"],
             "max_age": 600,

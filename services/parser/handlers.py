@@ -128,7 +128,7 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
         docs = await asyncio.to_thread(parse_event, event, state.chunker)
         origin: Origin = "inline" if event.format == "document-json" else "ncbi"
         for doc in docs:
-            result = await store_document(state.pool, doc, origin)
+            result = await store_document(state.pool, doc, origin, job_id=event.job_id)
             metrics.DOCUMENTS_STORED.labels(result.outcome).inc()
             if result.outcome == "refused":  # an inline document for an NCBI record: the record stays
                 await set_stage(state.pool, [doc.document_id], "failed", result.reason, force=True)

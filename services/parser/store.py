@@ -43,15 +43,21 @@ def chunk_id(document_id: str, content_hash: str, ordinal: int) -> str:
 
 
 def _metadata(doc: ParsedDocument) -> str:
-    return json.dumps(doc.model_dump(mode="json", exclude={"chunks", "full_text", "abstract"}))
+    return json.dumps(doc.model_dump(mode="json", exclude={"chunks", "full_text", "abstract", "priority"}))
 
 
-async def store_document(pool: asyncpg.Pool, doc: ParsedDocument, origin: Origin = "ncbi") -> StoreResult:
+async def store_document(
+    pool: asyncpg.Pool, doc: ParsedDocument, origin: Origin = "ncbi", *, job_id: str | None = None
+) -> StoreResult:
     """Insert or replace ``doc`` and its chunks; tell what happened and which chunks are new.
 
     ``origin`` is where the document came from (:mod:`shared.provenance`): an ``inline`` document that
     claims an id stored as an NCBI record is ``refused`` (nothing written); an NCBI record replaces an
     inline document of the same id even when their content is the same.
+
+    Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (migration 211),
+    else the stored document's (a replaced document keeps the priority it was given), else 50. A new priority
+    alone changes no content: an unchanged document only has its priority updated.
     """
     digest = doc.content_hash()
     doc_id = doc.document_id
@@ -59,6 +65,9 @@ async def store_document(pool: asyncpg.Pool, doc: ParsedDocument, origin: Origin
         row = await conn.fetchrow(
             "SELECT content_hash, origin FROM documents WHERE document_id = $1 FOR UPDATE", doc_id
         )
+        priority = doc.priority
+        if priority is None and job_id is not None:
+            priority = await conn.fetchval("SELECT ingest_job_priority($1)", job_id)
         if origin == "inline":
             taken = await conn.fetch(
                 "SELECT document_id FROM documents WHERE document_id = ANY($1::text[]) AND origin = 'ncbi' FOR SHARE",
@@ -71,15 +80,21 @@ async def store_document(pool: asyncpg.Pool, doc: ParsedDocument, origin: Origin
         if current == digest:
             if row is not None and row["origin"] != origin:
                 await conn.execute("UPDATE documents SET origin = $2 WHERE document_id = $1", doc_id, origin)
+            if priority is not None:
+                await conn.execute(
+                    "UPDATE documents SET priority = $2 WHERE document_id = $1 AND priority <> $2", doc_id, priority
+                )
             return StoreResult(doc_id, "unchanged", [])
         outcome: Outcome = "inserted" if current is None else "updated"
         await conn.execute(
             """
             INSERT INTO documents (document_id, source, source_id, pmid, pmcid, doi, title, abstract,
                 full_text, journal, journal_iso, year, pub_date, language, publication_types, study_type,
-                evidence_level, mesh_terms, retracted, metadata, content_hash, origin, updated_at)
-            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20::jsonb,$21,$22, now())
+                evidence_level, mesh_terms, retracted, metadata, content_hash, origin, updated_at, priority)
+            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20::jsonb,$21,$22, now(),
+                    coalesce($23::smallint, 50))
             ON CONFLICT (document_id) DO UPDATE SET origin = EXCLUDED.origin,
+                priority = coalesce($23::smallint, documents.priority),
                 pmid = EXCLUDED.pmid, pmcid = EXCLUDED.pmcid, doi = EXCLUDED.doi, title = EXCLUDED.title,
                 abstract = EXCLUDED.abstract, full_text = EXCLUDED.full_text, journal = EXCLUDED.journal,
                 journal_iso = EXCLUDED.journal_iso, year = EXCLUDED.year, pub_date = EXCLUDED.pub_date,
@@ -110,6 +125,7 @@ async def store_document(pool: asyncpg.Pool, doc: ParsedDocument, origin: Origin
             _metadata(doc),
             digest,
             origin,
+            priority,
         )
         await conn.execute("DELETE FROM chunks WHERE document_id = $1", doc_id)
         stored = [_stored(doc_id, digest, doc.title, c) for c in doc.chunks]

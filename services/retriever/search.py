@@ -35,7 +35,7 @@ from services.retriever.lexical_store import (
 )
 from services.retriever.mmr import mmr_select
 from services.retriever.store import Scored, VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
-from shared.models import SearchFilters, SearchHit
+from shared.models import PRIORITY_EXCLUDED, PRIORITY_NORMAL, SearchFilters, SearchHit
 
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
@@ -177,6 +177,22 @@ def limit_per_document(
     return out
 
 
+def priority_boosted(
+    ranked: list[tuple[str, float]], priority_of: dict[str, int], boost: float
+) -> list[tuple[str, float]]:
+    """``ranked`` re-scored by document priority and sorted again (ties keep their order):
+    ``score + boost * |score| * (priority - 50) / 50``, so with ``boost`` 0.1 a high-priority (100) document's
+    score grows by 10 %, a low one's (10) shrinks by 8 %, a normal one's (50) is unchanged. A chunk whose
+    priority is unknown counts as normal. ``boost`` 0 leaves ``ranked`` as it is."""
+    if not boost:
+        return ranked
+    rescored = [
+        (cid, score + boost * abs(score) * (priority_of.get(cid, PRIORITY_NORMAL) - PRIORITY_NORMAL) / PRIORITY_NORMAL)
+        for cid, score in ranked
+    ]
+    return sorted(rescored, key=lambda cs: -cs[1])
+
+
 @dataclass
 class SearchResult:
     hits: list[SearchHit]
@@ -202,6 +218,7 @@ class HybridSearcher:
         convex: ConvexFusion | None = None,
         prf_docs: int = 0,
         prf_weight: float = 0.5,
+        priority_boost: float = 0.0,
     ):
         self.pool = pool
         self.index = index
@@ -217,6 +234,8 @@ class HybridSearcher:
         self.prf_docs = prf_docs
         """Dense pseudo-relevance feedback: the first ranking's top ``prf_docs`` chunks move the query vector."""
         self.prf_weight = prf_weight
+        self.priority_boost = priority_boost
+        """Blend of document priority into the fused score (:func:`priority_boosted`; 0: off)."""
 
     @classmethod
     def from_settings(
@@ -244,6 +263,7 @@ class HybridSearcher:
             else None,
             prf_docs=settings.prf_docs,
             prf_weight=settings.prf_weight,
+            priority_boost=settings.priority_boost,
         )
 
     async def dense_search(
@@ -304,6 +324,12 @@ class HybridSearcher:
         known = {c for c, _ in ranked}
         extra = [c for c in extra_chunk_ids if c not in known]
         rows = await hydrate(self.pool, [c for c, _ in ranked] + extra)
+        # Chunks offered again by a conversation skip the filters, but never a document excluded since (0).
+        extra = [c for c in extra if c in rows and rows[c]["priority"] > PRIORITY_EXCLUDED]
+        if self.priority_boost:
+            ranked = priority_boosted(
+                ranked, {c: rows[c]["priority"] for c, _ in ranked if c in rows}, self.priority_boost
+            )
         doc_of = {cid: r["document_id"] for cid, r in rows.items()}
         ranked = limit_per_document(ranked, doc_of, filters.max_chunks_per_document)
         head, tail = ranked[:top_k], ranked[top_k:]
@@ -347,6 +373,7 @@ class HybridSearcher:
                     year=r["year"],
                     study_type=r["study_type"],
                     evidence_level=r["evidence_level"],
+                    priority=r["priority"],
                     section=r["section"],
                     text=r["content"],
                     score=score,

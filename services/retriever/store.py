@@ -1,5 +1,6 @@
 """The vector store: one pgvector table per embedding model, exactly one of them active; and the search
-filters as a SQL ``WHERE`` clause over ``documents d`` (:func:`where_clause`, shared with ``lexical_store``).
+filters as a SQL ``WHERE`` clause over ``chunks c JOIN documents d`` (:func:`where_clause`, shared with
+``lexical_store``).
 
 Each index records the model and dimension that produced its vectors. A retriever started with a
 different model than the active index refuses to run (mixing vector spaces silently ruins search);
@@ -39,6 +40,8 @@ def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[An
 
     if not filters.include_retracted:
         conds.append("NOT d.retracted")
+    # Priority 0 (seed 003: "exclude") is never returned, whatever the filters say.
+    conds.append("d.priority > 0" if filters.min_priority is None else f"d.priority >= {p(filters.min_priority)}")
     if filters.year_from is not None:
         conds.append(f"d.year >= {p(filters.year_from)}")
     if filters.year_to is not None:
@@ -64,6 +67,12 @@ def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[An
             conds.append(f"d.mesh_terms && {ph}::text[]")
     if filters.sources:
         conds.append(f"d.source = ANY({p(list(filters.sources))}::text[])")
+    if filters.sections:
+        # Names as the store's section_names() reads them (migration 210), on both sides: one rule.
+        conds.append(
+            f"section_names(c.section) && ARRAY(SELECT DISTINCT n FROM unnest({p(list(filters.sections))}::text[]) "
+            "AS s, unnest(section_names(s)) AS n)"
+        )
     return (" AND ".join(conds) or "TRUE"), params
 
 
@@ -227,7 +236,7 @@ async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
 # ----------------------------------------------------------------------------------------- reading (search)
 
 _HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level"""
+    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority"""
 
 
 async def nearest_chunks(

@@ -1,5 +1,6 @@
-"""Administration: ``DELETE /v1/admin/documents/{id}`` (needs the ``admin`` scope), and ``/v1/admin/dlq``, the
-dead letters of a topic over HTTP, the same as ``evidentia dlq`` (shared/dlq.py).
+"""Administration: ``DELETE /v1/admin/documents/{id}`` and ``PATCH /v1/documents/{id}`` (a document's search
+priority; both need the ``admin`` scope), and ``/v1/admin/dlq``, the dead letters of a topic over HTTP, the same
+as ``evidentia dlq`` (shared/dlq.py).
 
 - ``GET /v1/admin/dlq/{topic}``: the letters (summaries, oldest first; ``?limit=``);
 - ``GET /v1/admin/dlq/{topic}/{ref}``: one whole letter (``ref`` = ``PARTITION:OFFSET`` or ``OFFSET``);
@@ -20,8 +21,8 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 
 from services.gateway import security
 from services.gateway.deps import KafkaDep, PoolDep, SettingsDep
-from services.gateway.schemas.admin import ReplayRequest, ReplayResult
-from services.gateway.store.documents import stored_document
+from services.gateway.schemas.admin import DocumentPatch, DocumentPriority, ReplayRequest, ReplayResult
+from services.gateway.store.documents import set_priority, stored_document
 from shared import dlq
 from shared.events import DocumentDeleted
 from shared.topics import DOCUMENTS_FETCHED
@@ -64,6 +65,22 @@ async def delete_document(document_id: str, pool: PoolDep, kafka: KafkaDep) -> d
     event = DocumentDeleted(document_id=document_id, source=row["source"], source_id=row["source_id"])
     await kafka.publish(event, DOCUMENTS_FETCHED, document_id)
     return {"document_id": document_id, "origin": str(row["origin"]), "status": "deletion published"}
+
+
+@router.patch(
+    "/v1/documents/{document_id}",
+    response_model=DocumentPriority,
+    tags=["administration"],
+    summary="Set a stored document's search priority: 0 never returned, 10 low, 50 normal, 100 high (`admin`)",
+    dependencies=[Depends(security.require("admin"))],
+    responses={403: {"description": "The API key lacks the `admin` scope"}, 404: {"description": "Not stored"}},
+)
+async def patch_document(document_id: str, body: DocumentPatch, pool: PoolDep) -> DocumentPriority:
+    if "\x00" in document_id:
+        raise HTTPException(422, "document ids may not contain NUL characters")
+    if not await set_priority(pool, document_id, body.priority):
+        raise HTTPException(404, f"no stored document {document_id}")
+    return DocumentPriority(document_id=document_id, priority=body.priority)
 
 
 DLQ = "/v1/admin/dlq"

@@ -1,8 +1,11 @@
-"""Bodies of ``/v1/admin/dlq``: which dead letters to replay, and what became of each."""
+"""Bodies of ``/v1/admin/dlq`` (which dead letters to replay, and what became of each) and of
+``PATCH /v1/documents/{id}`` (a document's priority)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.models import PRIORITY_EXCLUDED, PRIORITY_HIGH
 
 
 class ReplayRequest(BaseModel):
@@ -17,3 +20,20 @@ class ReplayResult(BaseModel):
     topic: str
     status: str
     detail: str = ""
+
+
+class DocumentPatch(BaseModel):
+    """What of a stored document may be changed in place."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: int = Field(
+        ge=PRIORITY_EXCLUDED,
+        le=PRIORITY_HIGH,
+        description="Search priority (seed 003): 0 never returned by search, 10 low, 50 normal, 100 high.",
+    )
+
+
+class DocumentPriority(BaseModel):
+    document_id: str
+    priority: int

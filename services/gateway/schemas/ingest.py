@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.models import ParsedDocument
+from shared.models import PRIORITY_EXCLUDED, PRIORITY_HIGH, ParsedDocument
 
 
 class IngestRequest(BaseModel):
@@ -21,6 +21,16 @@ class IngestRequest(BaseModel):
     max_results: int = Field(500, ge=1, le=100_000, description="Most PMIDs taken from the query.")
     refresh: bool = Field(False, description="Fetch again documents already stored.")
     full_text: bool = Field(False, description="Also fetch the open-access PMC full text (JATS) of the PMIDs found.")
+    priority: int | None = Field(
+        None,
+        ge=PRIORITY_EXCLUDED,
+        le=PRIORITY_HIGH,
+        description=(
+            "Search priority of the job's documents, those already stored included (seed 003: 0 never returned, "
+            "10 low, 50 normal, 100 high): a query job gives it to every document its query finds. An inline "
+            "document's own `priority` wins. Unset: new documents get 50, stored ones keep theirs."
+        ),
+    )
     bookshelf_publisher: str | None = Field(
         None,
         min_length=1,

@@ -6,6 +6,12 @@ authentication off every conversation is ownerless and open to everyone who can 
 Turns of one conversation are serialised: the gateway holds a per-conversation lock for a turn (one
 process), and the store refuses a turn whose number or citation numbers were taken meanwhile (several
 gateway processes): :class:`ConversationConflict`, HTTP 409.
+
+Deletion (``DELETE /v1/conversations/{id}``, and the retention job of :mod:`services.gateway.retention`)
+removes the conversation row; its messages and citations go with it (``ON DELETE CASCADE``). A turn that
+was being answered meanwhile is not stored: it locks the conversation row before it writes, so it either
+commits first (and is deleted with the rest) or finds the row gone (:class:`ConversationGone`, HTTP 404);
+only a conversation's first turn creates the row, so a deleted conversation never comes back.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 import asyncpg
@@ -25,6 +32,10 @@ from shared.events import ChatTurn, Citation, CitationCheck, EvidenceSummary
 
 class ConversationConflict(Exception):
     """Another turn of the same conversation was stored meanwhile."""
+
+
+class ConversationGone(Exception):
+    """The conversation was deleted while a turn of it was being answered; the turn is not stored."""
 
 
 @dataclass
@@ -64,6 +75,8 @@ class ConversationStore(Protocol):
     async def save_turn(self, conversation_id: str, record: TurnRecord) -> None: ...
 
     async def view(self, conversation_id: str, owner: str | None) -> ConversationView | None: ...
+
+    async def delete(self, conversation_id: str, owner: str | None, *, any_owner: bool = False) -> bool: ...
 
 
 def new_conversation_id() -> str:
@@ -137,7 +150,12 @@ class PgConversationStore:
                         record.owner,
                         record.question[:200],
                     )
-                await conn.execute("SELECT 1 FROM conversations WHERE conversation_id = $1 FOR UPDATE", conversation_id)
+                # The row lock orders this turn against a deletion: deleted first, the turn is not stored.
+                locked = await conn.fetchval(
+                    "SELECT 1 FROM conversations WHERE conversation_id = $1 FOR UPDATE", conversation_id
+                )
+                if locked is None:
+                    raise ConversationGone(f"conversation {conversation_id} was deleted")
                 await conn.execute(
                     """INSERT INTO conversation_messages
                            (conversation_id, turn, role, content, standalone_question)
@@ -215,6 +233,36 @@ class PgConversationStore:
             references=references,
             messages=[_message(r, by_id) for r in rows],
         )
+
+    async def delete(self, conversation_id: str, owner: str | None, *, any_owner: bool = False) -> bool:
+        """Delete a conversation with its messages and citations; False when there is none the caller may
+        delete: its own (an ownerless one with authentication off), or any with ``any_owner`` (admin)."""
+        deleted = await self.pool.fetchval(
+            """DELETE FROM conversations WHERE conversation_id = $1 AND (owner IS NOT DISTINCT FROM $2 OR $3)
+               RETURNING 1""",
+            conversation_id,
+            owner,
+            any_owner,
+        )
+        return deleted is not None
+
+
+async def delete_idle_conversations(pool: asyncpg.Pool, idle_for: timedelta, batch: int) -> int:
+    """Delete at most ``batch`` conversations with no turn for ``idle_for`` (by the database's clock, oldest
+    first) with their messages and citations; the number deleted. Rows another transaction holds (a turn being
+    stored, another gateway's purge) are skipped, not waited for."""
+    deleted: int = await pool.fetchval(
+        """WITH doomed AS (
+               SELECT conversation_id FROM conversations WHERE updated_at < now() - $1::interval
+               ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+           gone AS (
+               DELETE FROM conversations c USING doomed WHERE c.conversation_id = doomed.conversation_id
+               RETURNING 1)
+           SELECT count(*) FROM gone""",
+        idle_for,
+        batch,
+    )
+    return deleted
 
 
 def _citation(r: asyncpg.Record) -> Citation:

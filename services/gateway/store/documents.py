@@ -1,5 +1,6 @@
 """What the gateway reads of the store: one document's identity (for its deletion), the MeSH headings in use
-(the vocabulary query enhancement maps terms to), and whether the database answers at all (readiness)."""
+(the vocabulary query enhancement maps terms to), and whether the database answers at all (readiness); and the
+one thing it writes of a document, its search priority."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ async def stored_document(pool: asyncpg.Pool, document_id: str) -> asyncpg.Recor
         "SELECT source, source_id, origin FROM documents WHERE document_id = $1", document_id
     )
     return row
+
+
+async def set_priority(pool: asyncpg.Pool, document_id: str, priority: int) -> bool:
+    """Set a stored document's search priority (its chunks read it through their document); False when the
+    document is not stored."""
+    row = await pool.fetchval(
+        "UPDATE documents SET priority = $2 WHERE document_id = $1 RETURNING 1", document_id, priority
+    )
+    return row is not None
 
 
 async def mesh_vocabulary(pool: asyncpg.Pool, limit: int = 20_000) -> dict[str, int]:

@@ -22,7 +22,7 @@ from services.gateway import deps
 from services.gateway.app import create_app
 from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.schemas.conversations import ConversationView, MessageView
-from services.gateway.store.conversations import ConversationContext, TurnRecord
+from services.gateway.store.conversations import ConversationContext, ConversationGone, TurnRecord
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.broker import RemoteError
@@ -125,10 +125,19 @@ class MemoryStore:
         return ctx
 
     async def save_turn(self, conversation_id: str, record: TurnRecord) -> None:
+        if record.turn > 1 and conversation_id not in self.conversations:  # as PostgreSQL's row lock finds it
+            raise ConversationGone(f"conversation {conversation_id} was deleted")
         conv = self.conversations.setdefault(conversation_id, {"owner": record.owner, "turns": [], "refs": {}})
         conv["turns"].append(record)  # type: ignore[attr-defined]
         for c in record.citations:
             conv["refs"].setdefault(c.citation_id, c)  # type: ignore[attr-defined]
+
+    async def delete(self, conversation_id: str, owner: str | None, *, any_owner: bool = False) -> bool:
+        conv = self.conversations.get(conversation_id)
+        if conv is None or (conv["owner"] != owner and not any_owner):
+            return False
+        del self.conversations[conversation_id]
+        return True
 
     async def view(self, conversation_id: str, owner: str | None) -> ConversationView | None:
         ctx = await self.context(conversation_id, owner, 0, 0)

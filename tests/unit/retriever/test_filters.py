@@ -1,13 +1,27 @@
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from services.retriever.store import where_clause
 from shared.models import SearchFilters
 
 
-def test_default_filter_excludes_retracted_only() -> None:
+def test_default_filter_excludes_retracted_and_priority_zero_only() -> None:
     sql, params = where_clause(SearchFilters(), 3)
-    assert sql == "NOT d.retracted"
+    assert sql == "NOT d.retracted AND d.priority > 0"
     assert params == []
+    sql, params = where_clause(SearchFilters(include_retracted=True), 3)
+    assert sql == "d.priority > 0"  # priority 0 is excluded even when everything else is allowed
+
+
+def test_min_priority_replaces_the_exclusion_with_a_bound() -> None:
+    sql, params = where_clause(SearchFilters(min_priority=50, include_retracted=True), 4)
+    assert sql == "d.priority >= $4" and params == [50]
+    with pytest.raises(ValidationError):
+        SearchFilters(min_priority=0)  # 0 would let excluded documents through
+    with pytest.raises(ValidationError):
+        SearchFilters(min_priority=101)
 
 
 def test_every_filter_becomes_a_numbered_parameter() -> None:
@@ -26,3 +40,20 @@ def test_every_filter_becomes_a_numbered_parameter() -> None:
     assert "d.year >= $3" in sql and "d.year <= $4" in sql
     assert "$9" in sql and "$10" not in sql
     assert params == [2010, 2020, ["lancet"], ["randomized-controlled-trial"], 0.8, ["Diabetes Mellitus"], ["pubmed"]]
+
+
+def test_sections_are_matched_through_the_stores_section_names() -> None:
+    sql, params = where_clause(SearchFilters(sections=[" Results ", "Conclusions"], include_retracted=True), 2)
+    # One rule for both sides: the chunk's path and the requested names both go through section_names().
+    assert sql == (
+        "d.priority > 0 AND section_names(c.section) && ARRAY(SELECT DISTINCT n FROM unnest($2::text[]) AS s, "
+        "unnest(section_names(s)) AS n)"
+    )
+    assert params == [["Results", "Conclusions"]]
+
+
+def test_sections_must_be_named() -> None:
+    with pytest.raises(ValidationError):
+        SearchFilters(sections=["  "])
+    with pytest.raises(ValidationError):
+        SearchFilters(sections=["x"] * 21)

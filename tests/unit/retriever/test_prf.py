@@ -59,6 +59,7 @@ def _no_store(monkeypatch: pytest.MonkeyPatch) -> None:
                 "year": None,
                 "study_type": None,
                 "evidence_level": None,
+                "priority": 50,
             }
             for c in ids
         }

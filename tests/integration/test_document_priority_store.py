@@ -1,0 +1,154 @@
+"""Document priority on a real PostgreSQL 18 + pgvector (migration 211): how the parser's store sets it (own,
+job's, kept, default), the job trigger for documents already stored, and search: priority 0 never returned
+(dense, BM25, full-text, hybrid, chunks re-offered by a conversation), ``min_priority``, the boost.
+
+Only PostgreSQL is started (a private cluster), not the service stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import numpy as np
+import pytest
+
+from services.parser.store import store_document
+from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search, fts_search
+from services.retriever.store import VectorIndex, create_index, upsert_vectors
+from shared.db import create_pool
+from shared.db.jobs import add_job_documents, create_job
+from shared.models import Chunk, ParsedDocument, SearchFilters
+from shared.settings import DatabaseSettings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DIM = 8
+
+
+def doc(pmid: str, text: str = "Aspirin lowers the risk of stroke.", priority: int | None = None) -> ParsedDocument:
+    chunk = Chunk(section="Abstract", ordinal=0, text=text, token_count=8, char_start=0, char_end=len(text))
+    return ParsedDocument(
+        source_id=pmid, pmid=pmid, title=f"Aspirin study {pmid}", abstract=text, chunks=[chunk], priority=priority
+    )
+
+
+async def priority_of(pool: asyncpg.Pool, pmid: str) -> int:
+    return int(await pool.fetchval("SELECT priority FROM documents WHERE document_id = $1", f"pubmed:{pmid}"))
+
+
+async def test_the_stores_priority_rules(private_pool: asyncpg.Pool) -> None:
+    pool = private_pool
+    assert (await store_document(pool, doc("1"))).outcome == "inserted"
+    assert await priority_of(pool, "1") == 50  # default: normal
+    await store_document(pool, doc("2", priority=100))
+    assert await priority_of(pool, "2") == 100
+
+    again = await store_document(pool, doc("2", priority=10))  # same content, new priority
+    assert again.outcome == "unchanged" and again.chunks == []  # nothing re-chunked or re-embedded
+    assert await priority_of(pool, "2") == 10
+    changed = await store_document(pool, doc("2", text="Aspirin, revised text."))  # no priority given
+    assert changed.outcome == "updated" and await priority_of(pool, "2") == 10  # kept
+
+    await create_job(pool, "job-high", "pmids", {"pmids": ["3"], "priority": 100})
+    await create_job(pool, "job-plain", "pmids", {"pmids": ["3"]})
+    await store_document(pool, doc("3"), job_id="job-high")
+    assert await priority_of(pool, "3") == 100  # the job's
+    await store_document(pool, doc("4", priority=0), job_id="job-high")
+    assert await priority_of(pool, "4") == 0  # the document's own wins
+    await store_document(pool, doc("3", text="New text."), job_id="job-plain")
+    assert await priority_of(pool, "3") == 100  # a job without priority changes nothing
+    with pytest.raises(asyncpg.CheckViolationError):
+        await pool.execute("UPDATE documents SET priority = 101 WHERE document_id = 'pubmed:1'")
+
+
+async def test_a_job_gives_its_priority_to_documents_already_stored(private_pool: asyncpg.Pool) -> None:
+    pool = private_pool
+    for pmid in ("5", "6"):
+        await store_document(pool, doc(pmid))
+    await create_job(pool, "exclude", "query", {"query": "aspirin", "priority": 0})
+    await create_job(pool, "plain", "query", {"query": "aspirin"})
+    await add_job_documents(pool, "exclude", ["pubmed:5", "pubmed:999"])  # 999: not stored (yet)
+    await add_job_documents(pool, "plain", ["pubmed:6"])
+    assert await priority_of(pool, "5") == 0
+    assert await priority_of(pool, "6") == 50
+    await store_document(pool, doc("999"), job_id="exclude")  # fetched later: the parser applies it
+    assert await priority_of(pool, "999") == 0
+
+
+PRIORITIES = {"10": 0, "11": 10, "12": 50, "13": 100, "14": 50, "15": 50}
+
+
+@pytest.fixture(scope="module")
+async def corpus(migrated_postgres_url: str) -> AsyncIterator[tuple[asyncpg.Pool, VectorIndex, np.ndarray]]:
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": migrated_postgres_url})
+    pool = await create_pool(db)
+    await pool.execute("TRUNCATE documents CASCADE")
+    for pmid, priority in PRIORITIES.items():
+        await store_document(pool, doc(pmid, f"Aspirin and stroke prevention, trial {pmid}.", priority))
+    index = await create_index(pool, "priority-test-model", DIM, db, activate=True)
+    rows = await pool.fetch("SELECT chunk_id, document_id FROM chunks ORDER BY chunk_id")
+    vectors = np.random.default_rng(5).normal(size=(len(rows), DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    await upsert_vectors(pool, index, [r["chunk_id"] for r in rows], [r["document_id"] for r in rows], vectors)
+    try:
+        yield pool, index, vectors[0]
+    finally:
+        await pool.close()
+
+
+def pmids(ids: list[str], chunk_doc: dict[str, str]) -> set[str]:
+    return {chunk_doc[c].split(":")[1] for c in ids}
+
+
+async def test_priority_zero_is_never_returned_and_min_priority_bounds(corpus: tuple) -> None:  # type: ignore[type-arg]
+    pool, index, query = corpus
+    chunk_doc = {r["chunk_id"]: r["document_id"] for r in await pool.fetch("SELECT chunk_id, document_id FROM chunks")}
+    visible = {p for p, v in PRIORITIES.items() if v > 0}
+    everything = SearchFilters(include_retracted=True)
+    dense = await dense_search(pool, index, query, 50, everything, ef_search=40)
+    assert pmids([h.chunk_id for h in dense], chunk_doc) == visible
+    bm25 = await bm25_search(pool, "aspirin stroke", 50, everything, Bm25Params(), CorpusStats())
+    assert pmids([h.chunk_id for h in bm25], chunk_doc) == visible
+    fts = await fts_search(pool, "aspirin", 50, everything)
+    assert pmids([h.chunk_id for h in fts], chunk_doc) == visible
+    high = SearchFilters(min_priority=50)
+    assert pmids([h.chunk_id for h in await dense_search(pool, index, query, 50, high, 40)], chunk_doc) == {
+        "12",
+        "13",
+        "14",
+        "15",
+    }
+
+
+async def test_hybrid_hits_carry_priority_and_drop_excluded_re_offered_chunks(corpus: tuple) -> None:  # type: ignore[type-arg]
+    pool, index, query = corpus
+    excluded = await pool.fetchval("SELECT chunk_id FROM chunks WHERE document_id = 'pubmed:10'")
+    low = await pool.fetchval("SELECT chunk_id FROM chunks WHERE document_id = 'pubmed:11'")
+    searcher = HybridSearcher(pool, index, ef_search=40)
+    result = await searcher.search(
+        "aspirin stroke",
+        query,
+        mode="hybrid",
+        top_k=2,
+        top_n=2,
+        filters=SearchFilters(min_priority=100),
+        extra_chunk_ids=[excluded, low],  # cited by earlier turns of a conversation
+    )
+    by_doc = {h.document_id: h.priority for h in result.hits}
+    assert by_doc == {"pubmed:13": 100, "pubmed:11": 10}  # the low one re-offered, the excluded one not
+
+
+async def test_the_boost_lifts_high_priority_documents(corpus: tuple) -> None:  # type: ignore[type-arg]
+    pool, index, query = corpus
+    plain = HybridSearcher(pool, index, ef_search=40)
+    boosted = HybridSearcher(pool, index, ef_search=40, priority_boost=1.0)
+    args = {"mode": "hybrid", "top_k": 10, "top_n": 10, "filters": SearchFilters()}
+    before = {h.document_id: h.score for h in (await plain.search("aspirin stroke", query, **args)).hits}  # type: ignore[arg-type]
+    hits = (await boosted.search("aspirin stroke", query, **args)).hits  # type: ignore[arg-type]
+    after = {h.document_id: h.score for h in hits}
+    assert set(before) == set(after) and "pubmed:10" not in after
+    assert after["pubmed:13"] == pytest.approx(2 * before["pubmed:13"])  # high (100) at boost 1.0: doubled
+    assert after["pubmed:11"] == pytest.approx(0.2 * before["pubmed:11"])  # low (10): a fifth
+    assert after["pubmed:12"] == pytest.approx(before["pubmed:12"])  # normal: unchanged
+    assert hits[0].document_id == "pubmed:13" and hits[-1].document_id == "pubmed:11"
