@@ -356,7 +356,12 @@ class RetrievalRequest(Event):
     """A search (topic ``retrieval.requests``; reply to the ``reply_to`` header's topic)."""
 
     schema_version: Literal[1] = 1
-    query: str = Field(min_length=1, max_length=10_000)
+    query: str | None = Field(
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="The question as written; may be left out when `query_form` is given (the retriever renders it).",
+    )
     top_k: int = Field(20, ge=1, le=200)
     top_n: int = Field(5, ge=1, le=100)
     mode: SearchMode = "hybrid"
@@ -366,8 +371,8 @@ class RetrievalRequest(Event):
     query_form: QueryForm | None = Field(
         None,
         description=(
-            "A structured query (therapeutic: drug + disease; condition-findings): the retriever embeds its "
-            "template and matches its terms lexically; `query` stays the display text."
+            "A structured query (therapeutic: drug + disease; condition-findings): the retriever renders it "
+            "(embeds its template, matches its terms lexically) and sends the text back as `rendered_query`."
         ),
     )
     reranker: Literal["auto", "none", "cross-encoder", "llm"] | None = Field(
@@ -375,6 +380,12 @@ class RetrievalRequest(Event):
     )
     mmr: bool = Field(False, description="Diversify the top_n with maximal marginal relevance.")
     mmr_lambda: float | None = Field(None, ge=0, le=1, description="MMR trade-off; default: the setting.")
+
+    @model_validator(mode="after")
+    def _has_query(self) -> RetrievalRequest:
+        if self.query is None and self.query_form is None:
+            raise ValueError("give a query or a query_form")
+        return self
 
 
 class RetrievalReply(Event):
@@ -385,6 +396,9 @@ class RetrievalReply(Event):
     error: ErrorInfo | None = None
     llm_calls: list[LlmCall] = Field(
         default_factory=list, description="Claude calls the search made (the LLM reranker), with their tokens."
+    )
+    rendered_query: str | None = Field(
+        None, description="The query as the retriever searched it: the query form rendered, or the question."
     )
 
 

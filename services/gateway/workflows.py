@@ -242,7 +242,6 @@ class _Tools:
         reply = await self.service.backend.retrieve(
             RetrievalRequest(
                 trace_id=self.trace_id,
-                query=form.text(),
                 top_k=self.body.top_k,
                 top_n=self.body.top_n,
                 mode=self.body.search_mode,
@@ -362,12 +361,12 @@ class WorkflowService:
 
         t0 = time.perf_counter()
         form = QueryForm(kind="therapeutic", drug=drug, disease=disease.normalised)
-        therapeutic = form.text()
-        await progress(WorkflowStep(name="search", status="running", detail=therapeutic))
-        reply = await self.backend.retrieve(
+        await progress(
+            WorkflowStep(name="search", status="running", detail=f"therapeutic intent: {drug} for {disease.normalised}")
+        )
+        reply = await self.backend.retrieve(  # the retriever renders the form and sends its text back
             RetrievalRequest(
                 trace_id=trace_id,
-                query=therapeutic,
                 top_k=body.top_k,
                 top_n=body.top_n,
                 mode=body.mode,
@@ -376,6 +375,7 @@ class WorkflowService:
             )
         )
         hits = reply.hits
+        therapeutic = reply.rendered_query or form.keywords()
         await step(
             "search",
             "done",
@@ -462,12 +462,10 @@ class WorkflowService:
         start = time.perf_counter()
         findings = [finding_text(f.kind, f.value) for f in body.findings]
         form = QueryForm.condition_findings(body.condition, findings, body.population)
-        query = form.text()
         t0 = time.perf_counter()
-        reply = await self.backend.retrieve(
+        reply = await self.backend.retrieve(  # the retriever renders the form and sends its text back
             RetrievalRequest(
                 trace_id=trace_id,
-                query=query,
                 top_k=body.top_k,
                 top_n=body.top_n,
                 mode=body.mode,
@@ -476,6 +474,7 @@ class WorkflowService:
             )
         )
         hits = reply.hits
+        query = reply.rendered_query or form.keywords()
         timings = {"retrieval": _ms(t0)}
         sections = [
             GuidelineSection(

@@ -200,13 +200,14 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         try:
             with usage_scope() as ledger:  # the LLM reranker's calls, sent back with the hits
                 async with asyncio.timeout(budget_s):
-                    result = await _search(state, request)
+                    result, rendered = await _search(state, request)
             answer = RetrievalReply(
                 trace_id=request.trace_id,
                 hits=result.hits,
                 model=state.index.model,
                 took_ms=result.took_ms,
                 llm_calls=ledger.calls,
+                rendered_query=rendered,
             )
         except _BadRequest as exc:
             answer = RetrievalReply(
@@ -238,10 +239,11 @@ def remaining_budget_s(msg: KafkaMessage, timeout_s: float) -> float:
     return max(0.0, timeout_s - max(0.0, age_s))
 
 
-async def _search(state: RetrieverState, request: RetrievalRequest) -> SearchResult:
+async def _search(state: RetrieverState, request: RetrievalRequest) -> tuple[SearchResult, str]:
+    """Takes a request; returns its result and the query as searched (the query form rendered here)."""
     query = request.query
     max_terms = state.settings.retrieval.max_query_terms
-    if len(query_terms(query)) > max_terms:
+    if query is not None and len(query_terms(query)) > max_terms:
         # The gateway answers 422 before this; another publisher's overlong query is cut, not run whole.
         log.warning("query cut to the term cap", extra={"max_terms": max_terms})
         query = truncate_terms(query, max_terms)
@@ -255,8 +257,8 @@ async def _search(state: RetrieverState, request: RetrievalRequest) -> SearchRes
     vector = None
     if request.mode != "lexical":
         vector = (await asyncio.to_thread(state.embedder.encode_queries, [q.dense]))[0]
-    return await state.searcher().search(
-        query,
+    result = await state.searcher().search(
+        query if query is not None else q.dense,
         vector,
         mode=request.mode,
         top_k=request.top_k,
@@ -270,6 +272,7 @@ async def _search(state: RetrieverState, request: RetrievalRequest) -> SearchRes
         mmr=request.mmr,
         mmr_lambda=request.mmr_lambda,
     )
+    return result, q.rerank
 
 
 class _BadRequest(ValueError):

@@ -2,8 +2,8 @@
 
 * a free question: embedded and matched as written;
 * a :class:`shared.models.QueryForm` (``therapeutic``, ``condition-findings``): its text (``QueryForm.text``,
-  the one rendering, which the gateway also shows) is embedded and given to the reranker, while BM25 matches
-  its keywords (drug and disease; the condition and the findings' values).
+  rendered here only and sent back to the gateway, which shows it) is embedded and given to the reranker,
+  while BM25 matches its keywords (drug and disease; the condition and the findings' values).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ class RenderedQuery:
     """What a reranker is told the query is."""
 
 
-def render(query: str, form: QueryForm | None = None) -> RenderedQuery:
+def render(query: str | None, form: QueryForm | None = None) -> RenderedQuery:
     """What each leg searches with: a free question as written, or the query form's text (dense, reranker)
-    and its keywords (lexical)."""
+    and its keywords (lexical). One of the two must be given."""
     if form is None:
+        if query is None:
+            raise ValueError("give a query or a query form")
         return RenderedQuery(query, query, query)
     text = form.text()
     return RenderedQuery(text, form.keywords(), text)

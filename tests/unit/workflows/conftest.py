@@ -17,6 +17,7 @@ from services.gateway.intelligence.cache import MemoryCache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.workflows import WorkflowService
+from services.retriever.queries import render
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.db.jobs import JobStatus
@@ -120,13 +121,17 @@ class FakeBackend:
         self.pubmed_hits = list(PUBMED)
 
     async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        """As the retriever: renders the query form (with the retriever's own rendering) and sends it back."""
         self.retrievals.append(request)
+        rendered = render(request.query, request.query_form).rerank
         if request.filters.sources == ["bookshelf"]:
             hits = self.guideline_hits
-            if "pregnan" in request.query.lower():
+            if "pregnan" in rendered.lower():
                 hits = sorted(hits, key=lambda h: "pregnancy" not in (h.section or "").lower())
-            return RetrievalReply(hits=[h.model_copy(update={"rank": i}) for i, h in enumerate(hits, 1)])
-        return RetrievalReply(hits=self.pubmed_hits + self.guideline_hits)
+            return RetrievalReply(
+                hits=[h.model_copy(update={"rank": i}) for i, h in enumerate(hits, 1)], rendered_query=rendered
+            )
+        return RetrievalReply(hits=self.pubmed_hits + self.guideline_hits, rendered_query=rendered)
 
     async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
         self.syntheses.append(request)

@@ -205,7 +205,7 @@ async def test_guideline_assessment_falls_back_to_the_labelled_template_when_cla
     assert body["top_section"] in body["assessment"]
 
 
-async def test_the_gateway_shows_and_sends_the_query_text_the_retriever_searches_with() -> None:
+async def test_the_gateway_sends_query_forms_unrendered_and_shows_the_retrievers_text() -> None:
     app, service, backend = build(counts={COUNT: 12})
     guideline = {
         "condition": "Malaria",
@@ -219,15 +219,13 @@ async def test_the_gateway_shows_and_sends_the_query_text_the_retriever_searches
         condition = backend.retrievals[-1]
     await _Tools(service, QueryRequest(question="malaria?"), "t").get_guideline("Malaria", ["symptom: fever"])
     tool = backend.retrievals[-1]
-    for request, shown in [
-        (therapeutic, evidence["therapeutic_query"]),
-        (condition, recommend["query"]),
-        (tool, tool.query),
-    ]:
-        assert request.query_form is not None
-        assert shown == request.query == render(request.query, request.query_form).dense  # the retriever's text
-    assert condition.query == "Malaria. medical_history: pregnant first trimester. population: adult."
-    assert tool.query == "Malaria. symptom: fever."
+    for request in (therapeutic, condition, tool):
+        assert request.query_form is not None and request.query is None  # only the retriever renders a form
+    assert evidence["therapeutic_query"] == render(None, therapeutic.query_form).dense  # the retriever's text
+    assert recommend["query"] == render(None, condition.query_form).dense
+    assert recommend["query"] == "Malaria. medical_history: pregnant first trimester. population: adult."
+    assert tool.query_form is not None
+    assert tool.query_form.condition == "Malaria" and tool.query_form.findings == ["symptom: fever"]
 
 
 async def test_a_section_cannot_forge_another_section_block() -> None:
