@@ -28,6 +28,11 @@ from shared.events import Citation, CitationCheck, EvidenceSummary, SynthesisRep
 from shared.models import SearchHit
 
 KINDS = ("PMID", "PMCID", "NBK")
+INSUFFICIENT = (
+    "The retrieved evidence is insufficient to answer this question: no stored source is relevant enough. "
+    "Try rephrasing, widening the filters, or ingesting more literature on the topic."
+)
+"""What an answer says when no source supports one (the synthesizer's, the agent's and a workflow's)."""
 
 _SEP = r"[ \t]*[:#=]?[ \t]*"
 _VALUE = r"(?:pmc|nbk)?\d+"

@@ -538,6 +538,40 @@ class SynthesisReply(Event):
     )
 
 
+LlmStepName = Literal[
+    "classify",
+    "organ",
+    "search_terms",
+    "enhance",
+    "normalise_disease",
+    "broader_disease",
+    "assessment",
+    "rewrite_followup",
+    "agent_turn",
+]
+
+
+class LlmStepRequest(Event):
+    """Run one LLM step of a workflow (topic ``llm.steps.requests``; reply to the ``reply_to`` header's topic).
+
+    The synthesizer owns each step's prompt, tool schema and model; the caller sends only the step's inputs.
+    """
+
+    schema_version: Literal[1] = 1
+    step: LlmStepName = Field(description="Which step: its inputs are named in services/synthesizer/steps.py.")
+    inputs: dict[str, Any] = Field(default_factory=dict, description="The step's inputs (JSON values).")
+
+
+class LlmStepReply(Event):
+    schema_version: Literal[1] = 1
+    output: dict[str, Any] | None = Field(
+        None, description="The step's result; None without an API key or when the call failed (use the rules)."
+    )
+    model: str | None = Field(None, description="The model asked.")
+    error: ErrorInfo | None = None
+    llm_calls: list[LlmCall] = Field(default_factory=list, description="Claude calls made, with their tokens.")
+
+
 class SynthesisToken(Event):
     """One piece of a streamed answer, published on the reply topic before the final reply."""
 
@@ -650,6 +684,8 @@ PIPELINE_EVENTS: tuple[type[Event], ...] = (
     SynthesisRequest,
     SynthesisReply,
     SynthesisToken,
+    LlmStepRequest,
+    LlmStepReply,
     RequestProgress,
     NcbiCountRequest,
     NcbiCountReply,

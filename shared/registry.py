@@ -17,6 +17,7 @@ from shared.topics import (
     CHUNKS_REINDEX,
     DOCUMENTS_FETCHED,
     INGEST_REQUESTS,
+    LLM_STEP_REQUESTS,
     NCBI_REQUESTS,
     PMIDS_DISCOVERED,
     RETRIEVAL_REQUESTS,
@@ -50,11 +51,18 @@ SERVICE_SPECS: tuple[ServiceSpec, ...] = (
     ServiceSpec("parser", 9102, consumes=(DOCUMENTS_FETCHED,), produces=(CHUNKS_CREATED,)),
     ServiceSpec("embedder", 9103, consumes=(CHUNKS_CREATED, CHUNKS_REINDEX), produces=(CHUNKS_EMBEDDED,)),
     ServiceSpec("retriever", 9104, consumes=(CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS)),
-    ServiceSpec("synthesizer", 9105, consumes=(SYNTHESIS_REQUESTS,)),
+    ServiceSpec("synthesizer", 9105, consumes=(SYNTHESIS_REQUESTS, LLM_STEP_REQUESTS)),
     ServiceSpec(
         "gateway",
         8000,
-        produces=(INGEST_REQUESTS, DOCUMENTS_FETCHED, RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS, NCBI_REQUESTS),
+        produces=(
+            INGEST_REQUESTS,
+            DOCUMENTS_FETCHED,
+            RETRIEVAL_REQUESTS,
+            SYNTHESIS_REQUESTS,
+            LLM_STEP_REQUESTS,
+            NCBI_REQUESTS,
+        ),
         event_driven=False,
     ),
 )

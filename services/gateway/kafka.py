@@ -11,6 +11,8 @@ from shared.broker import ReplyClient, make_broker
 from shared.citations import gate_reply
 from shared.events import (
     Event,
+    LlmStepReply,
+    LlmStepRequest,
     RetrievalReply,
     RetrievalRequest,
     SynthesisReply,
@@ -18,6 +20,7 @@ from shared.events import (
 )
 from shared.settings import Settings
 from shared.topics import (
+    LLM_STEP_REQUESTS,
     RETRIEVAL_REQUESTS,
     SYNTHESIS_REQUESTS,
     TopicSpec,
@@ -76,6 +79,17 @@ class GatewayKafka:
             resend_after=k.synthesis_resend_after_s or None,
         )
         return gate_reply(reply, {h.citation_id for h in request.passages})
+
+    async def run_step(self, request: LlmStepRequest) -> LlmStepReply:
+        """One workflow LLM step, run by the synthesizer (an error reply is raised as RemoteError)."""
+        k = self.settings.kafka
+        return await self.replies.request(
+            LLM_STEP_REQUESTS,
+            request,
+            LlmStepReply,
+            k.request_timeout_s,
+            resend_after=k.synthesis_resend_after_s or None,
+        )
 
     def synthesize_stream(self, request: SynthesisRequest) -> AsyncIterator[tuple[str, bytes]]:
         k = self.settings.kafka

@@ -1,9 +1,10 @@
 """Follow-up questions rewritten into standalone ones, so retrieval finds what the conversation is about.
 
-With an Anthropic API key Claude (the fast model, ``EVIDENTIA_LLM_FAST_MODEL``) rewrites the question from
-the conversation so far; without one (or when the call fails) a simple rule does: a question that reads
-like a follow-up (a pronoun such as "it" or "they", an opening such as "what about", or too few words of its
-own) gets the previous standalone question appended as context. A question that stands on its own is left as it is.
+With an Anthropic API key Claude (the synthesizer's ``rewrite_followup`` step, on the fast model) rewrites
+the question from the conversation so far; without one (or when the call fails) a simple rule does: a
+question that reads like a follow-up (a pronoun such as "it" or "they", an opening such as "what about",
+or too few words of its own) gets the previous standalone question appended as context. A question that
+stands on its own is left as it is.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ import logging
 import re
 from collections.abc import Sequence
 
-import anthropic
-
+from services.gateway.intelligence.llm import WorkflowLlm
 from shared.events import ChatTurn
-from shared.llm import UsageLedger, anthropic_client, create_message
-from shared.settings import LlmSettings
+from shared.llm import UsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +88,6 @@ _STOP = frozenset(
     ]
 )
 
-REWRITE_PROMPT = """Rewrite the last question of this conversation about the medical literature into one \
-standalone search question that can be understood without the conversation (resolve pronouns and \
-references, keep every medical term). If it already stands alone, return it unchanged. Reply with the \
-question only.
-
-Conversation so far:
-{history}
-
-Last question: {question}
-
-Standalone question:"""
-
 
 def content_words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 2]
@@ -119,15 +106,14 @@ def rule_rewrite(question: str, previous: str | None) -> str:
 
 
 class FollowUpRewriter:
-    def __init__(self, settings: LlmSettings, client: anthropic.AsyncAnthropic | None = None):
-        self.settings = settings
-        if client is None and settings.anthropic_api_key is not None:
-            client = anthropic_client(settings, max_retries=1, timeout_s=min(settings.timeout_s, 20.0))
-        self.client = client
+    """Rewrites follow-ups with the synthesizer's ``rewrite_followup`` step, or the rule without a model."""
+
+    def __init__(self, llm: WorkflowLlm):
+        self.llm = llm
 
     @property
     def mode(self) -> str:
-        return "llm" if self.client is not None else "rule"
+        return "llm" if self.llm.available else "rule"
 
     async def rewrite(
         self,
@@ -137,39 +123,12 @@ class FollowUpRewriter:
         *,
         ledger: UsageLedger | None = None,
     ) -> str:
-        """The standalone question; a Claude call it makes is recorded in ``ledger``."""
+        """The standalone question; a Claude call made for it is recorded in ``ledger``."""
         if not history and not previous:
             return question.strip()
-        if self.client is not None:
-            try:
-                text = await self._claude(question, history, ledger)
-                if text and len(text) <= 2000:
-                    return text
-            except Exception as exc:  # rewriting is a help, never a failure of the turn
-                log.warning("follow-up rewriting failed; using the rule", extra={"error": repr(exc)[:300]})
+        turns = [{"role": t.role, "content": t.content} for t in history]
+        data = await self.llm.step("rewrite_followup", {"history": turns, "question": question}, ledger=ledger)
+        text = str((data or {}).get("question") or "").strip()
+        if text and len(text) <= 2000:
+            return text
         return rule_rewrite(question, previous)
-
-    async def _claude(self, question: str, history: Sequence[ChatTurn], ledger: UsageLedger | None) -> str:
-        assert self.client is not None
-        lines = [f"{'User' if t.role == 'user' else 'Assistant'}: {t.content[:1500]}" for t in history]
-        message = await create_message(
-            self.client,
-            service="gateway",
-            step="rewrite",
-            ledger=ledger,
-            model=self.settings.fast_model,
-            max_tokens=200,
-            messages=[
-                {
-                    "role": "user",
-                    "content": REWRITE_PROMPT.format(history="\n".join(lines), question=question.strip()),
-                }
-            ],
-            extra_body={"temperature": 0.0},
-        )
-        text = "".join(block.text for block in message.content if block.type == "text").strip()
-        return text.splitlines()[0].strip().strip('"') if text else ""
-
-    async def aclose(self) -> None:
-        if self.client is not None:
-            await self.client.close()

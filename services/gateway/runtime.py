@@ -44,8 +44,8 @@ class Gateway:
         self._pool: asyncpg.Pool | None = None
         self._warm: asyncio.Task[None] | None = None
         self.turn_locks = TurnLocks()
-        self.rewriter = FollowUpRewriter(settings.llm)
-        self.workflow_llm = WorkflowLlm(settings.llm)
+        self.workflow_llm = WorkflowLlm(settings.llm, self.kafka)  # the synthesizer runs the LLM steps
+        self.rewriter = FollowUpRewriter(self.workflow_llm)
         w = settings.workflow
         self.rxnav = RxNavClient(w.rxnav_url, timeout_s=w.rxnav_timeout_s)
         self.workflow_backend = GatewayBackend(self.kafka, lambda: self.pool)

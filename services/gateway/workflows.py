@@ -60,7 +60,7 @@ from services.gateway.schemas.workflows import (
 from services.gateway.sse import error_event, sse
 from services.gateway.store import documents as documents_store
 from shared.broker import RemoteError, RequestTimeout
-from shared.citations import CitationVerifier
+from shared.citations import INSUFFICIENT, CitationVerifier
 from shared.db.jobs import JobStatus, job_status
 from shared.events import (
     CitationCheck,
@@ -83,7 +83,6 @@ from shared.topics import NCBI_REQUESTS
 
 log = logging.getLogger(__name__)
 
-INSUFFICIENT = "The evidence found is insufficient to answer this question."
 Progress = Callable[[WorkflowStep], Awaitable[None]]
 
 

@@ -20,7 +20,7 @@ from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
 from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
 from services.synthesizer.support import ClaimChecker
-from shared.citations import CitationVerifier, StreamGate, gate_summary, merge_check
+from shared.citations import INSUFFICIENT, CitationVerifier, StreamGate, gate_summary, merge_check
 from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
 from shared.llm import UsageLedger
 from shared.models import SearchHit, relevant_hits
@@ -28,11 +28,6 @@ from shared.safety import DISCLAIMER, EmergencyGuard, default_guard, emergency_r
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
-
-INSUFFICIENT = (
-    "The retrieved evidence is insufficient to answer this question: no stored source is relevant enough. "
-    "Try rephrasing, widening the filters, or ingesting more literature on the topic."
-)
 
 
 class Synthesizer:

@@ -1,4 +1,5 @@
-"""Synthesizer handlers: ``synthesis.requests`` -> answer (whole, or tokens then the answer) -> reply."""
+"""Synthesizer handlers: ``synthesis.requests`` -> answer (whole, or tokens then the answer) -> reply;
+``llm.steps.requests`` -> one workflow LLM step (services/synthesizer/steps.py) -> reply."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ import logging
 from faststream.kafka import KafkaBroker, KafkaMessage
 
 from services.synthesizer.core import Synthesizer
+from services.synthesizer.steps import StepRunner
 from shared.broker import RecentRequests, progress_while, reply, request_subscriber_options
-from shared.events import ErrorInfo, SynthesisReply, SynthesisRequest
+from shared.events import ErrorInfo, LlmStepReply, LlmStepRequest, SynthesisReply, SynthesisRequest
 from shared.settings import Settings
-from shared.topics import SYNTHESIS_REQUESTS
+from shared.topics import LLM_STEP_REQUESTS, SYNTHESIS_REQUESTS
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-synthesizer"
 
 
 class SynthesizerState:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, steps: StepRunner | None = None):
         self.settings = settings
         self._core: Synthesizer | None = None
+        self._steps = steps
         self._warm: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -28,10 +31,15 @@ class SynthesizerState:
         # The emergency guard's model loads in the background: a request meanwhile waits for it (never unchecked).
         self._warm = asyncio.create_task(asyncio.to_thread(core.guard.warm_up))
         self._core = core
+        if self._steps is None:
+            self._steps = StepRunner(self.settings.llm)
         log.info("synthesizer mode", extra={"mode": "llm" if core.llm else "extractive", "guard": core.guard.semantic})
 
     async def stop(self) -> None:
         self._core = None
+        if self._steps is not None:
+            await self._steps.aclose()
+        self._steps = None
 
     async def ready(self) -> bool:
         return self._core is not None
@@ -40,6 +48,11 @@ class SynthesizerState:
     def core(self) -> Synthesizer:
         assert self._core is not None, "synthesizer not started"
         return self._core
+
+    @property
+    def steps(self) -> StepRunner:
+        assert self._steps is not None, "synthesizer not started"
+        return self._steps
 
 
 def register(broker: KafkaBroker, state: SynthesizerState) -> None:
@@ -73,5 +86,30 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
             answer = SynthesisReply(
                 trace_id=request.trace_id,
                 error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502),
+            )
+        await reply(broker, msg, answer)
+
+    steps_taken = RecentRequests(ttl_s=kafka.request_timeout_s * 2)
+
+    @broker.subscriber(
+        LLM_STEP_REQUESTS,
+        group_id=GROUP_ID,
+        **request_subscriber_options(state.settings.kafka, LLM_STEP_REQUESTS),
+        no_reply=True,
+        title="llm.steps.requests:synthesizer",
+        description="An LlmStepRequest (a workflow's LLM step: classify, expand, assess, an agent turn...); "
+        "RequestProgress while it works, then an LlmStepReply, to reply_to.",
+    )
+    async def on_step(request: LlmStepRequest, msg: KafkaMessage) -> None:
+        if not steps_taken.claim(msg.correlation_id):
+            log.info("copy of a step already taken here; dropped", extra={"correlation_id": msg.correlation_id})
+            return
+        try:
+            async with progress_while(broker, msg, kafka.request_progress_every_s, request.trace_id):
+                answer = await state.steps.run(request)
+        except Exception as exc:  # the caller gets the error instead of a timeout
+            log.exception("LLM step failed")
+            answer = LlmStepReply(
+                trace_id=request.trace_id, error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=502)
             )
         await reply(broker, msg, answer)

@@ -1,6 +1,6 @@
 """The fake Anthropic server (``tests/fakes/anthropic_server.py``) taught the workflows' tools.
 
-:class:`WorkflowAnthropic` answers the forced tool calls of :mod:`services.gateway.intelligence` with
+:class:`WorkflowAnthropic` answers the forced tool calls of :mod:`services.synthesizer.steps` with
 plausible inputs (``record_disease_term``, ``record_broader_term``, ``record_organ_term``,
 ``record_search_terms``, ``classify_query``, ``rewrite_query``, ``record_assessment``: the sections of
 its prompt plus one id that is not among them), overridable per tool through

@@ -1,8 +1,8 @@
 """Token accounting through the running services and real Kafka: offline, then Claude mode (fake Messages API).
 
-The synthesizer's calls travel back to the gateway in its reply (``llm_calls``); the gateway adds its own and
-reports ``tokens_used``. Each service counts its calls in Prometheus (``evidentia_llm_calls_total``,
-``evidentia_llm_tokens_total``), read here from its /metrics.
+The synthesizer's calls (answers and the workflows' LLM steps) travel back to the gateway in its replies
+(``llm_calls``), which reports ``tokens_used``. Each service counts its calls in Prometheus
+(``evidentia_llm_calls_total``, ``evidentia_llm_tokens_total``), read here from its /metrics.
 """
 
 from __future__ import annotations

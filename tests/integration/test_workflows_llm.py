@@ -98,10 +98,10 @@ def test_guidelines_with_claude(stack: Stack, claude: tuple[WorkflowAnthropic, F
         body["assessment_citation_check"]["verified"] and set(body["assessment_citation_check"]["verified"]) <= sections
     )
     assert FORGED_SECTION not in body["assessment"] and FORGED_SECTION in body["citation_check"]["removed"]
-    # What it cost: the assessment written in the gateway (main model), the plan written by the synthesizer,
-    # its calls carried back over Kafka; tokens_used adds them up.
+    # What it cost: the assessment (the synthesizer's step, main model) and the plan, both written by the
+    # synthesizer, their calls carried back over Kafka; tokens_used adds them up.
     calls = {c["step"]: c for c in body["llm_calls"]}
-    assert (calls["assessment"]["service"], calls["assessment"]["model"]) == ("gateway", "claude-test")
+    assert (calls["assessment"]["service"], calls["assessment"]["model"]) == ("synthesizer", "claude-test")
     assert (calls["answer"]["service"], calls["answer"]["model"]) == ("synthesizer", "claude-test")
     assert calls["support_check"]["model"] == "claude-haiku-4-5"  # EVIDENTIA_LLM_FAST_MODEL
     used = body["tokens_used"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from services.gateway.intelligence.llm import WorkflowLlm
 from shared.safety import acheck_emergency, is_emergency
@@ -98,21 +98,6 @@ _DISEASE_WORDS = re.compile(
     re.IGNORECASE,
 )
 
-CLASSIFY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "category": {"type": "string", "enum": [c for c in CATEGORIES if c != "emergency"]},
-        "reason": {"type": "string", "description": "A few words on why."},
-    },
-    "required": ["category"],
-}
-CLASSIFY_PROMPT = """Classify this medical question into one category: drug_information (a drug's effects, \
-dosing, safety, mechanism), disease_information (a disease's causes, symptoms, diagnosis, course), \
-drug_interaction (two or more drugs or substances taken together), guideline (what a clinical guideline \
-recommends, how a condition should be treated or managed), other.
-
-Question: {question}"""
-
 
 @dataclass
 class Classification:
@@ -179,14 +164,7 @@ class QueryClassifier:
         verdict = await acheck_emergency(question)  # safety first, whatever a model would say
         if verdict.emergency:
             return Classification("emergency", "guard", [verdict.reason])
-        data = await self.llm.tool(
-            CLASSIFY_PROMPT.format(question=question),
-            "classify_query",
-            "Record the question's category.",
-            CLASSIFY_SCHEMA,
-            max_tokens=100,
-            step="classify",
-        )
+        data = await self.llm.step("classify", {"question": question})
         category = (data or {}).get("category")
         if category in CATEGORIES and category != "emergency":
             reason = str((data or {}).get("reason") or "")[:200]

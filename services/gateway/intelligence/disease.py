@@ -227,32 +227,6 @@ def drug_disease_query(drug: str, term: str) -> str:
     return f"{search_clause(d)} AND {search_clause(term)}"
 
 
-NORMALISE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "term": {"type": "string", "description": "The PubMed-friendly disease name, lower case."},
-        "synonym": {"type": ["string", "null"], "description": "One well-known synonym, or null."},
-    },
-    "required": ["term"],
-}
-BROADER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"term": {"type": "string", "description": "One broader disease category, keeping the organ."}},
-    "required": ["term"],
-}
-NORMALISE_PROMPT = """Turn this disease name into a PubMed-friendly search term. Strip subtypes, staging, \
-aetiology and genetic qualifiers while preserving organ specificity (e.g. "narcolepsy-cataplexy syndrome" -> \
-"narcolepsy"; "stage III non-small cell lung cancer" -> "non-small cell lung cancer"). If the disease has \
-a well-known synonym, give it too (e.g. eczema / dermatitis).
-
-Disease: {disease}"""
-BROADER_PROMPT = """The PubMed search "{drug} AND {term}" finds fewer than {minimum} papers. Give one broader \
-disease category that still names the organ or system affected (never a generic word such as "cancer", \
-"disease" or "syndrome").
-
-Disease: {term}"""
-
-
 @dataclass
 class NormalisedDisease:
     original: str
@@ -286,14 +260,7 @@ class DiseaseNormalizer:
 
     async def _normalise(self, disease: str) -> tuple[dict[str, Any], str]:
         async def make() -> dict[str, Any] | None:
-            data = await self.llm.tool(
-                NORMALISE_PROMPT.format(disease=disease),
-                "record_disease_term",
-                "Record the PubMed-friendly disease term and one synonym.",
-                NORMALISE_SCHEMA,
-                max_tokens=200,
-                step="normalise",
-            )
+            data = await self.llm.step("normalise_disease", {"disease": disease})
             term = str((data or {}).get("term") or "").strip().lower()
             if data is not None and 0 < len(term) <= 200 and not is_blocked(term):
                 syn = data.get("synonym")
@@ -318,14 +285,7 @@ class DiseaseNormalizer:
 
     async def _broader(self, drug: str, term: str) -> str | None:
         async def make() -> dict[str, Any] | None:
-            data = await self.llm.tool(
-                BROADER_PROMPT.format(drug=drug, term=term, minimum=self.min_results),
-                "record_broader_term",
-                "Record one broader disease category.",
-                BROADER_SCHEMA,
-                max_tokens=100,
-                step="normalise",
-            )
+            data = await self.llm.step("broader_disease", {"drug": drug, "term": term, "minimum": self.min_results})
             broader = str((data or {}).get("term") or "").strip().lower()
             if 0 < len(broader) <= 200:
                 return {"term": broader}

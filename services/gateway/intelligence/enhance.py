@@ -97,21 +97,6 @@ _STOP_WORDS = (
 )
 _STOP = frozenset(_STOP_WORDS.split())
 
-REWRITE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "english_question": {"type": "string", "description": "The question in English (unchanged if English)."},
-        "search_query": {"type": "string", "description": "A literature search query with medical terms."},
-        "terms": {"type": "array", "items": {"type": "string"}, "description": "Medical terms and MeSH headings."},
-    },
-    "required": ["english_question", "search_query"],
-}
-REWRITE_PROMPT = """Rewrite this medical question for searching the medical literature. Give the question in \
-English (translate it if it is in another language; the user wrote in {language}), then a search query with \
-the relevant medical terms (MeSH headings, generic drug names, expanded abbreviations).
-
-Question: {question}"""
-
 
 def _stem(word: str) -> str:
     return word[:-1] if len(word) > 4 and word.endswith("s") and not word.endswith("ss") else word
@@ -169,14 +154,7 @@ class QueryEnhancer:
 
     async def _llm(self, question: str, language: Language) -> dict[str, Any] | None:
         async def make() -> dict[str, Any] | None:
-            data = await self.llm.tool(
-                REWRITE_PROMPT.format(question=question, language=language.name),
-                "rewrite_query",
-                "Record the English question and the literature search query.",
-                REWRITE_SCHEMA,
-                max_tokens=400,
-                step="enhance",
-            )
+            data = await self.llm.step("enhance", {"question": question, "language": language.name})
             if data is None:
                 return None
             english = str(data.get("english_question") or "").strip()

@@ -117,28 +117,6 @@ ORGANS: dict[str, str] = {
     "vascular": "blood vessels",
     "malaria": "blood",
 }
-ORGAN_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"organ": {"type": "string", "description": "The organ or tissue the disease affects, lower case."}},
-    "required": ["organ"],
-}
-TERMS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "queries": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "axis": {"type": "string", "enum": list(AXES)},
-                    "query": {"type": "string", "description": "A PubMed keyword query (AND/OR)."},
-                },
-                "required": ["axis", "query"],
-            },
-        }
-    },
-    "required": ["queries"],
-}
 
 
 def rule_organ(disease: str) -> str | None:
@@ -219,18 +197,6 @@ def rule_queries(drug: str, disease_term: str, organ: str | None, profile: DrugP
     return out
 
 
-TERMS_PROMPT = """Write diverse PubMed keyword queries that find literature on {drug} as a treatment for \
-{disease}. Use five axes, at most the number shown for each: drug name ({caps[drug]}), drug class + organ \
-({caps[class_organ]}), mechanism of action + organ ({caps[mechanism_organ]}), target gene \
-({caps[target_gene]}), synonym ({caps[synonym]}); {lo} to {hi} queries in all. The organ is "{organ}".
-
-Drug profile (JSON): {profile}"""
-ORGAN_PROMPT = """Which organ or tissue does this disease mainly affect? Answer with one or two words \
-(e.g. "lung", "adipose tissue").
-
-Disease: {disease}"""
-
-
 @dataclass
 class Expansion:
     organ: str | None
@@ -247,14 +213,7 @@ class SearchTermExpander:
 
     async def organ(self, disease: str) -> tuple[str | None, str]:
         async def make() -> dict[str, Any]:
-            data = await self.llm.tool(
-                ORGAN_PROMPT.format(disease=disease),
-                "record_organ_term",
-                "Record the organ term.",
-                ORGAN_SCHEMA,
-                max_tokens=50,
-                step="expand",
-            )
+            data = await self.llm.step("organ", {"disease": disease})
             organ = str((data or {}).get("organ") or "").strip().lower()
             if 0 < len(organ) <= 60:
                 return {"organ": organ, "method": "llm"}
@@ -267,20 +226,18 @@ class SearchTermExpander:
         organ, organ_method = await self.organ(disease_term)
 
         async def make() -> dict[str, Any]:
-            data = await self.llm.tool(
-                TERMS_PROMPT.format(
-                    drug=drug,
-                    disease=disease_term,
-                    organ=organ or disease_term,
-                    caps=AXIS_CAPS,
-                    lo=MIN_QUERIES,
-                    hi=MAX_QUERIES,
-                    profile=profile.model_dump_json(exclude_none=True),
-                ),
-                "record_search_terms",
-                "Record the PubMed queries, each with its axis.",
-                TERMS_SCHEMA,
-                step="expand",
+            data = await self.llm.step(
+                "search_terms",
+                {
+                    "drug": drug,
+                    "disease": disease_term,
+                    "organ": organ or disease_term,
+                    "axes": list(AXES),
+                    "caps": dict(AXIS_CAPS),
+                    "lo": MIN_QUERIES,
+                    "hi": MAX_QUERIES,
+                    "profile": profile.model_dump_json(exclude_none=True),
+                },
             )
             raw = (data or {}).get("queries")
             got: list[SearchQuery] = []

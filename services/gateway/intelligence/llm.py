@@ -1,85 +1,68 @@
-"""Claude for the workflows' small structured steps: one forced tool call returns validated JSON.
+"""The workflows' LLM steps, asked of the synthesizer over Kafka (``llm.steps.requests``).
 
-Each step (normalise a disease name, expand search terms, classify a question, rewrite a query) asks for
-one tool call whose input schema says what is wanted. Without an API key :class:`WorkflowLlm` is
-unavailable and every caller uses its rule-based fallback; a failed or malformed call does the same.
-The steps run on the fast model (``EVIDENTIA_LLM_FAST_MODEL``) unless the caller names another (the guideline
-assessment, which is answer writing, takes ``model``); each call is recorded by :mod:`shared.llm`.
+The synthesizer owns each step's prompt, tool schema and model (services/synthesizer/steps.py); the gateway
+sends the step's name and inputs and gets the result back, or None (no API key configured, a failed or
+malformed call, no reply), when every caller uses its rule-based fallback. The calls the synthesizer made
+come back in the reply and are added to the current answer's ledger (:func:`shared.llm.absorb`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
-import anthropic
-
-from shared.llm import anthropic_client, create_message
+from shared.events import LlmStepName, LlmStepReply, LlmStepRequest
+from shared.llm import UsageLedger, absorb
 from shared.settings import LlmSettings
 
 log = logging.getLogger(__name__)
 
 
+class StepTransport(Protocol):
+    async def run_step(self, request: LlmStepRequest) -> LlmStepReply: ...
+
+
 class WorkflowLlm:
-    def __init__(self, settings: LlmSettings, client: anthropic.AsyncAnthropic | None = None):
+    def __init__(self, settings: LlmSettings, transport: StepTransport | None = None):
         self.settings = settings
-        if client is None and settings.anthropic_api_key is not None:
-            client = anthropic_client(settings, max_retries=1)
-        self.client = client
+        self.transport = transport
 
     @property
     def available(self) -> bool:
-        return self.client is not None
+        """Whether the steps have a model: an API key is configured (the synthesizer holds the client)."""
+        return self.transport is not None and self.settings.anthropic_api_key is not None
 
     @property
     def model(self) -> str:
-        """The model that writes answers."""
+        """The model that writes answers (the guideline assessment, the agent)."""
         return self.settings.model
 
-    @property
-    def fast_model(self) -> str:
-        """The model of the small structured steps."""
-        return self.settings.fast_model
-
-    async def tool(
-        self,
-        prompt: str,
-        name: str,
-        description: str,
-        schema: dict[str, Any],
-        *,
-        max_tokens: int = 800,
-        step: str | None = None,
-        model: str | None = None,
+    async def step(
+        self, name: LlmStepName, inputs: dict[str, Any], *, ledger: UsageLedger | None = None
     ) -> dict[str, Any] | None:
-        """The input of the forced call to tool ``name``; None without a client or on any failure.
-
-        ``step`` names the call in the usage records (default: the tool's name); ``model`` defaults to the
-        fast model.
-        """
-        if self.client is None:
+        """The step's output; None without a model or on any failure. The calls it made are added to
+        ``ledger`` (default: the current scope's)."""
+        if not self.available:
             return None
+        assert self.transport is not None
         try:
-            message = await create_message(
-                self.client,
-                service="gateway",
-                step=step or name,
-                model=model or self.settings.fast_model,
-                max_tokens=max_tokens,
-                messages=[{"role": "user", "content": prompt}],
-                tools=[{"name": name, "description": description, "input_schema": schema}],  # type: ignore[list-item]
-                tool_choice={"type": "tool", "name": name},
-                extra_body={"temperature": 0.0},
-            )
+            reply = await self.transport.run_step(LlmStepRequest(step=name, inputs=inputs))
         except Exception as exc:  # a helper step: the caller falls back to its rules
-            log.warning("workflow LLM step failed", extra={"tool": name, "error": repr(exc)[:300]})
+            log.warning("workflow LLM step failed", extra={"step": name, "error": repr(exc)[:300]})
             return None
-        for block in message.content:
-            if block.type == "tool_use" and block.name == name and isinstance(block.input, dict):
-                return dict(block.input)
-        log.warning("workflow LLM step gave no tool call", extra={"tool": name})
-        return None
+        _count(reply, ledger)
+        return reply.output
 
-    async def aclose(self) -> None:
-        if self.client is not None:
-            await self.client.close()
+    async def turn(self, inputs: dict[str, Any]) -> LlmStepReply:
+        """One agent turn (raises when the model call failed); its calls are added to the current ledger."""
+        assert self.transport is not None, "agentic mode with a model needs an API key"
+        reply = await self.transport.run_step(LlmStepRequest(step="agent_turn", inputs=inputs))
+        _count(reply, None)
+        return reply
+
+
+def _count(reply: LlmStepReply, ledger: UsageLedger | None) -> None:
+    if ledger is not None:
+        ledger.extend(reply.llm_calls)
+    else:
+        absorb(reply.llm_calls)

@@ -40,6 +40,7 @@ from shared.models import SearchHit
 from shared.settings import GatewaySettings, LlmSettings, Settings
 from tests.factories import search_hit
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.llm_steps import step_llm
 
 hit = functools.partial(search_hit, title="Study {pmid} of screening", chunk_suffix="#h#0")
 
@@ -204,11 +205,11 @@ def build_app(
     kafka = FakeKafka(synth, hits, shuffle)
     store = MemoryStore()
     if claude_rewrites and fake is not None:
-        rewriter = FollowUpRewriter(
-            llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0)
+        rewriter = FollowUpRewriter(  # the synthesizer's rewrite step, in-process
+            step_llm(llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0))
         )
     else:
-        rewriter = FollowUpRewriter(LlmSettings())  # type: ignore[call-arg]
+        rewriter = FollowUpRewriter(step_llm(LlmSettings()))  # type: ignore[call-arg]
     app.dependency_overrides[deps.get_kafka] = lambda: kafka
     app.dependency_overrides[deps.get_conversation_store] = lambda: store
     app.dependency_overrides[deps.get_rewriter] = lambda: rewriter

@@ -1,7 +1,7 @@
 """``tokens_used`` and ``llm_calls`` of /v1/ask and /v1/ask/stream: every Claude call of a turn, its model, its tokens.
 
 The synthesizer runs in-process behind the fake Kafka, against the fake Messages API (real SDK over HTTP),
-whose ``usage`` is the real API's shape; the gateway's own call (the follow-up rewrite) runs against it too.
+whose ``usage`` is the real API's shape; the follow-up rewrite step runs against it too.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ async def test_ask_reports_every_call_of_the_turn_with_its_model_and_tokens(fake
             await http.post("/v1/ask", json={"question": FOLLOW_UP, "conversation_id": first["conversation_id"]})
         ).json()
     calls = second["llm_calls"]
-    # The follow-up was rewritten by the gateway on the fast model; the answer was written on the main model.
+    # The follow-up was rewritten by the synthesizer's step on the fast model; the answer was written on the main model.
     rewrite = next(c for c in calls if c["step"] == "rewrite")
-    assert rewrite["service"] == "gateway" and rewrite["model"] == LlmSettings().fast_model
+    assert rewrite["service"] == "synthesizer" and rewrite["model"] == LlmSettings().fast_model
     answer = next(c for c in calls if c["step"] == "answer")
     assert answer["service"] == "synthesizer" and answer["model"] == "claude-test" == second["model"]
     assert len(calls) == 4

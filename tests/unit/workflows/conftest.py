@@ -24,6 +24,7 @@ from shared.db.jobs import JobStatus
 from shared.events import RetrievalReply, RetrievalRequest, SynthesisReply, SynthesisRequest
 from shared.models import SearchHit
 from shared.settings import LlmSettings, Settings, WorkflowSettings
+from tests.fakes.llm_steps import step_llm
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
 
 MALARIA_BOOK = "Guidelines for the treatment of malaria (test edition)"
@@ -171,9 +172,10 @@ def llm_settings(fake: WorkflowAnthropic) -> LlmSettings:
 
 
 def workflow_llm(fake: WorkflowAnthropic | None) -> WorkflowLlm:
+    """The gateway's step client; the steps run by the synthesizer's step runner in-process."""
     if fake is None:
-        return WorkflowLlm(LlmSettings())  # type: ignore[call-arg]
-    return WorkflowLlm(llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0))
+        return step_llm(LlmSettings())  # type: ignore[call-arg]
+    return step_llm(llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0))
 
 
 def build(
