@@ -10,7 +10,7 @@ from 0, in order), ``citations`` (the verified answer, its citations and the ref
 ``summary`` (the evidence summary), ``metrics`` (time to first token..., ``tokens_used`` and ``llm_calls``),
 ``done`` (with ``tokens_used``); or ``error``.
 
-Every Claude call made for a turn (the follow-up rewrite here, the LLM reranker in the retriever, the answer,
+Every Claude call made for a turn (the LLM reranker in the retriever; the follow-up rewrite, the answer,
 summary and support check in the synthesizer) is in the answer's ``llm_calls`` with its model and tokens, and
 ``tokens_used`` adds them up. Offline (no API key) no call is made: ``llm_calls`` is empty and every count in
 ``tokens_used`` is 0 (``mode`` says ``extractive``).

@@ -1,10 +1,11 @@
 """Query enhancement (``QueryEnhancer``): what is actually searched, shown to the user.
 
-With Claude: one forced tool call turns the question (in any language) into an English question and a
-literature-search query with medical terms. Offline: a question not in English cannot be translated (the
-response says so); an English one is expanded with MeSH descriptors taken from the stored documents'
-own headings (``documents.mesh_terms``): a descriptor is added when all its words occur in the question,
-or when a lay term of the question maps to it (:data:`LAY_TO_MESH`) and the corpus uses it.
+With Claude (the synthesizer's ``enhance`` step): one forced tool call turns the question (in any
+language) into an English question and a literature-search query with medical terms. Offline: a question
+not in English cannot be translated (the response says so); an English one is expanded with MeSH
+descriptors taken from the stored documents' own headings (``documents.mesh_terms``): a descriptor is
+added when all its words occur in the question, or when a lay term of the question maps to it
+(:data:`LAY_TO_MESH`) and the corpus uses it.
 """
 
 from __future__ import annotations
