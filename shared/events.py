@@ -345,7 +345,7 @@ class TokenUsage(BaseModel):
 class LlmCall(BaseModel):
     """One call to the Messages API made for an answer: which service made it, for which step, on which model."""
 
-    service: str = Field(description="The service that made the call (gateway, retriever, synthesizer).")
+    service: str = Field(description="The service that made the call (retriever, synthesizer).")
     step: str = Field(description="What the call was for: answer, summary, support_check, rewrite, classify...")
     model: str = Field(description="The model that answered (as the API reports it).")
     usage: TokenUsage = Field(default_factory=TokenUsage)
