@@ -335,7 +335,8 @@ class SearchHit(BaseModel):
     evidence_level: float | None = None
     priority: int | None = Field(None, description="The document's search priority (50 normal).")
     citation_metrics: CitationMetrics | None = Field(
-        None, description="The paper's NIH iCite citation metrics, when imported for its PMID (`evidentia import icite`)."
+        None,
+        description="The paper's NIH iCite citation metrics, when imported for its PMID (`evidentia import icite`).",
     )
     section: str | None = None
     text: str

@@ -42,9 +42,7 @@ class MissingColumns(ValueError):
         self.missing = missing
         self.found = found
         shown = ", ".join(found[:30]) or "(no header)"
-        super().__init__(
-            f"not an iCite snapshot CSV: missing column(s) {', '.join(missing)}; the header has: {shown}"
-        )
+        super().__init__(f"not an iCite snapshot CSV: missing column(s) {', '.join(missing)}; the header has: {shown}")
 
 
 @dataclass(frozen=True)
