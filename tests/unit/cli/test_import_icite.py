@@ -51,3 +51,16 @@ def test_a_missing_file_and_a_bad_batch_size_need_no_database(
     assert main(["import", "icite", str(FIXTURE), "--batch", "0"]) == exits.USAGE
     with pytest.raises(SystemExit):
         main(["import"])  # the WHAT is required
+
+
+def test_search_and_ask_take_the_citation_filters_and_print_the_metrics() -> None:
+    from cli.ask import citation_metrics_text, filters
+    from cli.main import build_parser
+
+    args = build_parser().parse_args(["search", "statins", "--min-citations", "100", "--min-percentile", "90"])
+    assert filters(args) == {"min_citation_count": 100, "min_nih_percentile": 90.0}
+    args = build_parser().parse_args(["ask", "Do statins help?", "--min-citations", "0"])
+    assert filters(args) == {"min_citation_count": 0}  # 0 is a filter too: papers with metrics only
+    hit = {"citation_metrics": {"citation_count": 250, "nih_percentile": 95.3, "relative_citation_ratio": 4.12}}
+    assert citation_metrics_text(hit) == "cited 250x, NIH percentile 95.3"
+    assert citation_metrics_text({"citation_metrics": None}) == ""
