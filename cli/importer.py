@@ -44,13 +44,13 @@ def open_text(path: Path) -> Iterator[IO[str]]:
             names = [n for n in archive.namelist() if n.lower().endswith(".csv")]
             if not names:
                 raise ValueError(f"{path}: the zip holds no .csv file")
-            with archive.open(names[0]) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as text:
+            with archive.open(names[0]) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
                 yield text
     elif path.suffix.lower() == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as text:
+        with gzip.open(path, "rt", encoding="utf-8-sig", newline="") as text:
             yield text
     else:
-        with path.open(encoding="utf-8", newline="") as text:
+        with path.open(encoding="utf-8-sig", newline="") as text:
             yield text
 
 

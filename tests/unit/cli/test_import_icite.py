@@ -64,3 +64,9 @@ def test_search_and_ask_take_the_citation_filters_and_print_the_metrics() -> Non
     hit = {"citation_metrics": {"citation_count": 250, "nih_percentile": 95.3, "relative_citation_ratio": 4.12}}
     assert citation_metrics_text(hit) == "cited 250x, NIH percentile 95.3"
     assert citation_metrics_text({"citation_metrics": None}) == ""
+
+
+def test_a_byte_order_mark_does_not_hide_the_pmid_column(tmp_path: Path) -> None:
+    with_bom = tmp_path / "excel.csv"
+    with_bom.write_bytes(b"\xef\xbb\xbf" + FIXTURE.read_bytes())
+    assert pmids(with_bom) == ["23456789", "39000001", "39000002", "39000003"]
