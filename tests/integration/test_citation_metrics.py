@@ -1,7 +1,7 @@
 """Issue 19 item 6 through the running services: ``evidentia import icite`` loads the (hand-made) snapshot
 fixture into the stack's PostgreSQL; ``/v1/search`` hits and ``/v1/ask`` sources and citations carry each
 paper's ``citation_metrics``; ``min_citation_count`` and ``min_nih_percentile`` filter, a paper without metrics
-failing them (extractive mode, real Kafka and PostgreSQL)."""
+failing them (extractive mode, then Claude mode against the fake Messages API; real Kafka and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.integration.conftest import Stack, claude_mode
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,6 +47,20 @@ def _search(http: Any, **filters: Any) -> list[dict[str, Any]]:
     return [h for h in hits if h["pmid"] in PAPERS]
 
 
+def _import(stack: Stack) -> subprocess.CompletedProcess[str]:
+    """``evidentia import icite FIXTURE`` against the stack's PostgreSQL (as an operator runs it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "import", "icite", str(FIXTURE)],
+        cwd=ROOT,
+        env={**stack.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def _show(label: str, body: Any) -> None:
     """The response as the docs quote it (``pytest -rP`` prints it)."""
     print(f"--- {label}\n{json.dumps(body, indent=1)[:4000]}")
@@ -61,15 +76,7 @@ def test_import_then_search_and_ask_with_citation_metrics(stack: Stack) -> None:
         assert all(h["citation_metrics"] is None for h in before)  # nothing imported yet
         assert _search(http, min_citation_count=0) == []  # no metrics: the filter fails
 
-        done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "import", "icite", str(FIXTURE)],
-            cwd=ROOT,
-            env={**stack.env, "PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
+        done = _import(stack)
         assert done.stdout.strip() == "loaded 4 rows (4 new, 0 updated), skipped 4 malformed"
         _show("evidentia import icite", {"stdout": done.stdout, "stderr": done.stderr})
 
@@ -108,3 +115,28 @@ def test_import_then_search_and_ask_with_citation_metrics(stack: Stack) -> None:
         assert cited and all(cited[c] is not None for c in cited)
         assert cited.get("PMID:39000001", {"citation_count": 250})["citation_count"] == 250
         _show("ask min_nih_percentile 40", answer)
+
+
+def test_llm_answers_cite_with_metrics_under_a_citation_filter(stack: Stack) -> None:
+    with stack.http() as http:  # the same papers and import as above (both idempotent), so this test stands alone
+        r = http.post("/v1/ingest", json={"documents": [_inline(p, t) for p, t in PAPERS.items()]})
+        assert r.status_code == 202, r.text
+        assert stack.wait_job(r.json()["job_id"])["done"]
+    _import(stack)
+    with FakeAnthropic() as fake, claude_mode(stack, fake), stack.http() as http:
+        r = http.post(
+            "/v1/ask",
+            json={
+                "question": "Does intermittent fasting reduce migraine frequency?",
+                "filters": {"min_citation_count": 10},
+            },
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["mode"] == "llm"
+        assert {s["pmid"] for s in body["sources"]} == {"39000001", "39000002"}  # 39000008: no metrics
+        assert body["citations"]
+        for c in body["citations"]:
+            assert c["citation_metrics"]["citation_count"] >= 10, c
+        shown = {i for rq in fake.requests for i in rq.source_ids}  # what Claude was given to cite
+        assert shown == {"PMID:39000001", "PMID:39000002"}
