@@ -26,10 +26,26 @@ def register(subparsers: Any) -> None:
     p.add_argument("--top-n", type=int, default=5)
     p.add_argument("--year-from", type=int)
     p.add_argument("--year-to", type=int)
+    add_citation_filters(p)
     p.add_argument("--conversation", metavar="ID", help="Continue a conversation (its id from an earlier answer).")
     p.add_argument("--no-stream", action="store_true", help="Wait for the whole answer (POST /v1/ask).")
     p.add_argument("--timeout", type=float, default=300.0, help="Longest wait for the answer, in seconds.")
     p.set_defaults(func=run)
+
+
+def add_citation_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--min-citations",
+        type=int,
+        metavar="N",
+        help="Only papers cited at least N times (NIH iCite, `evidentia import icite`; papers without metrics fail).",
+    )
+    p.add_argument(
+        "--min-percentile",
+        type=float,
+        metavar="P",
+        help="Only papers at or above NIH percentile P, 0-100 (iCite; papers without metrics fail).",
+    )
 
 
 def filters(args: argparse.Namespace) -> dict[str, Any]:
@@ -38,7 +54,22 @@ def filters(args: argparse.Namespace) -> dict[str, Any]:
         f["year_from"] = args.year_from
     if getattr(args, "year_to", None):
         f["year_to"] = args.year_to
+    if getattr(args, "min_citations", None) is not None:
+        f["min_citation_count"] = args.min_citations
+    if getattr(args, "min_percentile", None) is not None:
+        f["min_nih_percentile"] = args.min_percentile
     return f
+
+
+def citation_metrics_text(c: dict[str, Any]) -> str:
+    """A source's iCite metrics as the CLI prints them ("cited 250x, NIH percentile 95.3"); "" without."""
+    m = c.get("citation_metrics") or {}
+    parts = []
+    if m.get("citation_count") is not None:
+        parts.append(f"cited {m['citation_count']}x")
+    if m.get("nih_percentile") is not None:
+        parts.append(f"NIH percentile {m['nih_percentile']}")
+    return ", ".join(parts)
 
 
 def model_usage(data: dict[str, Any]) -> str:
@@ -67,7 +98,7 @@ def print_answer(data: dict[str, Any]) -> None:
     if data["citations"]:
         out.rule("Citations")
         for c in data["citations"]:
-            where = ", ".join(str(x) for x in (c.get("journal"), c.get("year")) if x)
+            where = ", ".join(str(x) for x in (c.get("journal"), c.get("year"), citation_metrics_text(c)) if x)
             out.print(
                 f"[{c['number']}] {c['citation_id']}  {c['title']}" + (f" ({where})" if where else ""),
                 markup=False,

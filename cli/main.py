@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "settings",
     "parse",
     "ingest",
+    "importer",
     "search",
     "ask",
     "models",

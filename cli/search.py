@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 from cli import exits
 from cli._common import out, print_json, wants_json
-from cli.ask import filters
+from cli.ask import add_citation_filters, citation_metrics_text, filters
 from cli.gateway import client_from_args
 from shared.models import SearchMode
 
@@ -19,6 +19,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--top-n", type=int, default=10)
     p.add_argument("--year-from", type=int)
     p.add_argument("--year-to", type=int)
+    add_citation_filters(p)
     p.set_defaults(func=run)
 
 
@@ -30,5 +31,10 @@ def run(args: argparse.Namespace) -> int:
         print_json(data)
         return exits.OK
     for h in data["hits"]:
-        out.print(f"{h['rank']:>2}. {h['score']:.4f}  {h['document_id']}  {h['title'][:90]}", markup=False)
+        metrics = citation_metrics_text(h)
+        out.print(
+            f"{h['rank']:>2}. {h['score']:.4f}  {h['document_id']}  {h['title'][:90]}"
+            + (f"  ({metrics})" if metrics else ""),
+            markup=False,
+        )
     return exits.OK

@@ -286,6 +286,7 @@ class CitationVerifier:
             journal=hit.journal,
             year=hit.year,
             url=hit.url,
+            citation_metrics=hit.citation_metrics,
         )
 
 

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared import tracing
-from shared.models import ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, Source
+from shared.models import CitationMetrics, ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, Source
 
 
 def new_trace_id() -> str:
@@ -410,6 +410,9 @@ class Citation(BaseModel):
     journal: str | None = None
     year: int | None = None
     url: str | None = None
+    citation_metrics: CitationMetrics | None = Field(
+        None, description="The source's NIH iCite citation metrics, when imported for its PMID."
+    )
 
 
 class UnsupportedClaim(BaseModel):

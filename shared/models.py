@@ -170,6 +170,25 @@ class ParsedDocument(BaseModel):
         return None
 
 
+class CitationMetrics(BaseModel):
+    """A paper's citation metrics from the NIH iCite database snapshot (``evidentia import icite FILE``), joined
+    to the document by PMID. Each value is as the snapshot row gave it (None where its field was blank)."""
+
+    citation_count: int | None = Field(None, ge=0, description="Times the paper has been cited (iCite's count).")
+    relative_citation_ratio: float | None = Field(
+        None,
+        description="Relative Citation Ratio: citations per year against NIH-funded papers of the same field and "
+        "year (median 1.0; 2.0 = twice as cited). Blank in iCite for papers too new to have one.",
+    )
+    nih_percentile: float | None = Field(
+        None, ge=0, le=100, description="Percentile of the RCR among NIH-funded papers (99 = top 1 %)."
+    )
+    year: int | None = Field(None, description="Publication year as the iCite row gives it.")
+    provisional: bool | None = Field(
+        None, description="The RCR is provisional (a paper of the last two years, RCR from few citations)."
+    )
+
+
 class SearchFilters(BaseModel):
     """Restrictions on what a search may return."""
 
@@ -195,6 +214,24 @@ class SearchFilters(BaseModel):
         ge=1,
         le=PRIORITY_HIGH,
         description="Lowest document priority (10 low, 50 normal, 100 high); priority 0 is never returned anyway.",
+    )
+    min_citation_count: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Only papers cited at least this many times (NIH iCite `citation_count`, loaded by `evidentia import "
+            "icite`). A document without iCite metrics (no PMID, or none imported for it) fails this filter."
+        ),
+    )
+    min_nih_percentile: float | None = Field(
+        None,
+        ge=0,
+        le=100,
+        description=(
+            "Only papers at or above this NIH percentile of their Relative Citation Ratio (iCite `nih_percentile`, "
+            "0-100; 90 = the top 10 %). A document without iCite metrics, or whose percentile is blank in iCite, "
+            "fails this filter."
+        ),
     )
     sections: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]] = Field(
         default_factory=list,
@@ -297,6 +334,10 @@ class SearchHit(BaseModel):
     study_type: str | None = None
     evidence_level: float | None = None
     priority: int | None = Field(None, description="The document's search priority (50 normal).")
+    citation_metrics: CitationMetrics | None = Field(
+        None,
+        description="The paper's NIH iCite citation metrics, when imported for its PMID (`evidentia import icite`).",
+    )
     section: str | None = None
     text: str
     score: float

@@ -35,7 +35,7 @@ from services.retriever.lexical_store import (
 )
 from services.retriever.mmr import mmr_select
 from services.retriever.store import Scored, VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
-from shared.models import PRIORITY_EXCLUDED, PRIORITY_NORMAL, SearchFilters, SearchHit
+from shared.models import PRIORITY_EXCLUDED, PRIORITY_NORMAL, CitationMetrics, SearchFilters, SearchHit
 
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
@@ -158,6 +158,19 @@ def _url(r: asyncpg.Record) -> str | None:
     if r["source"] == "bookshelf":
         return f"https://www.ncbi.nlm.nih.gov/books/{r['source_id']}/"
     return None
+
+
+def _citation_metrics(r: asyncpg.Record) -> CitationMetrics | None:
+    """The iCite metrics :func:`hit_rows` joined to the hit's PMID (None when none were imported)."""
+    if r["icite_pmid"] is None:
+        return None
+    return CitationMetrics(
+        citation_count=r["icite_citation_count"],
+        relative_citation_ratio=r["icite_relative_citation_ratio"],
+        nih_percentile=r["icite_nih_percentile"],
+        year=r["icite_year"],
+        provisional=r["icite_provisional"],
+    )
 
 
 def limit_per_document(
@@ -374,6 +387,7 @@ class HybridSearcher:
                     study_type=r["study_type"],
                     evidence_level=r["evidence_level"],
                     priority=r["priority"],
+                    citation_metrics=_citation_metrics(r),
                     section=r["section"],
                     text=r["content"],
                     score=score,

@@ -42,6 +42,17 @@ def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[An
         conds.append("NOT d.retracted")
     # Priority 0 (seed 003: "exclude") is never returned, whatever the filters say.
     conds.append("d.priority > 0" if filters.min_priority is None else f"d.priority >= {p(filters.min_priority)}")
+    # Citation metrics (iCite, migration 212) are joined by PMID: a document without a row fails the filter.
+    if filters.min_citation_count is not None:
+        conds.append(
+            "EXISTS (SELECT 1 FROM citation_metrics icm WHERE icm.pmid = d.pmid "
+            f"AND icm.citation_count >= {p(filters.min_citation_count)})"
+        )
+    if filters.min_nih_percentile is not None:
+        conds.append(
+            "EXISTS (SELECT 1 FROM citation_metrics icm WHERE icm.pmid = d.pmid "
+            f"AND icm.nih_percentile >= {p(filters.min_nih_percentile)})"
+        )
     if filters.year_from is not None:
         conds.append(f"d.year >= {p(filters.year_from)}")
     if filters.year_to is not None:
@@ -236,7 +247,10 @@ async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
 # ----------------------------------------------------------------------------------------- reading (search)
 
 _HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority"""
+    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority,
+    icm.pmid AS icite_pmid, icm.citation_count AS icite_citation_count,
+    icm.relative_citation_ratio AS icite_relative_citation_ratio, icm.nih_percentile AS icite_nih_percentile,
+    icm.year AS icite_year, icm.provisional AS icite_provisional"""
 
 
 async def nearest_chunks(
@@ -265,9 +279,11 @@ async def nearest_chunks(
 
 
 async def hit_rows(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
-    """What a search hit shows (chunk and document columns), by chunk id."""
+    """What a search hit shows (chunk and document columns, the iCite metrics of its PMID as ``icite_*``, NULL
+    without), by chunk id."""
     rows = await pool.fetch(
         f"SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.document_id = c.document_id "
+        "LEFT JOIN citation_metrics icm ON icm.pmid = d.pmid "
         "WHERE c.chunk_id = ANY($1::text[])",
         list(chunk_ids),
     )

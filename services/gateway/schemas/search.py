@@ -50,7 +50,8 @@ class SearchRequest(BaseModel):
         default_factory=SearchFilters,
         description=(
             "Year range, journals, study types, minimum evidence level, MeSH descriptors (with descendants), "
-            "sources; retracted papers are excluded unless asked for; max passages per paper."
+            "sources, sections, minimum priority, minimum citation count and NIH percentile (iCite); retracted "
+            "papers are excluded unless asked for; max passages per paper."
         ),
     )
     ef_search: int | None = Field(None, ge=1, le=1000, description="HNSW ef_search for this query.")

@@ -57,3 +57,24 @@ def test_sections_must_be_named() -> None:
         SearchFilters(sections=["  "])
     with pytest.raises(ValidationError):
         SearchFilters(sections=["x"] * 21)
+
+
+def test_citation_filters_join_the_icite_metrics_by_pmid() -> None:
+    f = SearchFilters(min_citation_count=100, min_nih_percentile=90, include_retracted=True)
+    sql, params = where_clause(f, 3)
+    # EXISTS on the PMID: a document with no imported metrics (or no PMID) fails either filter.
+    assert sql == (
+        "d.priority > 0 AND EXISTS (SELECT 1 FROM citation_metrics icm WHERE icm.pmid = d.pmid "
+        "AND icm.citation_count >= $3) AND EXISTS (SELECT 1 FROM citation_metrics icm WHERE icm.pmid = d.pmid "
+        "AND icm.nih_percentile >= $4)"
+    )
+    assert params == [100, 90.0]
+    assert "citation_metrics" not in where_clause(SearchFilters(), 1)[0]  # no join unless asked for
+
+
+@pytest.mark.parametrize(
+    "bad", [{"min_citation_count": -1}, {"min_nih_percentile": 100.5}, {"min_nih_percentile": -0.1}]
+)
+def test_citation_filters_are_bounded(bad: dict[str, float]) -> None:
+    with pytest.raises(ValidationError):
+        SearchFilters.model_validate(bad)

@@ -60,6 +60,7 @@ def _no_store(monkeypatch: pytest.MonkeyPatch) -> None:
                 "study_type": None,
                 "evidence_level": None,
                 "priority": 50,
+                "icite_pmid": None,  # no iCite metrics imported
             }
             for c in ids
         }
