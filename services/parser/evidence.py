@@ -4,8 +4,8 @@ Order of strength: meta-analysis and systematic review > randomized controlled t
 guideline > cohort/observational > case report > review/editorial/comment. The weights
 (systematic review / meta-analysis 1.0, RCT 0.9, guideline 0.85, cohort 0.7, case report 0.5, expert
 opinion 0.3); the other types sit where the order puts them. When a record has
-several types the strongest wins. The weights themselves are ``shared.models.EVIDENCE_WEIGHTS`` (re-exported
-here). PubMed publication types decide first; MeSH check tags such as
+several types the strongest wins. The weights themselves are ``shared.models.EVIDENCE_WEIGHTS``.
+PubMed publication types decide first; MeSH check tags such as
 "Cohort Studies" only refine a record whose types say nothing stronger than "Journal Article".
 """
 
