@@ -94,9 +94,10 @@ def evidence_level_weight(level: int) -> float:
 
 def evidence_level_of(weight: float | None) -> int:
     """Takes a stored evidence weight (None: unknown) and returns its evidence level, 1 (strongest) .. 5: the
-    strongest level whose lowest weight it reaches (unknown counts as the neutral weight, level 4)."""
+    strongest level whose lowest weight it reaches (unknown counts as the neutral weight, level 4). The store
+    keeps weights as ``real`` (0.9 reads back as 0.8999999762), so a weight within 1e-6 of a bound reaches it."""
     w = NEUTRAL_EVIDENCE_WEIGHT if weight is None else weight
-    return next(level for level, low in sorted(EVIDENCE_LEVEL_MIN_WEIGHT.items()) if w >= low)
+    return next(level for level, low in sorted(EVIDENCE_LEVEL_MIN_WEIGHT.items()) if w >= low - 1e-6)
 
 
 SearchMode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]

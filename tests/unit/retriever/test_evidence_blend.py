@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 import pytest
 
+from services.retriever import search as search_mod
 from services.retriever.fusion import ReciprocalRankFusion
 from services.retriever.search import EvidenceBlend, HybridSearcher, evidence_blended, recency
+from services.retriever.store import Scored
+from shared.models import SearchFilters
 from shared.settings import RetrievalSettings
 
 YEAR = 2026
@@ -87,3 +94,77 @@ def test_the_settings_are_off_by_default_bounded_and_reach_the_searcher() -> Non
     searcher = HybridSearcher.from_settings(None, None, settings)  # type: ignore[arg-type]
     assert searcher.evidence == EvidenceBlend(0.2, 0.1, 7.0)
     assert HybridSearcher(None, None, ReciprocalRankFusion()).evidence.active is False  # type: ignore[arg-type]
+
+
+# --- through HybridSearcher.search (store replaced: fixed legs, rows and reranker) ----------------------------
+
+EVIDENCE = {"a": 0.3, "b": None, "c": 1.0, "d": 0.9}
+DENSE = {"a": 0.80, "b": 0.79, "c": 0.78, "d": 0.50}
+
+
+class FixedSearcher(HybridSearcher):
+    def __init__(self, **kw: Any):
+        super().__init__(pool=None, index=None, **kw)  # type: ignore[arg-type]
+
+    async def dense_search(
+        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+    ) -> list[Scored]:
+        return [Scored(c, s) for c, s in DENSE.items()][:k]
+
+    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+        return [Scored(c, 1.0) for c in DENSE][:k]
+
+
+class FixedReranker:
+    name = "fixed"
+
+    async def rerank(self, query: str, passages: Sequence[str]) -> list[float]:
+        return [{"a": 2.0, "b": 1.9, "c": 1.85, "d": 1.0}[p] for p in passages]
+
+
+@pytest.fixture
+def _rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def hydrate(_pool: Any, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        base = {"section": None, "source": "pubmed", "pmid": None, "pmcid": None, "doi": None, "journal": None}
+        return {
+            c: {
+                **base,
+                "chunk_id": c,
+                "document_id": f"doc-{c}",
+                "content": c,
+                "embedding_text": c,
+                "source_id": c,
+                "title": c,
+                "year": None,
+                "study_type": None,
+                "evidence_level": EVIDENCE[c],
+                "priority": 50,
+            }
+            for c in ids
+        }
+
+    monkeypatch.setattr(search_mod, "hydrate", hydrate)
+
+
+async def _order(searcher: HybridSearcher, mode: str, top_n: int = 4) -> list[str]:
+    result = await searcher.search(
+        "q", np.ones(3), mode=mode, top_k=4, top_n=top_n, filters=SearchFilters(), reranker=FixedReranker()
+    )
+    return [h.chunk_id for h in result.hits]
+
+
+@pytest.mark.usefixtures("_rows")
+async def test_the_searcher_blends_before_the_cut_to_top_n() -> None:
+    assert await _order(FixedSearcher(), "dense") == ["a", "b", "c", "d"]
+    blended = FixedSearcher(evidence=EvidenceBlend(0.2))
+    # c (meta-analysis, 0.78 -> 0.858) passes a (editorial, 0.80 -> 0.768) and b (unclassified, 0.79).
+    assert await _order(blended, "dense") == ["c", "b", "a", "d"]
+    assert await _order(blended, "dense", top_n=1) == ["c"]  # blended first, then cut
+    assert await _order(FixedSearcher(evidence=EvidenceBlend(0.0, 0.0)), "dense") == ["a", "b", "c", "d"]
+
+
+@pytest.mark.usefixtures("_rows")
+async def test_the_reranker_scores_are_blended_too() -> None:
+    assert await _order(FixedSearcher(), "hybrid+rerank") == ["a", "b", "c", "d"]
+    # rerank c 1.85 -> 2.035, a 2.0 -> 1.92, b 1.9 -> 1.9, d 1.0 -> 1.08
+    assert await _order(FixedSearcher(evidence=EvidenceBlend(0.2)), "hybrid+rerank") == ["c", "a", "b", "d"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from shared.models import (
@@ -51,6 +52,8 @@ def test_levels_outside_1_to_5_are_refused_and_unknown_weight_is_neutral() -> No
             evidence_level_weight(bad)
     assert NEUTRAL_EVIDENCE_WEIGHT == EVIDENCE_WEIGHTS["other"] == 0.5
     assert evidence_level_of(None) == 4
+    # As the store's `real` column gives them back.
+    assert [evidence_level_of(float(np.float32(w))) for w in (1.0, 0.9, 0.7, 0.5, 0.3)] == [1, 2, 3, 4, 5]
 
 
 def test_sources_are_listed_strongest_evidence_first_then_by_rank() -> None:
