@@ -83,9 +83,10 @@ def test_ties_keep_their_order() -> None:
     assert [c for c, _ in evidence_blended(ranked, same, EvidenceBlend(0.3, 0.3, 10.0, YEAR))] == ["x", "y", "z"]
 
 
-def test_the_settings_are_off_by_default_bounded_and_reach_the_searcher() -> None:
+def test_the_settings_defaults_bounds_and_the_searcher() -> None:
     defaults = RetrievalSettings()  # type: ignore[call-arg]
-    assert (defaults.evidence_weight, defaults.recency_weight) == (0.0, 0.0)
+    # The measured default (docs/benchmarks.md, issue #19); recency cannot be measured on the harness: off.
+    assert (defaults.evidence_weight, defaults.recency_weight, defaults.recency_half_life_years) == (0.05, 0.0, 10.0)
     with pytest.raises(ValueError):
         RetrievalSettings(evidence_weight=1.5)  # type: ignore[call-arg]
     with pytest.raises(ValueError):
