@@ -169,3 +169,22 @@ async def test_the_reranker_scores_are_blended_too() -> None:
     assert await _order(FixedSearcher(), "hybrid+rerank") == ["a", "b", "c", "d"]
     # rerank c 1.85 -> 2.035, a 2.0 -> 1.92, b 1.9 -> 1.9, d 1.0 -> 1.08
     assert await _order(FixedSearcher(evidence=EvidenceBlend(0.2)), "hybrid+rerank") == ["c", "a", "b", "d"]
+
+
+def test_the_harness_can_classify_documents_by_title() -> None:
+    from evaluation.retrieval import Dataset, to_documents
+
+    ds = Dataset(
+        "t",
+        {
+            "1": ("Statins after stroke: a meta-analysis of randomised trials", "text"),
+            "2": ("A randomized controlled trial of aspirin", "text"),
+            "3": ("Aspirin and the platelet", "text"),
+        },
+        {},
+        {},
+    )
+    plain = to_documents(ds)
+    assert [(d.study_type, d.evidence_level) for d in plain] == [(None, None)] * 3  # BEIR carries none
+    typed = {d.source_id: (d.study_type, d.evidence_level) for d in to_documents(ds, study_types_from_titles=True)}
+    assert typed == {"1": ("meta-analysis", 1.0), "2": ("randomized-controlled-trial", 0.9), "3": ("other", 0.5)}
