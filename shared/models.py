@@ -377,9 +377,8 @@ def evidence_weight_of(hit: SearchHit) -> float:
 def strongest_evidence_first(hits: Sequence[SearchHit]) -> list[SearchHit]:
     """How an answer lists its retrieved sources: takes ``hits`` and returns them by evidence weight, strongest
     first (unknown counts as :data:`NEUTRAL_EVIDENCE_WEIGHT`), equal weights by retrieval ``rank``, then in
-    the order given. Each hit keeps its ``rank``, the retrieval order."""
-    order = {id(h): i for i, h in enumerate(hits)}
-    return sorted(hits, key=lambda h: (-evidence_weight_of(h), h.rank, order[id(h)]))
+    the order given (the sort is stable). Each hit keeps its ``rank``, the retrieval order."""
+    return sorted(hits, key=lambda h: (-evidence_weight_of(h), h.rank))
 
 
 def relevant_hits(hits: Sequence[SearchHit], min_score: float) -> list[SearchHit]:
