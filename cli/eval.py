@@ -65,6 +65,12 @@ def register(subparsers: Any) -> None:
         "on the other folds and report it on this one (mean and spread over the folds).",
     )
     r.add_argument("--fold-seed", type=int, default=0, help="Seed of the fold assignment (default 0).")
+    r.add_argument(
+        "--study-types-from-titles",
+        action="store_true",
+        help="Give each document the study type and evidence weight its title implies (the parser's rule for PMC "
+        "articles): BEIR corpora carry none, so evidence-aware ranking has nothing to act on without it.",
+    )
     r.set_defaults(func=run)
     p.set_defaults(func=lambda _a: (p.print_help(), 2)[1])
 
@@ -90,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         variants=dict(parse_variant(v) for v in args.variant),
         folds=args.folds,
         fold_seed=args.fold_seed,
+        study_types_from_titles=args.study_types_from_titles,
     )
     if args.folds is not None and args.folds < 2:
         print("--folds must be at least 2", file=sys.stderr)

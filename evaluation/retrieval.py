@@ -213,12 +213,22 @@ def load_dataset(path: str | os.PathLike[str], split: str) -> Dataset:
     return load_pubmedqa(p) if p.is_file() and p.suffix == ".json" else load_beir(p, split)
 
 
-def to_documents(ds: Dataset) -> list[ParsedDocument]:
-    """Each corpus entry as the document-json import would bring it (title + abstract)."""
-    return [
-        ParsedDocument(source="pubmed", source_id=doc_id, title=title, abstract=text or None)
-        for doc_id, (title, text) in ds.corpus.items()
-    ]
+def to_documents(ds: Dataset, *, study_types_from_titles: bool = False) -> list[ParsedDocument]:
+    """Each corpus entry as the document-json import would bring it (title + abstract). BEIR corpora carry no
+    publication types, so every document is unclassified (no evidence weight); ``study_types_from_titles``
+    classifies each by its title as the parser classifies a PMC article without an article type
+    (``classify_jats``: "meta-analysis", "randomized ... trial", "cohort" ...), so that evidence-aware ranking
+    has something to act on."""
+    from services.parser.evidence import classify_jats
+
+    docs = []
+    for doc_id, (title, text) in ds.corpus.items():
+        doc = ParsedDocument(source="pubmed", source_id=doc_id, title=title, abstract=text or None)
+        if study_types_from_titles:
+            study_type, weight = classify_jats(None, title)
+            doc = doc.model_copy(update={"study_type": study_type, "evidence_level": weight})
+        docs.append(doc)
+    return docs
 
 
 # ---------------------------------------------------------------------------------------------- embeddings
@@ -317,6 +327,8 @@ class EvalConfig:
     folds: int | None = None
     """Cross-validate the choice among all modes and variants over this many folds of the questions."""
     fold_seed: int = 0
+    study_types_from_titles: bool = False
+    """Classify each document's study type (and evidence weight) by its title (:func:`to_documents`)."""
 
 
 @dataclass
@@ -422,7 +434,9 @@ async def indexed_store(
     t0 = time.perf_counter()
     embedder = get_embedder(settings.embedding)
     chunker = eval_chunker(settings)
-    docs = [chunk_document(d, chunker) for d in to_documents(ds)]
+    docs = [
+        chunk_document(d, chunker) for d in to_documents(ds, study_types_from_titles=config.study_types_from_titles)
+    ]
     timings["chunk"] = time.perf_counter() - t0
     progress(f"chunked {len(docs)} documents into {sum(len(d.chunks) for d in docs)} chunks ({timings['chunk']:.1f}s)")
     cache = EmbeddingCache(config.cache_dir, embedder.name)

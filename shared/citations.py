@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from shared.events import Citation, CitationCheck, EvidenceSummary, SynthesisReply, UnsupportedClaim
-from shared.models import SearchHit
+from shared.models import SearchHit, evidence_weight_of
 
 KINDS = ("PMID", "PMCID", "NBK")
 INSUFFICIENT = (
@@ -242,7 +242,10 @@ class CitationVerifier:
     """Checks an answer's citations against the sources it was given, and renumbers them [1], [2]...
 
     ``numbering`` maps citation ids to display numbers already used earlier in a conversation, so a
-    paper keeps its number across turns; new ids continue the sequence.
+    paper keeps its number across turns; new ids continue the sequence, strongest evidence first (the source's
+    ``evidence_level``, unknown counting as the neutral 0.5), equal evidence in order of first appearance. The
+    citation list is in number order, so it lists an answer's new sources strongest evidence first and its
+    numbers are those of the numbered answer.
     """
 
     def __init__(self, sources: Sequence[SearchHit], numbering: dict[str, int] | None = None):
@@ -255,8 +258,9 @@ class CitationVerifier:
         with_ids, cited = rewrite(text, self.sources)
         verified = [c for c in cited if c in self.sources]
         removed = [c for c in cited if c not in self.sources]
-        for c in verified:  # numbers follow the order of first appearance
-            self._number(c)
+        first = {c: i for i, c in enumerate(verified)}
+        for c in sorted(verified, key=lambda c: (-evidence_weight_of(self.sources[c]), first[c])):
+            self._number(c)  # new ids: strongest evidence first, then in order of first appearance
         with_ids = _tidy(with_ids)
         if renumber:
             cleaned = _tidy(rewrite(text, self.sources, lambda ids: "".join(f"[{self._number(c)}]" for c in ids))[0])

@@ -403,7 +403,14 @@ class RetrievalReply(Event):
 
 
 class Citation(BaseModel):
-    number: int = Field(ge=1, description="Display number [n], in order of first appearance.")
+    number: int = Field(
+        ge=1,
+        description=(
+            "Display number [n]: a source new to the conversation is numbered after those cited before, strongest "
+            "evidence first (its `evidence_level` among the sources; unknown counts as 0.5), equal evidence in "
+            "order of first appearance."
+        ),
+    )
     citation_id: str = Field(description="PMID:..., PMCID:... or NBK:...")
     document_id: str
     title: str

@@ -47,6 +47,59 @@ StudyType = Literal[
 ]
 
 
+#: The evidence weight (0-1) of each study type, the one table of it: the parser stores it as a document's
+#: ``evidence_level``; ranking and filters read it. Systematic review / meta-analysis 1.0, RCT 0.9, guideline
+#: 0.85, cohort 0.7, case report 0.5, expert opinion (review, editorial) 0.3; the other types sit where the
+#: order of strength puts them.
+EVIDENCE_WEIGHTS: dict[StudyType, float] = {
+    "meta-analysis": 1.0,
+    "systematic-review": 1.0,
+    "randomized-controlled-trial": 0.9,
+    "guideline": 0.85,
+    "clinical-trial": 0.8,
+    "cohort": 0.7,
+    "case-control": 0.7,
+    "observational": 0.7,
+    "other": 0.5,  # the weight of an unknown type
+    "case-report": 0.5,
+    "review": 0.3,
+    "editorial": 0.3,
+}
+
+#: The weight a source with no stored evidence weight counts as (that of an unknown type, ``other``): ranking
+#: by evidence neither lifts nor lowers it.
+NEUTRAL_EVIDENCE_WEIGHT = EVIDENCE_WEIGHTS["other"]
+
+#: Evidence levels 1 (strongest) to 5 (the design notes' ``QueryInput.min_evidence_level``) as the lowest
+#: stored evidence weight each admits: 1 systematic review / meta-analysis (1.0), 2 randomised controlled trial
+#: (0.9), 3 other trials, guidelines, cohort, case-control and observational studies (0.7), 4 case reports and
+#: unclassified sources (0.5), 5 expert opinion, reviews and editorials: everything (0.0).
+EVIDENCE_LEVEL_MIN_WEIGHT: dict[int, float] = {
+    1: EVIDENCE_WEIGHTS["meta-analysis"],
+    2: EVIDENCE_WEIGHTS["randomized-controlled-trial"],
+    3: EVIDENCE_WEIGHTS["cohort"],
+    4: EVIDENCE_WEIGHTS["case-report"],
+    5: 0.0,
+}
+
+
+def evidence_level_weight(level: int) -> float:
+    """Takes an evidence level 1 (strongest) .. 5 and returns the lowest evidence weight (0-1) it admits, so
+    "at least level ``n``" is the filter ``min_evidence_level = evidence_level_weight(n)`` on the stored
+    weights. Raises ValueError for a level outside 1-5."""
+    if level not in EVIDENCE_LEVEL_MIN_WEIGHT:
+        raise ValueError(f"evidence level must be 1 (strongest) to 5, not {level}")
+    return EVIDENCE_LEVEL_MIN_WEIGHT[level]
+
+
+def evidence_level_of(weight: float | None) -> int:
+    """Takes a stored evidence weight (None: unknown) and returns its evidence level, 1 (strongest) .. 5: the
+    strongest level whose lowest weight it reaches (unknown counts as the neutral weight, level 4). The store
+    keeps weights as ``real`` (0.9 reads back as 0.8999999762), so a weight within 1e-6 of a bound reaches it."""
+    w = NEUTRAL_EVIDENCE_WEIGHT if weight is None else weight
+    return next(level for level, low in sorted(EVIDENCE_LEVEL_MIN_WEIGHT.items()) if w >= low - 1e-6)
+
+
 SearchMode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
 """How a search ranks: by meaning (dense), by words (lexical, BM25), both fused (hybrid), then reranked."""
 
@@ -355,6 +408,18 @@ class SearchHit(BaseModel):
         if self.pmcid:
             return f"PMCID:{self.pmcid}"
         return f"NBK:{self.source_id}" if self.source == "bookshelf" else f"{self.source}:{self.source_id}"
+
+
+def evidence_weight_of(hit: SearchHit) -> float:
+    """A hit's evidence weight for ordering: its stored ``evidence_level``, else :data:`NEUTRAL_EVIDENCE_WEIGHT`."""
+    return NEUTRAL_EVIDENCE_WEIGHT if hit.evidence_level is None else hit.evidence_level
+
+
+def strongest_evidence_first(hits: Sequence[SearchHit]) -> list[SearchHit]:
+    """How an answer lists its retrieved sources: takes ``hits`` and returns them by evidence weight, strongest
+    first (unknown counts as :data:`NEUTRAL_EVIDENCE_WEIGHT`), equal weights by retrieval ``rank``, then in
+    the order given (the sort is stable). Each hit keeps its ``rank``, the retrieval order."""
+    return sorted(hits, key=lambda h: (-evidence_weight_of(h), h.rank))
 
 
 def relevant_hits(hits: Sequence[SearchHit], min_score: float) -> list[SearchHit]:

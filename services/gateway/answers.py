@@ -5,6 +5,10 @@ stand alone, retrieval runs on it with the chunks cited earlier in the conversat
 synthesizer answers (whole, or token by token relayed as server-sent events), and the turn is stored
 with its citations, which keep their display numbers for the whole conversation.
 
+The sources are listed strongest evidence first, equal evidence in retrieval order (each keeps its ``rank``:
+``shared.models.strongest_evidence_first``); the answer's citations are numbered the same way
+(``shared.citations.CitationVerifier``).
+
 Server-sent events of ``/v1/ask/stream``, in order: ``retrieval_done`` (the sources), ``token`` (``seq``
 from 0, in order), ``citations`` (the verified answer, its citations and the reference list),
 ``summary`` (the evidence summary), ``metrics`` (time to first token..., ``tokens_used`` and ``llm_calls``),
@@ -51,7 +55,7 @@ from shared.events import (
     new_trace_id,
 )
 from shared.llm import UsageLedger
-from shared.models import SearchHit
+from shared.models import SearchHit, strongest_evidence_first
 from shared.safety import EmergencyVerdict, acheck_emergency, emergency_reply
 from shared.settings import Settings
 
@@ -221,7 +225,7 @@ class AnswerService:
             summary=reply.summary,
             emergency=reply.emergency,
             disclaimer=reply.disclaimer,
-            sources=hits if turn.body.return_sources else [],
+            sources=strongest_evidence_first(hits) if turn.body.return_sources else [],
             timings_ms=timings,
             tokens_used=turn.ledger.total,
             llm_calls=turn.ledger.calls,
@@ -301,7 +305,9 @@ class AnswerService:
                     **head,
                     "retrieval_ms": timings["retrieval"],
                     "count": len(hits),
-                    "sources": [h.model_dump(mode="json") for h in hits] if body.return_sources else [],
+                    "sources": [h.model_dump(mode="json") for h in strongest_evidence_first(hits)]
+                    if body.return_sources
+                    else [],
                 },
             )
             order = TokenOrder()

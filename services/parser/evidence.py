@@ -4,7 +4,8 @@ Order of strength: meta-analysis and systematic review > randomized controlled t
 guideline > cohort/observational > case report > review/editorial/comment. The weights
 (systematic review / meta-analysis 1.0, RCT 0.9, guideline 0.85, cohort 0.7, case report 0.5, expert
 opinion 0.3); the other types sit where the order puts them. When a record has
-several types the strongest wins. PubMed publication types decide first; MeSH check tags such as
+several types the strongest wins. The weights themselves are ``shared.models.EVIDENCE_WEIGHTS``.
+PubMed publication types decide first; MeSH check tags such as
 "Cohort Studies" only refine a record whose types say nothing stronger than "Journal Article".
 """
 
@@ -13,22 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from shared.models import StudyType
-
-EVIDENCE_WEIGHTS: dict[StudyType, float] = {
-    "meta-analysis": 1.0,
-    "systematic-review": 1.0,
-    "randomized-controlled-trial": 0.9,
-    "guideline": 0.85,
-    "clinical-trial": 0.8,
-    "cohort": 0.7,
-    "case-control": 0.7,
-    "observational": 0.7,
-    "other": 0.5,  # the weight of an unknown type
-    "case-report": 0.5,
-    "review": 0.3,
-    "editorial": 0.3,
-}
+from shared.models import EVIDENCE_WEIGHTS, StudyType
 
 # Rank used to pick the strongest type (higher wins); "other" loses to everything.
 _RANK: dict[StudyType, int] = {

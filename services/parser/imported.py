@@ -9,10 +9,10 @@ replaces an NCBI record) is :mod:`shared.provenance`'s rule, applied when it is 
 
 from __future__ import annotations
 
-from services.parser.evidence import EVIDENCE_WEIGHTS, classify_jats, classify_pubmed
+from services.parser.evidence import classify_jats, classify_pubmed
 from services.parser.nxml import classify_book
 from services.parser.pubmed import RETRACTED_TYPES
-from shared.models import ParsedDocument, StudyType
+from shared.models import EVIDENCE_WEIGHTS, ParsedDocument, StudyType
 
 
 def derived_fields(doc: ParsedDocument) -> tuple[StudyType, float, bool]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from services.parser.chunking import PATH_SEPARATOR, FullTextBuilder
-from services.parser.evidence import EVIDENCE_WEIGHTS
 from services.parser.jats import (
     XML_LANG,
     add_sections,
@@ -33,7 +32,7 @@ from services.parser.jats import (
 )
 from services.parser.pubmed import abstract_text
 from shared.bookshelf import BookshelfParseError, book_id, document_parts, part_source_id
-from shared.models import AbstractSection, Journal, ParsedDocument, StudyType
+from shared.models import EVIDENCE_WEIGHTS, AbstractSection, Journal, ParsedDocument, StudyType
 from shared.xmlsafe import parse_xml
 
 GUIDELINE_WORDS = ("guideline", "recommendation", "standard treatment", "consensus")

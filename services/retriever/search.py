@@ -6,18 +6,22 @@ Pipeline of :meth:`HybridSearcher.search`:
    impact-ordered postings, ``lexical_store``, or Postgres full-text ``ts_rank_cd``) rankings, each
    ``max(top_k, fusion_depth)`` deep;
 2. reciprocal rank fusion with weights (hybrid modes);
-3. at most ``max_chunks_per_document`` passages of one paper;
-4. ``hybrid+rerank``: the first ``top_k`` candidates reranked (cross-encoder or Claude);
-5. optional MMR diversity over the candidates' vectors;
-6. the first ``top_n`` returned (past ``top_k`` the fused order continues).
+3. the document-priority boost and the evidence/recency blend (:func:`priority_boosted`,
+   :func:`evidence_blended`; both off by default);
+4. at most ``max_chunks_per_document`` passages of one paper;
+5. ``hybrid+rerank``: the first ``top_k`` candidates reranked (cross-encoder or Claude), the evidence/recency
+   blend applied again to the reranker's scores (they replace the fused ones);
+6. optional MMR diversity over the candidates' vectors;
+7. the first ``top_n`` returned (past ``top_k`` the fused order continues).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, Self
 
 import asyncpg
@@ -35,7 +39,14 @@ from services.retriever.lexical_store import (
 )
 from services.retriever.mmr import mmr_select
 from services.retriever.store import Scored, VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
-from shared.models import PRIORITY_EXCLUDED, PRIORITY_NORMAL, CitationMetrics, SearchFilters, SearchHit
+from shared.models import (
+    NEUTRAL_EVIDENCE_WEIGHT,
+    PRIORITY_EXCLUDED,
+    PRIORITY_NORMAL,
+    CitationMetrics,
+    SearchFilters,
+    SearchHit,
+)
 
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
@@ -206,6 +217,59 @@ def priority_boosted(
     return sorted(rescored, key=lambda cs: -cs[1])
 
 
+def recency(year: int | None, this_year: int, half_life_years: float) -> float:
+    """A source's recency, 1 this year (or later) halving every ``half_life_years``:
+    ``0.5 ** (max(0, this_year - year) / half_life_years)``; unknown year: 0.5 (one half-life, neutral)."""
+    if year is None:
+        return 0.5
+    return float(0.5 ** (max(0, this_year - year) / half_life_years))
+
+
+@dataclass(frozen=True)
+class EvidenceBlend:
+    """How evidence weight and recency move a ranking score (``EVIDENTIA_RETRIEVAL_EVIDENCE_WEIGHT``,
+    ``_RECENCY_WEIGHT``, ``_RECENCY_HALF_LIFE_YEARS``):
+
+    ``score + |score| * (evidence_weight * (e - 0.5) + recency_weight * (r - 0.5))``
+
+    with ``e`` the source's evidence weight (0-1; unknown: 0.5) and ``r`` its :func:`recency`. The change is
+    relative to the score itself, so it means the same whatever the scale of the mode's scores (RRF ~0.016,
+    cosine ~0.5, BM25 ~10; a negative reranker logit moves the right way too); an unclassified source of
+    unknown year is never moved; with both weights 0 the ranking is left exactly as it is."""
+
+    evidence_weight: float = 0.0
+    recency_weight: float = 0.0
+    half_life_years: float = 10.0
+    this_year: int | None = None
+    """The year ages are counted from (None: the current UTC year)."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.evidence_weight or self.recency_weight)
+
+    def factor(self, evidence: float | None, year: int | None, this_year: int) -> float:
+        """The relative change of a score: ``evidence_weight * (e - 0.5) + recency_weight * (r - 0.5)``."""
+        e = NEUTRAL_EVIDENCE_WEIGHT if evidence is None else evidence
+        r = recency(year, this_year, self.half_life_years)
+        return self.evidence_weight * (e - NEUTRAL_EVIDENCE_WEIGHT) + self.recency_weight * (r - 0.5)
+
+
+def evidence_blended(
+    ranked: list[tuple[str, float]], meta_of: Mapping[str, tuple[float | None, int | None]], blend: EvidenceBlend
+) -> list[tuple[str, float]]:
+    """``ranked`` re-scored by :class:`EvidenceBlend` and sorted again, best first (ties keep their order, so
+    the result is deterministic); ``meta_of`` maps a chunk id to its document's (evidence weight, year), a chunk
+    missing from it counts as unclassified and undated (unchanged). An inactive blend returns ``ranked`` itself."""
+    if not blend.active:
+        return ranked
+    this_year = blend.this_year if blend.this_year is not None else datetime.now(UTC).year
+    rescored = []
+    for cid, score in ranked:
+        evidence, year = meta_of.get(cid, (None, None))
+        rescored.append((cid, score + abs(score) * blend.factor(evidence, year, this_year)))
+    return sorted(rescored, key=lambda cs: -cs[1])
+
+
 @dataclass
 class SearchResult:
     hits: list[SearchHit]
@@ -232,6 +296,7 @@ class HybridSearcher:
         prf_docs: int = 0,
         prf_weight: float = 0.5,
         priority_boost: float = 0.0,
+        evidence: EvidenceBlend | None = None,
     ):
         self.pool = pool
         self.index = index
@@ -249,6 +314,8 @@ class HybridSearcher:
         self.prf_weight = prf_weight
         self.priority_boost = priority_boost
         """Blend of document priority into the fused score (:func:`priority_boosted`; 0: off)."""
+        self.evidence = evidence or EvidenceBlend()
+        """Blend of evidence weight and recency into the ranking score (:func:`evidence_blended`; default off)."""
 
     @classmethod
     def from_settings(
@@ -277,6 +344,7 @@ class HybridSearcher:
             prf_docs=settings.prf_docs,
             prf_weight=settings.prf_weight,
             priority_boost=settings.priority_boost,
+            evidence=EvidenceBlend(settings.evidence_weight, settings.recency_weight, settings.recency_half_life_years),
         )
 
     async def dense_search(
@@ -343,6 +411,8 @@ class HybridSearcher:
             ranked = priority_boosted(
                 ranked, {c: rows[c]["priority"] for c, _ in ranked if c in rows}, self.priority_boost
             )
+        meta_of = {cid: (r["evidence_level"], r["year"]) for cid, r in rows.items()}
+        ranked = evidence_blended(ranked, meta_of, self.evidence)
         doc_of = {cid: r["document_id"] for cid, r in rows.items()}
         ranked = limit_per_document(ranked, doc_of, filters.max_chunks_per_document)
         head, tail = ranked[:top_k], ranked[top_k:]
@@ -354,6 +424,7 @@ class HybridSearcher:
             rerank_by = {c: s for (c, _), s in zip(head, scores, strict=True)}
             order = {c: i for i, (c, _) in enumerate(head)}
             head = sorted(((c, rerank_by[c]) for c, _ in head), key=lambda cs: (-cs[1], order[cs[0]]))
+            head = evidence_blended(head, meta_of, self.evidence)  # the reranker's scores replace the fused ones
             used = reranker.name
         if mmr and len(head) > 1:
             vectors = await vectors_of(self.pool, self.index, [c for c, _ in head])

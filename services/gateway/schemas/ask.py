@@ -67,7 +67,13 @@ class AskResponse(BaseModel):
         None, description="Mode `emergency`: why the emergency guard answered instead of the literature."
     )
     disclaimer: str
-    sources: list[SearchHit] = Field(default_factory=list)
+    sources: list[SearchHit] = Field(
+        default_factory=list,
+        description=(
+            "The retrieved passages, strongest evidence first (`evidence_level`, unknown counting as 0.5), equal "
+            "evidence in retrieval order; each keeps its retrieval `rank`."
+        ),
+    )
     timings_ms: dict[str, float] = Field(default_factory=dict)
     tokens_used: TokenUsage = Field(
         default_factory=TokenUsage,

@@ -55,6 +55,43 @@ def test_numbering_is_by_first_appearance_and_stable_across_turns() -> None:
     assert {c.citation_id: c.number for c in b.citations} == {"PMID:1": 2, "PMID:3": 3}
 
 
+def graded(pmid: str, evidence: float | None, rank: int = 1) -> SearchHit:
+    return hit(pmid, rank).model_copy(update={"evidence_level": evidence})
+
+
+def test_new_sources_are_numbered_strongest_evidence_first_and_listed_so() -> None:
+    sources = [graded("1", 0.3, 1), graded("2", 1.0, 2), graded("3", None, 3), graded("4", 0.9, 4)]
+    v = CitationVerifier(sources)
+    raw = (
+        "An editorial says so [PMID:1]. Unclassified work agrees [PMID:3]. A trial [PMID:4]; a meta-analysis [PMID:2]."
+    )
+    out = v.verify(raw, renumber=True)
+    # meta-analysis 1.0, RCT 0.9, unknown (0.5), editorial 0.3
+    assert {c.citation_id: c.number for c in out.citations} == {"PMID:2": 1, "PMID:4": 2, "PMID:3": 3, "PMID:1": 4}
+    assert [c.citation_id for c in out.citations] == ["PMID:2", "PMID:4", "PMID:3", "PMID:1"]
+    assert [c.number for c in out.citations] == [1, 2, 3, 4]
+    # The numbered answer cites each source by the number the list gives it.
+    assert out.text == "An editorial says so [4]. Unclassified work agrees [3]. A trial [2]; a meta-analysis [1]."
+    # The id text and the numbered text agree, whichever verify() call comes first.
+    plain = CitationVerifier(sources).verify(raw)
+    assert [(c.citation_id, c.number) for c in plain.citations] == [(c.citation_id, c.number) for c in out.citations]
+
+
+def test_equal_evidence_keeps_the_order_of_first_appearance() -> None:
+    sources = [graded("1", 0.9, 1), graded("2", 0.9, 2), graded("3", 0.9, 3)]
+    out = CitationVerifier(sources).verify("C [PMID:3]. A [PMID:1]. B [PMID:2].", renumber=True)
+    assert out.text == "C [1]. A [2]. B [3]."
+
+
+def test_numbers_of_earlier_turns_stay_and_new_ones_follow_by_evidence() -> None:
+    first = CitationVerifier([graded("1", 0.3)])
+    first.verify("Old claim holds [PMID:1].")
+    second = CitationVerifier([graded("1", 0.3), graded("5", 0.7), graded("6", 1.0)], numbering=first.numbering)
+    out = second.verify("Cohort [PMID:5]. Old [PMID:1]. Review of trials [PMID:6].", renumber=True)
+    assert out.text == "Cohort [3]. Old [1]. Review of trials [2]."
+    assert [(c.citation_id, c.number) for c in out.citations] == [("PMID:1", 1), ("PMID:6", 2), ("PMID:5", 3)]
+
+
 # --- every citation form, one gate (issue #15) --------------------------------------------------------------
 
 ALLOWED = {"PMID:123", "PMID:4", "PMCID:PMC5", "NBK:NBK1116"}
