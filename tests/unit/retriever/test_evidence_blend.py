@@ -140,6 +140,7 @@ def _rows(monkeypatch: pytest.MonkeyPatch) -> None:
                 "study_type": None,
                 "evidence_level": EVIDENCE[c],
                 "priority": 50,
+                "icite_pmid": None,  # no iCite metrics imported
             }
             for c in ids
         }
