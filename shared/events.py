@@ -556,6 +556,7 @@ LlmStepName = Literal[
     "normalise_disease",
     "broader_disease",
     "assessment",
+    "extract_findings",
     "rewrite_followup",
     "agent_turn",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -305,6 +305,12 @@ THERAPEUTIC_TEMPLATE = (
     "Evidence for {drug} as a treatment for {disease}, including clinical trials, efficacy data, "
     "and mechanism of action"
 )
+
+
+#: The kinds of clinical finding a consultation interview yields (``POST /v1/guidelines/consult``): the
+#: synthesizer's ``extract_findings`` step and the gateway's offline rules both use exactly these.
+ClinicalFindingType = Literal["symptom", "sign", "history", "medication", "allergy", "pregnancy", "age", "vital"]
+CLINICAL_FINDING_TYPES: tuple[str, ...] = get_args(ClinicalFindingType)
 
 
 def finding_text(kind: str, value: str) -> str:

@@ -3,7 +3,8 @@
 :class:`WorkflowAnthropic` answers the forced tool calls of :mod:`services.synthesizer.steps` with
 plausible inputs (``record_disease_term``, ``record_broader_term``, ``record_organ_term``,
 ``record_search_terms``, ``classify_query``, ``rewrite_query``, ``record_assessment``: the sections of
-its prompt plus one id that is not among them), overridable per tool through
+its prompt plus one id that is not among them; ``record_findings``: the patient's fever, pregnancy and
+travel, and the working diagnosis malaria (0.85) only when fever and travel were both said), overridable per tool through
 ``tool_answers``, and plays a short agent script when the request offers the agent's tools: first
 ``search_literature``, then ``check_drug_interaction`` for a question about an interaction, then a final
 answer citing the sources the tools returned (plus one hallucinated id, which must be removed). Anything
@@ -56,6 +57,19 @@ def _default(name: str, rec: RecordedRequest) -> dict[str, Any]:
         sections = re.findall(r'<section id="([^"]+)" title="([^"]*)">', text)
         said = [f"The patient's findings fall under {title} [{cid}]." for cid, title in sections[:2]]
         return {"assessment": " ".join([*said, f"Quinine is contraindicated [{FORGED_SECTION}]."])}
+    if name == "record_findings":
+        said = " ".join(re.findall(r'<message from="patient">(.*?)</message>', text, re.DOTALL)).lower()
+        findings: list[dict[str, Any]] = []
+        if "fever" in said:
+            findings.append({"type": "symptom", "text": "fever for 3 days", "value": "3 days"})
+        if "pregnant" in said:
+            findings.append({"type": "pregnancy", "text": "pregnant, first trimester", "value": "first trimester"})
+        if "mozambique" in said:
+            findings.append({"type": "history", "text": "travel to Mozambique", "value": None})
+        if "fever" in said and "mozambique" in said:
+            return {"findings": findings, "diagnosis": "Malaria", "confidence": 0.85, "missing": []}
+        asks = ["Have you travelled recently, and where to?", "Has a malaria blood smear or rapid test been done?"]
+        return {"findings": findings, "diagnosis": None, "confidence": 0.0, "missing": asks}
     if name == "rewrite_query":
         q = _line(text, "Question")
         english = "What is the treatment of malaria in pregnancy?" if "paludisme" in q else q
