@@ -1,5 +1,6 @@
 """Clinical workflows over the running services: ``/v1/evidence`` (drug-disease evidence),
-``/v1/guidelines/recommend`` (condition + findings -> Assessment & Plan) and ``/v1/query``
+``/v1/guidelines/recommend`` (condition + findings -> Assessment & Plan), ``/v1/guidelines/consult`` (an
+interview -> findings and a working diagnosis -> the recommendation, once a diagnosis is known) and ``/v1/query``
 (classification, language, enhancement, routing and agentic mode).
 
 The workflow logic lives in :mod:`services.gateway.intelligence` (pure, tested without Kafka); this module
@@ -28,6 +29,13 @@ import asyncpg
 from services.gateway.intelligence.agent import Agent, ToolOutput
 from services.gateway.intelligence.cache import Cache
 from services.gateway.intelligence.classify import Classification, QueryClassifier
+from services.gateway.intelligence.consult import (
+    ClinicalFinding,
+    llm_findings,
+    recommend_kind,
+    rule_findings,
+    rule_questions,
+)
 from services.gateway.intelligence.disease import DiseaseNormalizer, drug_disease_query, search_clause
 from services.gateway.intelligence.enhance import Enhancement, QueryEnhancer
 from services.gateway.intelligence.expansion import DrugProfile, SearchTermExpander
@@ -40,10 +48,14 @@ from services.gateway.schemas.workflows import (
     AgentStepOut,
     AgentTrace,
     ClassificationOut,
+    ConsultFinding,
+    ConsultRequest,
+    ConsultResponse,
     DiseaseTerm,
     EvidenceRequest,
     EvidenceResponse,
     ExpandedQuery,
+    Finding,
     GuidelineRequest,
     GuidelineResponse,
     GuidelineSection,
@@ -84,6 +96,10 @@ from shared.topics import NCBI_REQUESTS
 log = logging.getLogger(__name__)
 
 Progress = Callable[[WorkflowStep], Awaitable[None]]
+
+
+class ConsultNeedsDiagnosis(ValueError):
+    """A consultation that cannot go on: offline, no diagnosis given (HTTP 422 with this reason)."""
 
 
 class WorkflowBackend(Protocol):
@@ -457,6 +473,9 @@ class WorkflowService:
 
     @metered
     async def recommend(self, body: GuidelineRequest) -> GuidelineResponse:
+        return await self._recommend(body)
+
+    async def _recommend(self, body: GuidelineRequest) -> GuidelineResponse:
         trace_id = new_trace_id()
         start = time.perf_counter()
         findings = [finding_text(f.kind, f.value) for f in body.findings]
@@ -531,6 +550,87 @@ class WorkflowService:
             citations=synth.citations,
             citation_check=check,
             disclaimer=synth.disclaimer or DISCLAIMER,
+            timings_ms=timings,
+        )
+
+    # --- 2b. guideline consultation --------------------------------------------------------------------
+
+    @metered
+    async def consult(self, body: ConsultRequest) -> ConsultResponse:
+        """Findings and the working diagnosis from the interview (Claude's ``extract_findings`` step, or the
+        documented rules); the recommend flow only once a diagnosis is known: the caller's, or the model's at
+        ``min_confidence`` or above. Otherwise ``needs_findings``, with what to ask, and nothing retrieved.
+
+        Raises :class:`ConsultNeedsDiagnosis` offline (no model) when the caller gave no diagnosis."""
+        start = time.perf_counter()
+        if body.diagnosis is None and not self.llm.available:
+            raise ConsultNeedsDiagnosis(
+                "offline (no ANTHROPIC_API_KEY) no model can state a diagnosis: give `diagnosis`; "
+                "the findings are then extracted by the documented rules"
+            )
+        messages = [m.model_dump() for m in body.messages]
+        notes: list[str] = []
+        t0 = time.perf_counter()
+        output = await self.llm.step("extract_findings", {"messages": messages}) if self.llm.available else None
+        timings = {"extraction": _ms(t0)}
+        findings: list[ClinicalFinding]
+        if output is not None:
+            findings, extraction = llm_findings(output), "llm"
+            stated = str(output.get("diagnosis") or "").strip() or None
+            confidence: float | None = float(output.get("confidence") or 0.0)
+            missing = [str(q) for q in output.get("missing") or []]
+        else:
+            findings, extraction, stated, confidence = rule_findings(messages), "rules", None, None
+            missing = rule_questions(findings)
+            if self.llm.available:
+                notes.append("the model's extraction failed: the findings are the documented rules'")
+        diagnosis, source = stated, "llm" if stated else None
+        if body.diagnosis is not None:
+            if stated and stated.lower() != body.diagnosis.strip().lower():
+                notes.append(f"the model's working diagnosis was {stated} ({confidence:.2f}); the caller's is used")
+            diagnosis, source, confidence = body.diagnosis.strip(), "caller", None
+        elif stated and (confidence or 0.0) < body.min_confidence:
+            notes.append(f"working diagnosis {stated} at confidence {confidence:.2f}, below {body.min_confidence}")
+            missing = missing or [f"What findings would confirm or rule out {stated}?"]
+            source = None
+        out = [ConsultFinding(type=f.type, text=f.text, value=f.value, source=f.source) for f in findings]
+        disclaimer = DISCLAIMER
+        if source is None:  # no diagnosis: nothing is retrieved
+            timings["total"] = _ms(start)
+            return ConsultResponse(
+                status="needs_findings",
+                findings=out,
+                extraction=extraction,  # type: ignore[arg-type]
+                diagnosis=stated,
+                confidence=confidence,
+                missing=missing or ["What is the working diagnosis?"],
+                notes=notes,
+                disclaimer=disclaimer,
+                timings_ms=timings,
+            )
+        assert diagnosis is not None
+        guideline = GuidelineRequest(
+            condition=diagnosis,
+            findings=[Finding(kind=recommend_kind(f.type), value=f.text) for f in findings][:50],
+            population=body.population,
+            top_k=body.top_k,
+            top_n=body.top_n,
+            mode=body.mode,
+        )
+        recommendation = await self._recommend(guideline)
+        timings["recommendation"] = recommendation.timings_ms.get("total", 0.0)
+        timings["total"] = _ms(start)
+        return ConsultResponse(
+            status="recommended",
+            findings=out,
+            extraction=extraction,  # type: ignore[arg-type]
+            diagnosis=diagnosis,
+            confidence=confidence,
+            diagnosis_source=source,  # type: ignore[arg-type]
+            missing=missing,
+            notes=notes,
+            recommendation=recommendation,
+            disclaimer=recommendation.disclaimer,
             timings_ms=timings,
         )
 

@@ -4,8 +4,8 @@
 plausible inputs (``record_disease_term``, ``record_broader_term``, ``record_organ_term``,
 ``record_search_terms``, ``classify_query``, ``rewrite_query``, ``record_assessment``: the sections of
 its prompt plus one id that is not among them; ``record_findings``: the patient's fever, pregnancy and
-travel, and the working diagnosis malaria (0.85) only when fever and travel were both said), overridable per tool through
-``tool_answers``, and plays a short agent script when the request offers the agent's tools: first
+travel, and the working diagnosis malaria (0.85) only when fever and travel were both said), overridable
+per tool through ``tool_answers``, and plays a short agent script when the request offers the agent's tools: first
 ``search_literature``, then ``check_drug_interaction`` for a question about an interaction, then a final
 answer citing the sources the tools returned (plus one hallucinated id, which must be removed). Anything
 else goes to :class:`FakeAnthropic` unchanged (answers, evidence summaries, streaming).

@@ -1,13 +1,15 @@
-"""The clinical workflows over HTTP: ``/v1/evidence`` (and its stream), ``/v1/guidelines/recommend`` and
-``/v1/query`` (:mod:`services.gateway.workflows` runs them)."""
+"""The clinical workflows over HTTP: ``/v1/evidence`` (and its stream), ``/v1/guidelines/recommend``,
+``/v1/guidelines/consult`` and ``/v1/query`` (:mod:`services.gateway.workflows` runs them)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 
 from services.gateway.deps import WorkflowsDep
 from services.gateway.schemas.workflows import (
+    ConsultRequest,
+    ConsultResponse,
     EvidenceRequest,
     EvidenceResponse,
     GuidelineRequest,
@@ -16,6 +18,7 @@ from services.gateway.schemas.workflows import (
     QueryResponse,
 )
 from services.gateway.sse import STREAM_RESPONSES, event_stream
+from services.gateway.workflows import ConsultNeedsDiagnosis
 
 router = APIRouter(tags=["workflows"])
 
@@ -46,6 +49,20 @@ async def evidence_stream(body: EvidenceRequest, workflows: WorkflowsDep) -> Str
 )
 async def recommend(body: GuidelineRequest, workflows: WorkflowsDep) -> GuidelineResponse:
     return await workflows.recommend(body)
+
+
+@router.post(
+    "/v1/guidelines/consult",
+    response_model=ConsultResponse,
+    summary="Guideline consultation: an interview -> typed findings and a working diagnosis -> the guideline "
+    "recommendation once a diagnosis is known (else what to ask)",
+    responses={422: {"description": "A malformed interview, or offline without `diagnosis`."}},
+)
+async def consult(body: ConsultRequest, workflows: WorkflowsDep) -> ConsultResponse:
+    try:
+        return await workflows.consult(body)
+    except ConsultNeedsDiagnosis as exc:
+        raise HTTPException(422, str(exc)) from exc
 
 
 @router.post(

@@ -1,5 +1,5 @@
 """Request and response bodies of the clinical workflows (``/v1/evidence``, ``/v1/guidelines/recommend``,
-``/v1/query``); they make the OpenAPI schema."""
+``/v1/guidelines/consult``, ``/v1/query``); they make the OpenAPI schema."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.intelligence.expansion import DrugProfile
 from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
-from shared.models import SearchFilters, SearchHit, SearchMode
+from shared.models import ClinicalFindingType, SearchFilters, SearchHit, SearchMode
 
 
 class WorkflowStep(BaseModel):
@@ -180,6 +180,86 @@ class GuidelineResponse(Metered):
     model: str | None
     citations: list[Citation]
     citation_check: CitationCheck
+    disclaimer: str
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+# --- 2b. guideline consultation: an interview in, findings and a diagnosis out, then the recommendation -----
+
+MAX_INTERVIEW_CHARS = 50_000
+
+
+class InterviewMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"] = Field(
+        description="user: the patient (or whoever answers for them); assistant: the interviewer."
+    )
+    content: str = Field(min_length=1, max_length=5000, description="What was said.")
+
+
+class ConsultRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[InterviewMessage] = Field(
+        min_length=1,
+        max_length=100,
+        description=f"The interview so far, oldest first (at most {MAX_INTERVIEW_CHARS} characters in all).",
+    )
+    diagnosis: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description="The working diagnosis, if the caller has one: it is used as given. Required offline "
+        "(no API key), where no model can state one.",
+    )
+    min_confidence: float = Field(
+        0.6, ge=0, le=1, description="The model's working diagnosis is acted on only at this confidence (0-1) or above."
+    )
+    population: str | None = Field(None, max_length=200, description="e.g. 'adult', 'child under 5'.")
+    top_k: int = Field(20, ge=1, le=200)
+    top_n: int = Field(5, ge=1, le=20)
+    mode: SearchMode = "hybrid"
+
+    @model_validator(mode="after")
+    def _sizes(self) -> ConsultRequest:
+        if all(not m.content.strip() for m in self.messages):
+            raise ValueError("the interview is blank")
+        if sum(len(m.content) for m in self.messages) > MAX_INTERVIEW_CHARS:
+            raise ValueError(f"the interview is longer than {MAX_INTERVIEW_CHARS} characters")
+        if self.diagnosis is not None and not self.diagnosis.strip():
+            raise ValueError("diagnosis is blank")
+        return self
+
+
+class ConsultFinding(BaseModel):
+    type: ClinicalFindingType
+    text: str = Field(description="The finding in a few words, e.g. 'fever for 3 days'.")
+    value: str | None = Field(None, description="Its value, if it has one: '3 days', '38.9 C', '28'.")
+    source: Literal["llm", "rules"] = Field(
+        description="llm: Claude extracted it (extract_findings step); rules: the documented offline rules."
+    )
+
+
+class ConsultResponse(Metered):
+    status: Literal["needs_findings", "recommended"] = Field(
+        description="recommended: a diagnosis was known and the guideline recommendation ran; needs_findings: "
+        "no diagnosis yet, nothing was retrieved, `missing` says what to ask."
+    )
+    findings: list[ConsultFinding]
+    extraction: Literal["llm", "rules"] = Field(description="Who extracted the findings.")
+    diagnosis: str | None = Field(description="The working diagnosis (the caller's, or the model's).")
+    confidence: float | None = Field(
+        None, description="The model's confidence in its working diagnosis, 0 to 1 (None when the caller gave it)."
+    )
+    diagnosis_source: Literal["llm", "caller"] | None = Field(
+        None, description="caller (the request's `diagnosis`) or llm (stated by Claude at `min_confidence` or above)."
+    )
+    missing: list[str] = Field(default_factory=list, description="What to ask next: findings still needed.")
+    notes: list[str] = Field(default_factory=list)
+    recommendation: GuidelineResponse | None = Field(
+        None, description="The guideline recommendation (as `/v1/guidelines/recommend` answers), when it ran."
+    )
     disclaimer: str
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
