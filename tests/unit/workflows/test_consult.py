@@ -1,0 +1,191 @@
+"""``POST /v1/guidelines/consult`` through the gateway's HTTP routes: Kafka replaced by the fake backend (its
+``retrievals`` are what would be published to the retriever) and the synthesizer's steps run in-process
+against the fake Anthropic server; offline, the documented rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from services.gateway.intelligence.consult import rule_findings, rule_questions
+from tests.fakes.workflow_anthropic import WorkflowAnthropic
+from tests.unit.workflows.conftest import build, client
+
+DIAGNOSABLE = [
+    {"role": "assistant", "content": "What brings you in today?"},
+    {"role": "user", "content": "I have had a fever for 3 days since I came back from Mozambique."},
+    {"role": "assistant", "content": "Are you pregnant? Are you allergic to any medicine?"},
+    {"role": "user", "content": "Yes, I am pregnant, first trimester. I am 28 years old. No allergies."},
+]
+UNCLEAR = [{"role": "user", "content": "I have a fever."}]
+
+
+@pytest.fixture
+def fake() -> Iterator[WorkflowAnthropic]:
+    with WorkflowAnthropic() as f:
+        yield f
+
+
+async def consult(app: Any, body: dict[str, Any]) -> Any:
+    async with client(app) as http:
+        return await http.post("/v1/guidelines/consult", json=body)
+
+
+async def test_with_claude_the_findings_and_diagnosis_are_extracted_then_the_recommendation_runs(
+    fake: WorkflowAnthropic,
+) -> None:
+    app, _, backend = build(fake)
+    r = await consult(app, {"messages": DIAGNOSABLE, "population": "adult"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "recommended" and body["extraction"] == "llm"
+    assert (body["diagnosis"], body["diagnosis_source"], body["confidence"]) == ("Malaria", "llm", 0.85)
+    assert {(f["type"], f["source"]) for f in body["findings"]} == {
+        ("symptom", "llm"),
+        ("pregnancy", "llm"),
+        ("history", "llm"),
+    }
+    # the recommend flow ran on the diagnosis and the findings: guideline sections only, pregnancy on top
+    [retrieval] = backend.retrievals
+    form = retrieval.query_form
+    assert form is not None and form.condition == "Malaria" and retrieval.filters.sources == ["bookshelf"]
+    assert "pregnancy: pregnant, first trimester" in form.findings
+    assert "medical_history: travel to Mozambique" in form.findings  # history: the recommend flow's kind
+    rec = body["recommendation"]
+    assert "Malaria in pregnancy" in rec["top_section"] and rec["assessment_mode"] == "llm"
+    # what it cost: the extraction (fast model) with the recommendation's calls
+    steps = [c["step"] for c in body["llm_calls"]]
+    assert "extract_findings" in steps and "assessment" in steps
+    [extract] = [c for c in body["llm_calls"] if c["step"] == "extract_findings"]
+    assert extract["model"] == "claude-haiku-4-5" and body["tokens_used"]["input_tokens"] > 0
+
+
+async def test_with_claude_and_no_diagnosis_yet_nothing_is_retrieved_and_the_missing_findings_are_asked(
+    fake: WorkflowAnthropic,
+) -> None:
+    app, _, backend = build(fake)
+    body = (await consult(app, {"messages": UNCLEAR})).json()
+    assert body["status"] == "needs_findings" and body["recommendation"] is None
+    assert body["diagnosis"] is None and body["diagnosis_source"] is None
+    assert body["missing"] == [
+        "Have you travelled recently, and where to?",
+        "Has a malaria blood smear or rapid test been done?",
+    ]
+    assert backend.retrievals == [] and backend.syntheses == []  # nothing was published to the retriever
+
+
+async def test_a_low_confidence_diagnosis_is_reported_but_not_acted_on(fake: WorkflowAnthropic) -> None:
+    fake.tool_answers["record_findings"] = {
+        "findings": [{"type": "symptom", "text": "fever", "value": None}],
+        "diagnosis": "Malaria",
+        "confidence": 0.4,
+        "missing": [],
+    }
+    app, _, backend = build(fake)
+    body = (await consult(app, {"messages": UNCLEAR})).json()
+    assert body["status"] == "needs_findings" and backend.retrievals == []
+    assert (body["diagnosis"], body["confidence"], body["diagnosis_source"]) == ("Malaria", 0.4, None)
+    assert body["missing"] == ["What findings would confirm or rule out Malaria?"]
+    # the same answer at a lower threshold is acted on
+    body = (await consult(app, {"messages": UNCLEAR, "min_confidence": 0.3})).json()
+    assert body["status"] == "recommended" and body["diagnosis_source"] == "llm" and len(backend.retrievals) == 1
+
+
+async def test_the_callers_diagnosis_wins_over_the_models(fake: WorkflowAnthropic) -> None:
+    app, _, backend = build(fake)
+    body = (await consult(app, {"messages": DIAGNOSABLE, "diagnosis": "Typhoid fever"})).json()
+    assert body["status"] == "recommended" and body["extraction"] == "llm"
+    assert (body["diagnosis"], body["diagnosis_source"], body["confidence"]) == ("Typhoid fever", "caller", None)
+    assert backend.retrievals[0].query_form is not None
+    assert backend.retrievals[0].query_form.condition == "Typhoid fever"
+    assert any("Malaria" in n for n in body["notes"])
+
+
+async def test_a_malformed_extraction_falls_back_to_the_rules(fake: WorkflowAnthropic) -> None:
+    fake.tool_answers["record_findings"] = {"findings": [{"type": "lab", "text": "x"}], "diagnosis": None}
+    app, _, backend = build(fake)
+    body = (await consult(app, {"messages": DIAGNOSABLE})).json()
+    assert body["extraction"] == "rules" and body["status"] == "needs_findings" and backend.retrievals == []
+    assert body["findings"] and all(f["source"] == "rules" for f in body["findings"])
+    assert any("extraction failed" in n for n in body["notes"])
+
+
+async def test_offline_the_callers_diagnosis_and_the_rules_findings_give_the_recommendation() -> None:
+    app, _, backend = build()
+    r = await consult(app, {"messages": DIAGNOSABLE, "diagnosis": "Malaria"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "recommended" and body["extraction"] == "rules"
+    assert body["diagnosis_source"] == "caller" and body["llm_calls"] == []
+    assert [(f["type"], f["text"], f["source"]) for f in body["findings"]] == [
+        ("age", "28 years old", "rules"),
+        ("pregnancy", "pregnant, first trimester", "rules"),
+        ("history", "travel to Mozambique", "rules"),
+        ("symptom", "fever for 3 days", "rules"),
+    ]  # the interviewer's questions (pregnant? allergic?) and the denied allergy are not findings
+    assert body["recommendation"]["assessment_mode"] == "template"
+    assert "Malaria in pregnancy" in body["recommendation"]["top_section"]
+    assert body["missing"] == rule_questions(rule_findings(DIAGNOSABLE))
+    assert len(backend.retrievals) == 1
+
+
+async def test_offline_without_a_diagnosis_is_422_with_the_reason_and_retrieves_nothing() -> None:
+    app, _, backend = build()
+    r = await consult(app, {"messages": DIAGNOSABLE})
+    assert r.status_code == 422 and "give `diagnosis`" in r.json()["detail"]
+    assert backend.retrievals == []
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "role"),
+        ({"messages": [{"role": "user", "content": ""}]}, "content"),
+        ({"messages": [{"role": "user", "content": "   "}], "diagnosis": "Malaria"}, "blank"),
+        ({"messages": [{"role": "user", "content": "x" * 5001}]}, "content"),
+        ({"messages": [{"role": "user", "content": "x" * 4000}] * 13, "diagnosis": "Malaria"}, "longer than"),
+        ({"messages": [{"role": "user", "content": "fever"}] * 101}, "messages"),
+        ({"messages": [{"role": "user", "content": "fever"}], "diagnosis": " "}, "diagnosis"),
+        ({"messages": [{"role": "user", "content": "fever"}], "min_confidence": 2}, "min_confidence"),
+        ({"messages": [{"role": "user", "content": "fever"}], "extra": 1}, "extra"),
+    ],
+)
+async def test_a_bad_consultation_is_422_with_the_reason(body: dict[str, Any], reason: str) -> None:
+    app, _, backend = build()
+    r = await consult(app, body)
+    assert r.status_code == 422 and reason in r.text, r.text
+    assert backend.retrievals == []
+
+
+def test_the_rules_read_the_patient_only_and_skip_negations() -> None:
+    messages = [
+        {"role": "assistant", "content": "Are you allergic to penicillin? Do you have a cough?"},
+        {
+            "role": "user",
+            "content": "I'm a 34-year-old man. No cough. Temperature 39.2, BP 100/60, pulse 118, SpO2 93%. "
+            "I am allergic to sulfonamides and penicillin. I'm taking metformin, lisinopril and aspirin. "
+            "I have a history of type 2 diabetes. I have had a headache for two days. The nurse saw jaundice. "
+            "I am not pregnant.",
+        },
+    ]
+    found = [(f.type, f.text, f.value) for f in rule_findings(messages)]
+    assert found == [
+        ("age", "34 years old", "34"),
+        ("vital", "temperature 39.2 C", "39.2 C"),
+        ("vital", "blood pressure 100/60 mmHg", "100/60 mmHg"),
+        ("vital", "heart rate 118/min", "118/min"),
+        ("vital", "oxygen saturation 93%", "93%"),
+        ("allergy", "allergic to sulfonamides", "sulfonamides"),
+        ("allergy", "allergic to penicillin", "penicillin"),
+        ("medication", "metformin", None),
+        ("medication", "lisinopril", None),
+        ("medication", "aspirin", None),
+        ("history", "type 2 diabetes", None),
+        ("symptom", "headache for two days", "two days"),
+        ("sign", "jaundice", None),
+    ]
+    assert all(f.source == "rules" for f in rule_findings(messages))
+    assert rule_questions(rule_findings(messages)) == ["Is the patient pregnant (and if so, which trimester)?"]
