@@ -65,6 +65,12 @@ ROUTES: dict[tuple[str, str], tuple[str, list[str], list[str], str | None]] = {
         ["workflows"],
         "GuidelineResponse",
     ),
+    ("POST", "/v1/guidelines/consult"): (
+        "consult_v1_guidelines_consult_post",
+        ["200", "422"],
+        ["workflows"],
+        "ConsultResponse",
+    ),
     ("POST", "/v1/ingest"): ("ingest_v1_ingest_post", ["202", "403", "409", "422"], ["ingestion"], "IngestAccepted"),
     ("GET", "/v1/ingest/{job_id}"): (
         "ingest_status_v1_ingest__job_id__get",

@@ -1,0 +1,145 @@
+"""``POST /v1/guidelines/consult`` through the running services, in both modes.
+
+Offline: the caller gives the diagnosis, the findings come from the documented rules (labelled ``rules``) and
+the recommend flow runs on the ingested CC0 malaria guideline; without a diagnosis it is a 422 with the
+reason. With the fake Messages API (``tests/fakes/workflow_anthropic.py``; the gateway and the synthesizer
+restarted with ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` for this module's later tests, then restarted
+back): the synthesizer's ``extract_findings`` step (over ``llm.steps.requests``) extracts the findings and
+the working diagnosis, then the recommendation runs; an interview without a diagnosis gets
+``needs_findings`` and publishes nothing to the retriever (the gateway's request/reply counters).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.workflow_anthropic import WorkflowAnthropic
+from tests.integration.conftest import Stack
+from tests.integration.workflow_data import ingest_guideline
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+
+INTERVIEW = [
+    {"role": "assistant", "content": "What brings you in today?"},
+    {"role": "user", "content": "I have had a fever for 3 days since I came back from Mozambique."},
+    {"role": "assistant", "content": "Are you pregnant? Are you allergic to any medicine?"},
+    {"role": "user", "content": "Yes, I am pregnant, first trimester. I am 28 years old. No allergies."},
+]
+
+
+@pytest.fixture(scope="module")
+def guideline(stack: Stack) -> None:
+    ingest_guideline(stack)
+
+
+@pytest.fixture(scope="module")
+def claude(stack: Stack, guideline: None) -> Iterator[WorkflowAnthropic]:
+    fake = WorkflowAnthropic()
+    fake.start()
+    extra = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
+    try:
+        for name in ("synthesizer", "gateway"):
+            proc = stack.services.processes[name]
+            proc.env = {**proc.env, **extra}
+            stack.services.restart(name)
+        yield fake
+    finally:
+        for name in ("synthesizer", "gateway"):
+            proc = stack.services.processes[name]
+            proc.env = {k: v for k, v in proc.env.items() if k not in KEYS}
+            stack.services.restart(name)
+        fake.stop()
+
+
+def request_replies(metrics: str, topic: str) -> float:
+    """The gateway's Kafka request/reply calls on ``topic`` so far (all outcomes)."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("evidentia_request_reply_seconds_count{") and f'topic="{topic}"' in line
+    )
+
+
+def consult(stack: Stack, body: dict[str, Any]) -> tuple[int, dict[str, Any], str, str]:
+    with stack.http() as http:
+        before = http.get("/metrics").text
+        r = http.post("/v1/guidelines/consult", json=body, timeout=120)
+        after = http.get("/metrics").text
+    capture = os.environ.get("EVIDENTIA_CAPTURE")  # docs/workflows.md shows a real request and response
+    if capture:
+        with open(capture, "a") as f:
+            f.write(json.dumps({"request": body, "status": r.status_code, "response": r.json()}) + "\n")
+    return r.status_code, r.json(), before, after
+
+
+def test_offline_the_callers_diagnosis_and_the_rules_findings(stack: Stack, guideline: None) -> None:
+    status, body, _, _ = consult(stack, {"messages": INTERVIEW, "diagnosis": "Malaria"})
+    assert status == 200, body
+    assert body["status"] == "recommended" and body["extraction"] == "rules" and body["llm_calls"] == []
+    assert body["diagnosis"] == "Malaria" and body["diagnosis_source"] == "caller"
+    assert {(f["type"], f["text"]) for f in body["findings"]} == {
+        ("age", "28 years old"),
+        ("pregnancy", "pregnant, first trimester"),
+        ("history", "travel to Mozambique"),
+        ("symptom", "fever for 3 days"),
+    }
+    assert all(f["source"] == "rules" for f in body["findings"])
+    rec = body["recommendation"]
+    assert "Malaria in pregnancy" in rec["top_section"] and rec["assessment_mode"] == "template"
+    assert rec["plan"] and all(c["citation_id"].startswith("NBK:") for c in rec["citations"])
+    assert rec["query"].startswith("Malaria. age: 28 years old. pregnancy: pregnant, first trimester.")
+
+
+def test_offline_without_a_diagnosis_is_refused_with_the_reason(stack: Stack, guideline: None) -> None:
+    status, body, before, after = consult(stack, {"messages": INTERVIEW})
+    assert status == 422 and "give `diagnosis`" in body["detail"]
+    assert request_replies(after, "retrieval.requests") == request_replies(before, "retrieval.requests")
+
+
+def test_with_claude_the_findings_and_diagnosis_then_the_recommendation(
+    stack: Stack, claude: WorkflowAnthropic
+) -> None:
+    status, body, before, after = consult(stack, {"messages": INTERVIEW})
+    assert status == 200, body
+    assert body["status"] == "recommended" and body["extraction"] == "llm"
+    assert (body["diagnosis"], body["diagnosis_source"], body["confidence"]) == ("Malaria", "llm", 0.85)
+    assert {(f["type"], f["source"]) for f in body["findings"]} == {
+        ("symptom", "llm"),
+        ("pregnancy", "llm"),
+        ("history", "llm"),
+    }
+    rec = body["recommendation"]
+    assert "Malaria in pregnancy" in rec["top_section"] and rec["assessment_mode"] == "llm"
+    # the extraction ran in the synthesizer (fast model), asked over llm.steps.requests
+    calls = {c["step"]: c for c in body["llm_calls"]}
+    assert (calls["extract_findings"]["service"], calls["extract_findings"]["model"]) == (
+        "synthesizer",
+        "claude-haiku-4-5",
+    )
+    assert request_replies(after, "llm.steps.requests") > request_replies(before, "llm.steps.requests")
+    assert request_replies(after, "retrieval.requests") == request_replies(before, "retrieval.requests") + 1
+    [extract] = [r for r in claude.requests if (r.body.get("tool_choice") or {}).get("name") == "record_findings"]
+    assert '<message from="patient">I have had a fever for 3 days' in extract.user_text
+
+
+def test_with_claude_no_diagnosis_yet_asks_for_the_missing_findings_and_retrieves_nothing(
+    stack: Stack, claude: WorkflowAnthropic
+) -> None:
+    status, body, before, after = consult(stack, {"messages": [{"role": "user", "content": "I have a fever."}]})
+    assert status == 200, body
+    assert body["status"] == "needs_findings" and body["recommendation"] is None
+    assert body["diagnosis"] is None and body["findings"] == [
+        {"type": "symptom", "text": "fever for 3 days", "value": "3 days", "source": "llm"}
+    ]
+    assert body["missing"] == [
+        "Have you travelled recently, and where to?",
+        "Has a malaria blood smear or rapid test been done?",
+    ]
+    assert request_replies(after, "llm.steps.requests") > request_replies(before, "llm.steps.requests")
+    assert request_replies(after, "retrieval.requests") == request_replies(before, "retrieval.requests")
