@@ -565,14 +565,14 @@ class WorkflowService:
         start = time.perf_counter()
         if body.diagnosis is None and not self.llm.available:
             raise ConsultNeedsDiagnosis(
-                "offline (no ANTHROPIC_API_KEY) no model can state a diagnosis: give `diagnosis`; "
+                "offline (no ANTHROPIC_API_KEY), no model can state a diagnosis: give `diagnosis`; "
                 "the findings are then extracted by the documented rules"
             )
         messages = [m.model_dump() for m in body.messages]
         notes: list[str] = []
         t0 = time.perf_counter()
         output = await self.llm.step("extract_findings", {"messages": messages}) if self.llm.available else None
-        timings = {"extraction": _ms(t0)}
+        timings = {"extraction": _ms(t0)} if self.llm.available else {}
         findings: list[ClinicalFinding]
         if output is not None:
             findings, extraction = llm_findings(output), "llm"
