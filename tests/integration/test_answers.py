@@ -153,7 +153,11 @@ def test_input_rules_and_unknown_conversations(stack: Stack) -> None:
     with stack.http() as http:
         r = http.post("/v1/ask", json={"message": "x" * 10_001})
         assert r.status_code == 422 and "10000" in r.text
-        r = http.post("/v1/ask", json={"question": "q", "filters": {"year_from": 2020, "year_to": 2000}})
+        r = http.post("/v1/ask", json={"question": "does it work", "filters": {"year_from": 2020, "year_to": 2000}})
         assert r.status_code == 422 and "year_from" in r.text
+        r = http.post("/v1/ask", json={"question": "q"})  # the medical assistant's "Query too short"
+        assert r.status_code == 422 and "too short" in r.text
+        r = http.post("/v1/ask", json={"question": "does it work", "min_evidence_level": 9})
+        assert r.status_code == 422 and "min_evidence_level" in r.text
         assert http.post("/v1/ask", json={"question": "does it work", "conversation_id": "none"}).status_code == 404
         assert http.get("/v1/conversations/none").status_code == 404
