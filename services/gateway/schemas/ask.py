@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.schemas.common import MIN_QUESTION_CHARS, check_query_terms, check_question_length
+from services.gateway.schemas.workflows import InteractionOut, QueryIntelligence
 from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
 from shared.models import SearchFilters, SearchHit, SearchMode, Source, evidence_level_weight
 
@@ -135,4 +136,21 @@ class AskResponse(BaseModel):
     )
     llm_calls: list[LlmCall] = Field(
         default_factory=list, description="Each Claude call made for this answer: service, step, model, tokens."
+    )
+    query_intelligence: QueryIntelligence | None = Field(
+        None,
+        description=(
+            "The query-intelligence steps as they ran (shared with `/v1/query`): the class (`classification`), the "
+            "detected `language`, the question in English and what was searched (`translated`: Claude translated "
+            "it, API key only; `enhancement` `translation`, `none` or `untranslated`: MeSH enhancement is not run "
+            "here) and the `route` taken."
+        ),
+    )
+    answer_language: str | None = Field(
+        None,
+        description="The language the answer is written in (ISO 639-1): the asker's (`language`, else detected) when "
+        "Claude wrote it, `en` otherwise.",
+    )
+    interaction: InteractionOut | None = Field(
+        None, description="A drug-interaction question: the interaction service's check, also said first in the answer."
     )
