@@ -103,6 +103,21 @@ def model_usage(data: dict[str, Any]) -> str:
     )
 
 
+def intelligence_line(data: dict[str, Any]) -> str:
+    """One line on how the question was understood (``query_intelligence``): class, language, what was searched
+    and the route taken; "" from a gateway that does not report it."""
+    qi = data.get("query_intelligence") or {}
+    if not qi:
+        return ""
+    c, lang = qi.get("classification") or {}, qi.get("language") or {}
+    parts = [f"question: {c.get('category')} ({c.get('method')})", f"language: {lang.get('code')}"]
+    if qi.get("translated"):
+        parts.append(f"searched in English: {qi.get('searched_query')!r}")
+    if data.get("answer_language"):
+        parts.append(f"answer in: {data['answer_language']}")
+    return "; ".join(parts) + "".join(f"\n  {step}" for step in qi.get("route") or [])
+
+
 def print_answer(data: dict[str, Any]) -> None:
     """The verified answer: numbered as its citations, with the reference list and the citation check."""
     out.rule(f"Answer ({data['mode']}{', ' + data['model'] if data.get('model') else ''})")
@@ -138,6 +153,9 @@ def print_answer(data: dict[str, Any]) -> None:
             highlight=False,
             style="red",
         )
+    understood = intelligence_line(data)
+    if understood:
+        out.print(understood, style="dim", markup=False, highlight=False)
     usage = model_usage(data)
     if usage:
         out.print(usage, style="dim")

@@ -398,15 +398,18 @@ class AnswerService:
         hits: list[SearchHit] = []
         verdict = await acheck_emergency(body.question)
         timings["analysis"] = await self._understand(turn, verdict)
-        found = {
-            "query_intelligence": turn.intelligence.model_dump(mode="json") if turn.intelligence else None,
-            "interaction": turn.interaction.model_dump(mode="json") if turn.interaction else None,
-        }
+
+        def found() -> dict[str, Any]:  # as it stands when sent: retrieval adds the route it took
+            return {
+                "query_intelligence": turn.intelligence.model_dump(mode="json") if turn.intelligence else None,
+                "interaction": turn.interaction.model_dump(mode="json") if turn.interaction else None,
+            }
+
         if verdict.emergency:
             reply = self._emergency(turn, verdict)
             yield sse(
                 "retrieval_done",
-                {**head, **found, "sources": [], "skipped": "emergency", "emergency_reason": verdict.reason},
+                {**head, **found(), "sources": [], "skipped": "emergency", "emergency_reason": verdict.reason},
             )
             first = time.perf_counter() - start
             yield sse("token", {"seq": 0, "text": reply.answer})
@@ -416,7 +419,7 @@ class AnswerService:
                 "retrieval_done",
                 {
                     **head,
-                    **found,
+                    **found(),
                     "retrieval_ms": timings["retrieval"],
                     "count": len(hits),
                     "sources": [h.model_dump(mode="json") for h in strongest_evidence_first(hits)]
@@ -486,7 +489,7 @@ class AnswerService:
                 "emergency": reply.emergency.model_dump() if reply.emergency else None,
                 "disclaimer": reply.disclaimer,
                 "answer_language": self._answer_language(turn, reply),
-                **found,
+                **found(),
             },
         )
         if reply.summary is not None:

@@ -169,3 +169,4 @@ async def test_the_stream_reports_the_steps_before_retrieval_results() -> None:
     assert events["retrieval_done"]["query_intelligence"]["language"]["code"] == "fr"
     assert events["citations"]["query_intelligence"] == events["retrieval_done"]["query_intelligence"]
     assert events["citations"]["answer_language"] == "en"
+    assert events["retrieval_done"]["query_intelligence"]["route"] == ["other: searched every source"]
