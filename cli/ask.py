@@ -27,6 +27,22 @@ def register(subparsers: Any) -> None:
     p.add_argument("--year-from", type=int)
     p.add_argument("--year-to", type=int)
     add_citation_filters(p)
+    p.add_argument(
+        "--language", metavar="CODE", help="Your language, ISO 639-1 (e.g. fr): with an API key the answer is in it."
+    )
+    p.add_argument(
+        "--source",
+        action="append",
+        choices=["pubmed", "pmc", "bookshelf", "guidelines"],
+        help="Search only this source (repeatable; guidelines = bookshelf). Default: every source.",
+    )
+    p.add_argument(
+        "--min-evidence-level",
+        type=int,
+        choices=range(1, 6),
+        metavar="1-5",
+        help="Only sources of at least this evidence level, 1 (systematic review, meta-analysis) .. 5 (everything).",
+    )
     p.add_argument("--conversation", metavar="ID", help="Continue a conversation (its id from an earlier answer).")
     p.add_argument("--no-stream", action="store_true", help="Wait for the whole answer (POST /v1/ask).")
     p.add_argument("--timeout", type=float, default=300.0, help="Longest wait for the answer, in seconds.")
@@ -87,6 +103,21 @@ def model_usage(data: dict[str, Any]) -> str:
     )
 
 
+def intelligence_line(data: dict[str, Any]) -> str:
+    """One line on how the question was understood (``query_intelligence``): class, language, what was searched
+    and the route taken; "" from a gateway that does not report it."""
+    qi = data.get("query_intelligence") or {}
+    if not qi:
+        return ""
+    c, lang = qi.get("classification") or {}, qi.get("language") or {}
+    parts = [f"question: {c.get('category')} ({c.get('method')})", f"language: {lang.get('code')}"]
+    if qi.get("translated"):
+        parts.append(f"searched in English: {qi.get('searched_query')!r}")
+    if data.get("answer_language"):
+        parts.append(f"answer in: {data['answer_language']}")
+    return "; ".join(parts) + "".join(f"\n  {step}" for step in qi.get("route") or [])
+
+
 def print_answer(data: dict[str, Any]) -> None:
     """The verified answer: numbered as its citations, with the reference list and the citation check."""
     out.rule(f"Answer ({data['mode']}{', ' + data['model'] if data.get('model') else ''})")
@@ -122,6 +153,9 @@ def print_answer(data: dict[str, Any]) -> None:
             highlight=False,
             style="red",
         )
+    understood = intelligence_line(data)
+    if understood:
+        out.print(understood, style="dim", markup=False, highlight=False)
     usage = model_usage(data)
     if usage:
         out.print(usage, style="dim")
@@ -166,6 +200,12 @@ def run(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"question": args.question, "top_n": args.top_n, "filters": filters(args)}
     if args.conversation:
         body["conversation_id"] = args.conversation
+    if args.language:
+        body["language"] = args.language
+    if args.source:
+        body["source_types"] = args.source
+    if args.min_evidence_level is not None:
+        body["min_evidence_level"] = args.min_evidence_level
     as_json = wants_json(args)
     if args.no_stream:
         with client_from_args(args, timeout=args.timeout) as gw:

@@ -9,6 +9,14 @@ The sources are listed strongest evidence first, equal evidence in retrieval ord
 ``shared.models.strongest_evidence_first``); the answer's citations are numbered the same way
 (``shared.citations.CitationVerifier``).
 
+Before retrieval the question goes through the query-intelligence steps shared with ``/v1/query``
+(:mod:`services.gateway.understanding`): it is classified, its language detected and, with an API key, a
+question not in English is searched as its English translation and answered in the asker's language (the
+request's ``language``, else the detected one); offline the rules classify and nothing is translated. The class
+routes it: a drug-interaction question has the interaction check said first, a guideline question searches
+guideline sources first (every source when none clears ``EVIDENTIA_RETRIEVAL_MIN_SCORE``). The response's
+``query_intelligence`` reports each step. MeSH enhancement is not run here (only on ``/v1/query``).
+
 Server-sent events of ``/v1/ask/stream``, in order: ``retrieval_done`` (the sources), ``token`` (``seq``
 from 0, in order), ``citations`` (the verified answer, its citations and the reference list),
 ``summary`` (the evidence summary), ``metrics`` (time to first token..., ``tokens_used`` and ``llm_calls``),
@@ -31,9 +39,14 @@ from typing import Any, Protocol
 from fastapi import HTTPException
 
 from services.gateway.errors import sse_error
+from services.gateway.intelligence.classify import Classification
+from services.gateway.intelligence.enhance import Enhancement
+from services.gateway.intelligence.language import detect_language
+from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.runtime import TurnLocks
 from services.gateway.schemas import AskRequest, AskResponse
+from services.gateway.schemas.workflows import InteractionOut, QueryIntelligence
 from services.gateway.sse import error_event, sse
 from services.gateway.store.conversations import (
     ConversationConflict,
@@ -42,6 +55,14 @@ from services.gateway.store.conversations import (
     ConversationStore,
     TurnRecord,
     new_conversation_id,
+)
+from services.gateway.understanding import (
+    Analysis,
+    QueryAnalyser,
+    check_interaction,
+    language_named,
+    routed_search,
+    with_interaction,
 )
 from shared import metrics
 from shared.citations import StreamGate, gate_reply, scrub
@@ -54,8 +75,8 @@ from shared.events import (
     SynthesisToken,
     new_trace_id,
 )
-from shared.llm import UsageLedger
-from shared.models import SearchHit, strongest_evidence_first
+from shared.llm import UsageLedger, usage_scope
+from shared.models import SearchFilters, SearchHit, strongest_evidence_first
 from shared.safety import EmergencyVerdict, acheck_emergency, emergency_reply
 from shared.settings import Settings
 
@@ -81,6 +102,22 @@ class Turn:
     trace_id: str
     start: float
     ledger: UsageLedger
+    analysis: Analysis | None = None
+    intelligence: QueryIntelligence | None = None
+    interaction: InteractionOut | None = None
+
+    @property
+    def searched(self) -> str:
+        """What retrieval searches: the standalone question, translated when it could be."""
+        return self.analysis.enhancement.search_query[:MAX_QUERY] if self.analysis else self.standalone
+
+    @property
+    def asked(self) -> str:
+        """What the synthesizer answers: the standalone question in English when translated, and the answer's
+        language when it is not English."""
+        if self.analysis is None:
+            return self.standalone
+        return self.analysis.question_for_synthesis(self.analysis.enhancement.english_question)
 
 
 class TokenOrder:
@@ -117,12 +154,16 @@ class AnswerService:
         store: ConversationStore,
         rewriter: FollowUpRewriter,
         locks: TurnLocks,
+        analyser: QueryAnalyser | None = None,
+        rxnav: RxNavClient | None = None,
     ):
         self.settings = settings
         self.kafka = kafka
         self.store = store
         self.rewriter = rewriter
         self.locks = locks
+        self.analyser = analyser
+        self.rxnav = rxnav
 
     # --- one turn ---------------------------------------------------------------------------------
 
@@ -147,27 +188,70 @@ class AnswerService:
             standalone = scrub(standalone, ())[0] or body.question.strip()
         return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start, ledger)
 
+    async def _understand(self, turn: Turn, verdict: EmergencyVerdict) -> float:
+        """The query-intelligence steps (:mod:`services.gateway.understanding`) of the standalone question, their
+        Claude calls added to the turn's; an emergency is reported as such, nothing else run. Returns the time
+        taken (ms)."""
+        t0 = time.perf_counter()
+        b = turn.body
+        if verdict.emergency:
+            q = turn.standalone
+            turn.analysis = Analysis(
+                Classification("emergency", "guard", [verdict.reason]),
+                detect_language(q),
+                Enhancement(q, q, q, "none"),
+                language_named(b.language) if b.language else None,
+            )
+            turn.intelligence = turn.analysis.intelligence()
+            turn.intelligence.route.append("emergency: answered at once, no retrieval and no model")
+        elif self.analyser is not None:
+            with usage_scope() as used:
+                turn.analysis = await self.analyser.analyse(turn.standalone, enhance=False, asker_language=b.language)
+                turn.intelligence = turn.analysis.intelligence()
+                if self.rxnav is not None:
+                    turn.interaction = await check_interaction(
+                        self.rxnav, turn.analysis, turn.standalone, turn.intelligence
+                    )
+            turn.ledger.extend(used.calls)
+            if turn.interaction is not None:  # said before the answer, which only the verified passages may cite
+                turn.interaction.text = scrub(turn.interaction.text, ())[0]
+        return (time.perf_counter() - t0) * 1000
+
     async def _retrieve(self, turn: Turn) -> tuple[list[SearchHit], float]:
         t0 = time.perf_counter()
         b = turn.body
-        found = await self.kafka.retrieve(
-            RetrievalRequest(
-                trace_id=turn.trace_id,
-                query=turn.standalone,
-                top_k=b.top_k,
-                top_n=b.top_n,
-                mode=b.mode,
-                filters=b.filters,
-                extra_chunk_ids=turn.ctx.cited_chunk_ids,
+
+        async def retrieve(filters: SearchFilters) -> RetrievalReply:
+            found = await self.kafka.retrieve(
+                RetrievalRequest(
+                    trace_id=turn.trace_id,
+                    query=turn.searched,
+                    top_k=b.top_k,
+                    top_n=b.top_n,
+                    mode=b.mode,
+                    filters=filters,
+                    extra_chunk_ids=turn.ctx.cited_chunk_ids,
+                )
             )
-        )
-        turn.ledger.extend(found.llm_calls)
-        return found.hits, (time.perf_counter() - t0) * 1000
+            turn.ledger.extend(found.llm_calls)
+            return found
+
+        if turn.analysis is not None and turn.intelligence is not None:
+            hits = await routed_search(
+                retrieve,
+                turn.analysis.classification.category,
+                b.filters,
+                self.settings.retrieval.min_score,
+                turn.intelligence,
+            )
+        else:
+            hits = (await retrieve(b.filters)).hits
+        return hits, (time.perf_counter() - t0) * 1000
 
     def _synthesis(self, turn: Turn, hits: list[SearchHit], stream: bool) -> SynthesisRequest:
         return SynthesisRequest(
             trace_id=turn.trace_id,
-            question=turn.standalone,
+            question=turn.asked,
             passages=hits,
             stream=stream,
             history=turn.ctx.history,
@@ -178,6 +262,24 @@ class AnswerService:
     @staticmethod
     def _emergency(turn: Turn, verdict: EmergencyVerdict) -> SynthesisReply:
         return emergency_reply(verdict, turn.trace_id)
+
+    @staticmethod
+    def _with_interaction(turn: Turn, reply: SynthesisReply) -> SynthesisReply:
+        """The answer with the drug-interaction check said first (a drug-interaction question)."""
+        if turn.interaction is None:
+            return reply
+        return reply.model_copy(
+            update={
+                "answer": with_interaction(reply.answer, turn.interaction),
+                "numbered_answer": with_interaction(reply.numbered_answer or reply.answer, turn.interaction),
+            }
+        )
+
+    @staticmethod
+    def _answer_language(turn: Turn, reply: SynthesisReply) -> str | None:
+        if turn.analysis is None:
+            return None
+        return turn.analysis.answer_language if reply.mode == "llm" else "en"
 
     @staticmethod
     def references(ctx: ConversationContext, reply: SynthesisReply) -> list[Citation]:
@@ -229,6 +331,9 @@ class AnswerService:
             timings_ms=timings,
             tokens_used=turn.ledger.total,
             llm_calls=turn.ledger.calls,
+            query_intelligence=turn.intelligence,
+            answer_language=self._answer_language(turn, reply),
+            interaction=turn.interaction,
         )
 
     # --- whole -------------------------------------------------------------------------------------------
@@ -242,6 +347,7 @@ class AnswerService:
             hits: list[SearchHit] = []
             timings: dict[str, float] = {}
             verdict = await acheck_emergency(body.question)
+            timings["analysis"] = await self._understand(turn, verdict)
             if verdict.emergency:
                 reply = self._emergency(turn, verdict)
             else:
@@ -252,6 +358,7 @@ class AnswerService:
                     {h.citation_id for h in hits},
                 )
                 turn.ledger.extend(reply.llm_calls)
+                reply = self._with_interaction(turn, reply)
                 timings["synthesis"] = (time.perf_counter() - t0) * 1000
             timings["total"] = (time.perf_counter() - start) * 1000
             try:
@@ -290,10 +397,19 @@ class AnswerService:
         first: float | None = None
         hits: list[SearchHit] = []
         verdict = await acheck_emergency(body.question)
+        timings["analysis"] = await self._understand(turn, verdict)
+
+        def found() -> dict[str, Any]:  # as it stands when sent: retrieval adds the route it took
+            return {
+                "query_intelligence": turn.intelligence.model_dump(mode="json") if turn.intelligence else None,
+                "interaction": turn.interaction.model_dump(mode="json") if turn.interaction else None,
+            }
+
         if verdict.emergency:
             reply = self._emergency(turn, verdict)
             yield sse(
-                "retrieval_done", {**head, "sources": [], "skipped": "emergency", "emergency_reason": verdict.reason}
+                "retrieval_done",
+                {**head, **found(), "sources": [], "skipped": "emergency", "emergency_reason": verdict.reason},
             )
             first = time.perf_counter() - start
             yield sse("token", {"seq": 0, "text": reply.answer})
@@ -303,6 +419,7 @@ class AnswerService:
                 "retrieval_done",
                 {
                     **head,
+                    **found(),
                     "retrieval_ms": timings["retrieval"],
                     "count": len(hits),
                     "sources": [h.model_dump(mode="json") for h in strongest_evidence_first(hits)]
@@ -316,6 +433,9 @@ class AnswerService:
             allowed = {h.citation_id for h in hits}
             gate = StreamGate(allowed)
             sent = 0
+            if turn.interaction is not None:  # said first, as in the whole answer
+                yield sse("token", {"seq": sent, "text": with_interaction("", turn.interaction)})
+                sent += 1
             final: SynthesisReply | None = None
             async for kind, raw in self.kafka.synthesize_stream(self._synthesis(turn, hits, stream=True)):
                 if kind == "SynthesisToken":
@@ -349,6 +469,7 @@ class AnswerService:
                 yield sse("token", {"seq": sent, "text": rest})
             reply = gate_reply(final, allowed)
             turn.ledger.extend(reply.llm_calls)
+            reply = self._with_interaction(turn, reply)
             if reply.time_to_first_token_ms is not None:
                 timings["synthesis_time_to_first_token"] = reply.time_to_first_token_ms
         timings["time_to_first_token"] = (first or 0.0) * 1000
@@ -367,6 +488,8 @@ class AnswerService:
                 "citation_check": reply.citation_check.model_dump(),
                 "emergency": reply.emergency.model_dump() if reply.emergency else None,
                 "disclaimer": reply.disclaimer,
+                "answer_language": self._answer_language(turn, reply),
+                **found(),
             },
         )
         if reply.summary is not None:

@@ -22,6 +22,7 @@ from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.runtime import Gateway, TurnLocks
 from services.gateway.store.cache import PgCache
 from services.gateway.store.conversations import ConversationStore, PgConversationStore
+from services.gateway.understanding import QueryAnalyser
 from services.gateway.workflows import WorkflowBackend, WorkflowService
 from shared.settings import Settings
 
@@ -98,19 +99,6 @@ def get_turn_locks(gateway: GatewayDep) -> TurnLocks:
     return gateway.turn_locks
 
 
-def get_answers(
-    settings: SettingsDep,
-    kafka: Annotated[AnswerKafka, Depends(get_answer_kafka)],
-    store: ConversationStoreDep,
-    rewriter: Annotated[FollowUpRewriter, Depends(get_rewriter)],
-    locks: Annotated[TurnLocks, Depends(get_turn_locks)],
-) -> AnswerService:
-    return AnswerService(settings, kafka, store, rewriter, locks)
-
-
-AnswersDep = Annotated[AnswerService, Depends(get_answers)]
-
-
 def get_workflow_backend(gateway: GatewayDep) -> WorkflowBackend:
     """Retrieval, synthesis, PubMed counts, ingestion jobs and MeSH headings for the workflows."""
     return gateway.workflow_backend
@@ -139,3 +127,22 @@ def get_workflows(
 
 
 WorkflowsDep = Annotated[WorkflowService, Depends(get_workflows)]
+
+
+def get_answers(
+    settings: SettingsDep,
+    kafka: Annotated[AnswerKafka, Depends(get_answer_kafka)],
+    store: ConversationStoreDep,
+    rewriter: Annotated[FollowUpRewriter, Depends(get_rewriter)],
+    locks: Annotated[TurnLocks, Depends(get_turn_locks)],
+    cache: Annotated[Cache, Depends(get_workflow_cache)],
+    llm: Annotated[WorkflowLlm, Depends(get_workflow_llm)],
+    rxnav: Annotated[RxNavClient, Depends(get_rxnav)],
+) -> AnswerService:
+    """One turn's service, with the query intelligence shared with ``/v1/query`` (the workflows' LLM steps,
+    cache and interaction service)."""
+    analyser = QueryAnalyser(llm, cache, ttl_s=settings.workflow.cache_ttl_s)
+    return AnswerService(settings, kafka, store, rewriter, locks, analyser, rxnav)
+
+
+AnswersDep = Annotated[AnswerService, Depends(get_answers)]

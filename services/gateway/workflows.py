@@ -28,7 +28,7 @@ import asyncpg
 
 from services.gateway.intelligence.agent import Agent, ToolOutput
 from services.gateway.intelligence.cache import Cache
-from services.gateway.intelligence.classify import Classification, QueryClassifier
+from services.gateway.intelligence.classify import Classification
 from services.gateway.intelligence.consult import (
     ClinicalFinding,
     llm_findings,
@@ -37,17 +37,16 @@ from services.gateway.intelligence.consult import (
     rule_questions,
 )
 from services.gateway.intelligence.disease import DiseaseNormalizer, drug_disease_query, search_clause
-from services.gateway.intelligence.enhance import Enhancement, QueryEnhancer
+from services.gateway.intelligence.enhance import Enhancement
 from services.gateway.intelligence.expansion import DrugProfile, SearchTermExpander
 from services.gateway.intelligence.guidelines import attribute, plan_question, write_assessment
-from services.gateway.intelligence.language import Language, detect_language
+from services.gateway.intelligence.language import Language
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import InteractionCheck, RxNavClient
 from services.gateway.kafka import GatewayKafka
 from services.gateway.schemas.workflows import (
     AgentStepOut,
     AgentTrace,
-    ClassificationOut,
     ConsultFinding,
     ConsultRequest,
     ConsultResponse,
@@ -61,7 +60,6 @@ from services.gateway.schemas.workflows import (
     GuidelineSection,
     IngestionSummary,
     InteractionOut,
-    LanguageOut,
     Metered,
     PlanItem,
     QueryIntelligence,
@@ -71,6 +69,7 @@ from services.gateway.schemas.workflows import (
 )
 from services.gateway.sse import error_event, sse
 from services.gateway.store import documents as documents_store
+from services.gateway.understanding import QueryAnalyser, check_interaction, routed_search, with_interaction
 from shared.broker import RemoteError, RequestTimeout
 from shared.citations import INSUFFICIENT, CitationVerifier
 from shared.db.jobs import JobStatus, job_status
@@ -88,7 +87,7 @@ from shared.events import (
 )
 from shared.ingestion import submit_documents
 from shared.llm import absorb, usage_scope
-from shared.models import QueryForm, SearchFilters, SearchHit, finding_text, relevant_hits
+from shared.models import QueryForm, SearchFilters, finding_text
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
 from shared.topics import NCBI_REQUESTS
@@ -636,24 +635,16 @@ class WorkflowService:
 
     # --- 3. query intelligence ------------------------------------------------------------------------
 
+    def analyser(self) -> QueryAnalyser:
+        """The query intelligence shared with ``/v1/ask`` (:mod:`services.gateway.understanding`)."""
+        return QueryAnalyser(
+            self.llm, self.cache, ttl_s=self.settings.workflow.cache_ttl_s, vocabulary=self.backend.mesh_vocabulary
+        )
+
     async def analyse(self, question: str) -> tuple[Classification, Language, Enhancement]:
         """Classification, language and enhancement of a question (usable by any answering route)."""
-        classification = await QueryClassifier(self.llm).classify(question)
-        language = detect_language(question)
-        if classification.category == "emergency":
-            return classification, language, Enhancement(question, question, question, "none")
-        vocab = {} if self.llm.available else await self._vocabulary()
-        enhancement = await QueryEnhancer(self.llm, self.cache, ttl_s=self.settings.workflow.cache_ttl_s).enhance(
-            question, language, vocab
-        )
-        return classification, language, enhancement
-
-    async def _vocabulary(self) -> dict[str, int]:
-        try:
-            return await self.backend.mesh_vocabulary()
-        except Exception as exc:  # enhancement helps; it never fails the question
-            log.warning("MeSH vocabulary unavailable", extra={"error": repr(exc)[:300]})
-            return {}
+        a = await self.analyser().analyse(question)
+        return a.classification, a.language, a.enhancement
 
     @metered
     async def query(self, body: QueryRequest) -> QueryResponse:
@@ -661,25 +652,12 @@ class WorkflowService:
         trace_id = new_trace_id()
         question = body.question.strip()
         t0 = time.perf_counter()
-        classification, language, enh = await self.analyse(question)
+        analysis = await self.analyser().analyse(question)
+        classification, enh = analysis.classification, analysis.enhancement
         timings = {"analysis": _ms(t0)}
-        notes = [enh.note] if enh.note else []
-        intelligence = QueryIntelligence(
-            classification=ClassificationOut(
-                category=classification.category, method=classification.method, signals=classification.signals
-            ),
-            language=LanguageOut(
-                code=language.code, name=language.name, confidence=language.confidence, method=language.method
-            ),
-            english_question=enh.english_question,
-            searched_query=enh.search_query,
-            enhancement=enh.method,
-            terms=enh.terms,
-            translated=enh.translated,
-            notes=notes,
-        )
-        answer_language = language.code if (enh.translated or language.english) else "en"
-        if classification.category == "emergency":
+        intelligence = analysis.intelligence()
+        answer_language = analysis.answer_language
+        if analysis.emergency:
             intelligence.route.append("emergency: answered at once, no retrieval and no model")
             emergency = emergency_reply(await acheck_emergency(question), trace_id)
             timings["total"] = _ms(start)
@@ -699,7 +677,7 @@ class WorkflowService:
                 intelligence=intelligence,
                 timings_ms=timings,
             )
-        instruction = f"Write the answer in {language.name}." if enh.translated and not language.english else ""
+        instruction = analysis.instruction
         if body.mode == "agent":
             return await self._agent(
                 body,
@@ -713,39 +691,40 @@ class WorkflowService:
                 start,
                 timings,
             )
-        interaction: InteractionOut | None = None
-        if classification.category == "drug_interaction":
-            from services.gateway.intelligence.classify import drug_pair
-
-            drugs = drug_pair(enh.english_question) or drug_pair(question)
-            check = await self.rxnav.check(drugs)
-            interaction = InteractionOut(drugs=check.drugs, configured=check.configured, text=check.text())
-            intelligence.route.append(
-                f"drug interaction: checked {', '.join(check.drugs) or 'no drugs found'} "
-                f"({'service configured' if check.configured else 'no service configured'})"
-            )
+        interaction = await check_interaction(self.rxnav, analysis, question, intelligence)
         t0 = time.perf_counter()
-        hits = await self._routed_search(body, classification, enh, intelligence, trace_id)
+
+        async def retrieve(filters: SearchFilters) -> RetrievalReply:
+            return await self.backend.retrieve(
+                RetrievalRequest(
+                    trace_id=trace_id,
+                    query=enh.search_query[:10_000],
+                    top_k=body.top_k,
+                    top_n=body.top_n,
+                    mode=body.search_mode,
+                    filters=filters,
+                )
+            )
+
+        hits = await routed_search(
+            retrieve, classification.category, body.filters, self.settings.retrieval.min_score, intelligence
+        )
         timings["retrieval"] = _ms(t0)
         t0 = time.perf_counter()
         synth = await self.backend.synthesize(
             SynthesisRequest(
                 trace_id=trace_id,
-                question=(enh.english_question + (f"\n\n{instruction}" if instruction else ""))[:10_000],
+                question=analysis.question_for_synthesis(enh.english_question),
                 passages=hits,
                 summarize=body.summary,
             )
         )
         timings["synthesis"] = _ms(t0)
         timings["total"] = _ms(start)
-        answer, numbered = synth.answer, synth.numbered_answer or synth.answer
-        if interaction is not None:
-            answer = f"Drug interaction check: {interaction.text}\n\n{answer}"
-            numbered = f"Drug interaction check: {interaction.text}\n\n{numbered}"
         return QueryResponse(
             question=question,
-            answer=answer,
-            numbered_answer=numbered,
+            answer=with_interaction(synth.answer, interaction),
+            numbered_answer=with_interaction(synth.numbered_answer or synth.answer, interaction),
             mode=synth.mode,
             model=synth.model,
             answer_language=answer_language if synth.mode == "llm" else "en",
@@ -758,41 +737,6 @@ class WorkflowService:
             interaction=interaction,
             timings_ms=timings,
         )
-
-    async def _routed_search(
-        self,
-        body: QueryRequest,
-        classification: Classification,
-        enh: Enhancement,
-        intelligence: QueryIntelligence,
-        trace_id: str,
-    ) -> list[SearchHit]:
-        def request(filters: SearchFilters) -> RetrievalRequest:
-            return RetrievalRequest(
-                trace_id=trace_id,
-                query=enh.search_query[:10_000],
-                top_k=body.top_k,
-                top_n=body.top_n,
-                mode=body.search_mode,
-                filters=filters,
-            )
-
-        if classification.category == "guideline" and not body.filters.sources:
-            reply = await self.backend.retrieve(request(body.filters.model_copy(update={"sources": ["bookshelf"]})))
-            useful = relevant_hits(reply.hits, self.settings.retrieval.min_score)
-            intelligence.route.append(
-                f"guideline question: searched guideline sources first ({len(useful)} relevant passages)"
-            )
-            if useful:
-                return reply.hits
-            intelligence.route.append("no guideline passage: searched every source")
-        else:
-            intelligence.route.append(
-                f"{classification.category}: searched "
-                + (", ".join(body.filters.sources) if body.filters.sources else "every source")
-            )
-        reply = await self.backend.retrieve(request(body.filters))
-        return reply.hits
 
     async def _agent(
         self,

@@ -149,11 +149,38 @@ def test_an_emergency_is_answered_before_any_retrieval(stack: Stack) -> None:
     assert retrievals(after) == retrievals(before)
 
 
+def test_query_input_fields_and_query_intelligence(stack: Stack, corpus: dict[str, str]) -> None:
+    """The medical assistant's QueryInput fields filter the search; the query-intelligence steps are reported
+    (offline: rules, nothing translated)."""
+    title = next(iter(corpus.values()))
+    payload = {"message": f"What is known about {title}?", "source_types": ["pubmed"], "min_evidence_level": 5}
+    with stack.http() as http:
+        r = http.post("/v1/ask", json={**payload, "language": "en"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        strongest = http.post("/v1/ask", json={**payload, "min_evidence_level": 1}).json()
+        french = http.post("/v1/ask", json={"question": "Quels sont les effets du dépistage par mammographie ?"})
+    assert body["sources"] and {s["source"] for s in body["sources"]} == {"pubmed"}
+    intel = body["query_intelligence"]
+    assert intel["language"]["code"] == "en" and intel["classification"]["method"] == "rules"
+    assert intel["searched_query"] == body["standalone_question"] and intel["route"]
+    assert body["answer_language"] == "en"
+    # level 1: systematic reviews and meta-analyses only (stored weight 1.0)
+    assert all((s["evidence_level"] or 0) >= 1.0 - 1e-6 for s in strongest["sources"])
+    assert french.status_code == 200, french.text
+    fr = french.json()["query_intelligence"]
+    assert fr["language"]["code"] == "fr" and fr["enhancement"] == "untranslated" and not fr["translated"]
+
+
 def test_input_rules_and_unknown_conversations(stack: Stack) -> None:
     with stack.http() as http:
         r = http.post("/v1/ask", json={"message": "x" * 10_001})
         assert r.status_code == 422 and "10000" in r.text
-        r = http.post("/v1/ask", json={"question": "q", "filters": {"year_from": 2020, "year_to": 2000}})
+        r = http.post("/v1/ask", json={"question": "does it work", "filters": {"year_from": 2020, "year_to": 2000}})
         assert r.status_code == 422 and "year_from" in r.text
+        r = http.post("/v1/ask", json={"question": "q"})  # the medical assistant's "Query too short"
+        assert r.status_code == 422 and "too short" in r.text
+        r = http.post("/v1/ask", json={"question": "does it work", "min_evidence_level": 9})
+        assert r.status_code == 422 and "min_evidence_level" in r.text
         assert http.post("/v1/ask", json={"question": "does it work", "conversation_id": "none"}).status_code == 404
         assert http.get("/v1/conversations/none").status_code == 404

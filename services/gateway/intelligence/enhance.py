@@ -141,7 +141,7 @@ class Enhancement:
     original: str
     english_question: str
     search_query: str
-    method: str  # llm | mesh | none | untranslated
+    method: str  # llm | mesh | translation | none | untranslated
     terms: list[str] = field(default_factory=list)
     translated: bool = False
     note: str | None = None
@@ -182,17 +182,33 @@ class QueryEnhancer:
                 translated=not language.english,
             )
         if not language.english:
-            return Enhancement(
-                question,
-                question,
-                question,
-                "untranslated",
-                note=(
-                    f"The question looks {language.name}; translating it needs the LLM (no ANTHROPIC_API_KEY is "
-                    "set), so it was searched as written and the answer is in English."
-                ),
-            )
+            return _untranslated(question, language)
         descriptors = mesh_expand(question, vocabulary)
         if not descriptors:
             return Enhancement(question, question, question, "none", note="no stored MeSH heading matched")
         return Enhancement(question, question, expanded_query(question, descriptors), "mesh", descriptors)
+
+    async def translate(self, question: str, language: Language) -> Enhancement:
+        """Translation only, no enhancement (``/v1/ask``): an English question is searched as asked; another is
+        searched as Claude's English question (the ``enhance`` step's, cached alike; its search query and terms are
+        not used), or as asked when there is no model."""
+        if language.english:
+            return Enhancement(question, question, question, "none")
+        data = await self._llm(question, language)
+        if data is None:
+            return _untranslated(question, language)
+        english = data["english_question"]
+        return Enhancement(question, english, english, "translation", translated=True)
+
+
+def _untranslated(question: str, language: Language) -> Enhancement:
+    return Enhancement(
+        question,
+        question,
+        question,
+        "untranslated",
+        note=(
+            f"The question looks {language.name}; translating it needs the LLM (no ANTHROPIC_API_KEY is "
+            "set), so it was searched as written and the answer is in English."
+        ),
+    )

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from services.gateway.schemas.common import check_query_terms
+from services.gateway.schemas.common import MIN_QUESTION_CHARS, check_query_terms, check_question_length
+from services.gateway.schemas.workflows import InteractionOut, QueryIntelligence
 from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
-from shared.models import SearchFilters, SearchHit, SearchMode
+from shared.models import SearchFilters, SearchHit, SearchMode, Source, evidence_level_weight
+
+#: ``source_types`` as the medical assistant's ``QueryInput`` names them -> the stored sources they search.
+SOURCE_TYPES: dict[str, Source] = {
+    "pubmed": "pubmed",
+    "pmc": "pmc",
+    "bookshelf": "bookshelf",
+    "guidelines": "bookshelf",
+}
+SourceType = Literal["pubmed", "pmc", "bookshelf", "guidelines"]
 
 
 class AskRequest(BaseModel):
-    """A question (``QueryInput``: 1..10,000 characters; ``message`` is accepted for ``question``)."""
+    """A question (the medical assistant's ``QueryInput``: ``message`` is accepted for ``question``, and
+    ``language``, ``source_types`` and ``min_evidence_level`` with their documented meaning)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -18,8 +31,9 @@ class AskRequest(BaseModel):
         min_length=1,
         max_length=10_000,
         validation_alias=AliasChoices("question", "message"),
-        description="The question (alias: `message`), 1..10,000 characters and at most 200 terms "
-        "(`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; longer: 422).",
+        description=f"The question (alias: `message`), {MIN_QUESTION_CHARS}..10,000 characters with at least one "
+        "letter, and at most 200 terms (`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`); shorter or longer: 422 with the "
+        "reason.",
     )
     conversation_id: str | None = Field(
         None,
@@ -34,6 +48,26 @@ class AskRequest(BaseModel):
     mode: SearchMode = "hybrid"
     return_sources: bool = Field(True, description="Include the retrieved passages in the response.")
     summary: bool = Field(True, description="Include the structured evidence summary.")
+    language: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z]{2}$",
+        description="The asker's language, an ISO 639-1 code (`fr`, `de`...): with an API key the answer is written "
+        "in it. Absent: the question's detected language (`query_intelligence.language`).",
+    )
+    source_types: list[SourceType] | None = Field(
+        None,
+        min_length=1,
+        description="Which sources to search: `pubmed`, `pmc`, `bookshelf` or its alias `guidelines` (NCBI Bookshelf "
+        "guidelines). Sets `filters.sources`; absent: every source (or `filters.sources`).",
+    )
+    min_evidence_level: int | None = Field(
+        None,
+        ge=1,
+        le=5,
+        description="Only sources of at least this evidence level, 1 (strongest: systematic review, meta-analysis) .. "
+        "5 (everything): mapped onto the stored evidence weights by `shared.models.evidence_level_weight` (1: 1.0, "
+        "2: 0.9 RCT, 3: 0.7, 4: 0.5, 5: 0) and sets `filters.min_evidence_level`.",
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> AskRequest:
@@ -41,10 +75,31 @@ class AskRequest(BaseModel):
             raise ValueError("question is blank")
         if "\x00" in self.question:
             raise ValueError("question may not contain NUL (\\u0000) characters")
+        check_question_length(self.question, "question")
         check_query_terms(self.question, "question")
         f = self.filters
         if f.year_from is not None and f.year_to is not None and f.year_from > f.year_to:
             raise ValueError(f"filters.year_from ({f.year_from}) is after filters.year_to ({f.year_to})")
+        update: dict[str, object] = {}
+        if self.source_types is not None:
+            sources = list(dict.fromkeys(SOURCE_TYPES[t] for t in self.source_types))
+            if f.sources and set(f.sources) != set(sources):
+                raise ValueError(
+                    f"source_types {self.source_types} and filters.sources {f.sources} disagree: give one of them"
+                )
+            update["sources"] = sources
+        if self.min_evidence_level is not None:
+            weight = evidence_level_weight(self.min_evidence_level)
+            if f.min_evidence_level is not None and abs(f.min_evidence_level - weight) > 1e-9:
+                raise ValueError(
+                    f"min_evidence_level {self.min_evidence_level} (weight {weight}) and filters.min_evidence_level "
+                    f"{f.min_evidence_level} disagree: give one of them"
+                )
+            update["min_evidence_level"] = weight
+        if self.language is not None:
+            self.language = self.language.lower()
+        if update:
+            self.filters = f.model_copy(update=update)
         return self
 
 
@@ -81,4 +136,21 @@ class AskResponse(BaseModel):
     )
     llm_calls: list[LlmCall] = Field(
         default_factory=list, description="Each Claude call made for this answer: service, step, model, tokens."
+    )
+    query_intelligence: QueryIntelligence | None = Field(
+        None,
+        description=(
+            "The query-intelligence steps as they ran (shared with `/v1/query`): the class (`classification`), the "
+            "detected `language`, the question in English and what was searched (`translated`: Claude translated "
+            "it, API key only; `enhancement` `translation`, `none` or `untranslated`: MeSH enhancement is not run "
+            "here) and the `route` taken."
+        ),
+    )
+    answer_language: str | None = Field(
+        None,
+        description="The language the answer is written in (ISO 639-1): the asker's (`language`, else detected) when "
+        "Claude wrote it, `en` otherwise.",
+    )
+    interaction: InteractionOut | None = Field(
+        None, description="A drug-interaction question: the interaction service's check, also said first in the answer."
     )

@@ -20,6 +20,8 @@ from pydantic import SecretStr
 
 from services.gateway import deps
 from services.gateway.app import create_app
+from services.gateway.intelligence.cache import MemoryCache
+from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.schemas.conversations import ConversationView, MessageView
 from services.gateway.store.conversations import ConversationContext, ConversationGone, TurnRecord
@@ -194,7 +196,11 @@ def build_app(
     hits: list[SearchHit] | None = None,
     shuffle: bool = False,
     claude_rewrites: bool = False,
+    claude_intelligence: bool = False,
 ) -> tuple[FastAPI, FakeKafka, MemoryStore]:
+    """The app over the fakes. ``claude_intelligence``: the query-intelligence steps (classification,
+    translation) run by the synthesizer's step runner in-process against ``fake`` (a
+    :class:`~tests.fakes.workflow_anthropic.WorkflowAnthropic` knows their tools); otherwise they are offline."""
     settings = Settings(gateway=gateway or GatewaySettings())  # type: ignore[call-arg]
     app = create_app(settings)
     if fake is not None:
@@ -213,6 +219,16 @@ def build_app(
     app.dependency_overrides[deps.get_kafka] = lambda: kafka
     app.dependency_overrides[deps.get_conversation_store] = lambda: store
     app.dependency_overrides[deps.get_rewriter] = lambda: rewriter
+    cache = MemoryCache()  # the query intelligence's cache (PostgreSQL's is exercised by the integration tests)
+    app.dependency_overrides[deps.get_workflow_cache] = lambda: cache
+    steps = (
+        step_llm(llm_settings(fake), anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0))
+        if claude_intelligence and fake is not None
+        else step_llm(LlmSettings())  # type: ignore[call-arg]
+    )
+    rxnav = RxNavClient(None)  # no interaction service configured: the check says so
+    app.dependency_overrides[deps.get_workflow_llm] = lambda: steps
+    app.dependency_overrides[deps.get_rxnav] = lambda: rxnav
     return app, kafka, store
 
 

@@ -86,6 +86,9 @@ def test_ask_streams_tokens_then_prints_the_verified_answer(
     # What the answer cost: the synthesizer's three calls (answer, summary on the main model; support check on
     # the fast one) and their tokens, from the stream's metrics event.
     assert "model calls: 3 (claude-test x2, claude-haiku-4-5 x1); tokens: " in captured.out
+    # How the question was understood (query_intelligence: offline classification here, English).
+    assert "question: other (rules); language: en; answer in: en" in captured.out
+    assert "other: searched every source" in captured.out
 
 
 def test_ask_json_is_one_object_with_the_verified_answer(
@@ -196,3 +199,29 @@ def test_a_job_the_gateway_does_not_know_is_exit_66(capsys: pytest.CaptureFixtur
         rc = main(["--gateway-url", url, "--api-key", KEY, "ingest", "--status", "nope"])
     assert rc == exits.NOINPUT
     assert "no ingestion job nope" in capsys.readouterr().err
+
+
+def test_ask_sends_the_query_input_options(capsys: pytest.CaptureFixture[str]) -> None:
+    app, kafka, _ = build_app()
+    with serve(app) as url:
+        rc = main(
+            [
+                "ask",
+                "Does telephone counseling help?",
+                "--no-stream",
+                "--gateway-url",
+                url,
+                "--language",
+                "fr",
+                "--source",
+                "pubmed",
+                "--source",
+                "guidelines",
+                "--min-evidence-level",
+                "2",
+            ]
+        )
+    assert rc == exits.OK, capsys.readouterr().err
+    f = kafka.retrievals[-1].filters
+    assert f.sources == ["pubmed", "bookshelf"] and f.min_evidence_level == 0.9
+    assert "answer in: en" in capsys.readouterr().out  # offline: French was asked, English is what it can write
