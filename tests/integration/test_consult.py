@@ -11,14 +11,13 @@ the working diagnosis, then the recommendation runs; an interview without a diag
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
+from tests.integration.capture import capture
 from tests.integration.conftest import Stack
 from tests.integration.workflow_data import ingest_guideline
 
@@ -71,10 +70,7 @@ def consult(stack: Stack, body: dict[str, Any]) -> tuple[int, dict[str, Any], st
         before = http.get("/metrics").text
         r = http.post("/v1/guidelines/consult", json=body, timeout=120)
         after = http.get("/metrics").text
-    capture = os.environ.get("EVIDENTIA_CAPTURE")  # docs/workflows.md shows a real request and response
-    if capture:
-        with open(capture, "a") as f:
-            f.write(json.dumps({"request": body, "status": r.status_code, "response": r.json()}) + "\n")
+    capture(body, r, "consult")  # docs/workflows.md shows a real request and response
     return r.status_code, r.json(), before, after
 
 
