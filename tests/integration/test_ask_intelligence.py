@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -76,6 +77,20 @@ def claude(stack: Stack, papers: None) -> Iterator[WorkflowAnthropic]:
     }
     with fake, claude_mode(stack, fake):
         yield fake
+
+
+@contextmanager
+def retriever_env(stack: Stack, **env: str) -> Iterator[None]:
+    """The running retriever restarted with ``env`` added, then restarted as it was."""
+    proc = stack.services.processes["retriever"]
+    saved = dict(proc.env)
+    proc.env = {**proc.env, **env}
+    stack.services.restart("retriever")
+    try:
+        yield
+    finally:
+        proc.env = saved
+        stack.services.restart("retriever")
 
 
 def ask(stack: Stack, body: dict[str, Any], label: str) -> tuple[int, dict[str, Any]]:
@@ -164,7 +179,7 @@ def test_offline_interaction_and_guideline_questions_are_routed(stack: Stack, pa
     assert body["interaction"] is None
 
 
-def test_with_claude_sources_strongest_first_and_the_models_citations_renumbered(
+def test_with_claude_sources_strongest_first_and_citations_numbered_alike(
     stack: Stack, claude: WorkflowAnthropic
 ) -> None:
     status, body = ask(stack, {"question": QUESTION}, "evidence-order-llm")
@@ -194,3 +209,23 @@ def test_with_claude_the_question_is_translated_and_answered_in_french(stack: St
     assert ("answer", "claude-test") in steps
     answer_prompt = next(r for r in reversed(claude.requests) if not r.uses_tools).user_text
     assert "Write the answer in French." in answer_prompt
+
+
+def test_with_claude_the_answer_lists_by_evidence_what_retrieval_ranked_otherwise(
+    stack: Stack, claude: WorkflowAnthropic
+) -> None:
+    """Without the evidence blend in retrieval the editorial (the most similar passage) ranks first; the answer
+    still lists the meta-analysis first and numbers it [1], though the model cited the editorial first."""
+    with retriever_env(stack, EVIDENTIA_RETRIEVAL_EVIDENCE_WEIGHT="0"):
+        status, body = ask(stack, {"question": QUESTION}, "evidence-reorder-llm")
+    assert status == 200, body
+    rank = {s["pmid"]: s["rank"] for s in body["sources"]}
+    assert rank["39100001"] < rank["39100002"]  # retrieval: the editorial above the meta-analysis
+    assert ours(body) == ["39100002", "39100003", "39100001"]  # listed: meta-analysis, RCT, editorial
+    numbered_as_listed(body)
+    prompt = next(r for r in reversed(claude.requests) if not r.uses_tools)
+    assert prompt.source_ids.index("PMID:39100001") < prompt.source_ids.index("PMID:39100002")  # retrieval order
+    number = {c["citation_id"]: c["number"] for c in body["citations"]}
+    if {"PMID:39100001", "PMID:39100002"} <= set(number):
+        assert number["PMID:39100002"] < number["PMID:39100001"]
+        assert body["answer"].index("[PMID:39100001]") < body["answer"].index("[PMID:39100002]")
