@@ -87,7 +87,7 @@ from shared.events import (
 )
 from shared.ingestion import submit_documents
 from shared.llm import absorb, usage_scope
-from shared.models import QueryForm, SearchFilters, finding_text
+from shared.models import QueryForm, SearchFilters, finding_text, strongest_evidence_first
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
 from shared.topics import NCBI_REQUESTS
@@ -444,7 +444,7 @@ class WorkflowService:
             model=synth.model,
             citations=synth.citations,
             citation_check=synth.citation_check,
-            sources=hits,
+            sources=strongest_evidence_first(hits),
             steps=steps,
             disclaimer=synth.disclaimer or DISCLAIMER,
             timings_ms=timings,
@@ -732,7 +732,7 @@ class WorkflowService:
             citation_check=synth.citation_check,
             summary=synth.summary,
             disclaimer=synth.disclaimer or DISCLAIMER,
-            sources=hits if body.return_sources else [],
+            sources=strongest_evidence_first(hits) if body.return_sources else [],
             intelligence=intelligence,
             interaction=interaction,
             timings_ms=timings,
@@ -811,7 +811,7 @@ class WorkflowService:
             citation_check=check,
             summary=summary,
             disclaimer=DISCLAIMER,
-            sources=run.sources if body.return_sources else [],
+            sources=strongest_evidence_first(run.sources) if body.return_sources else [],
             intelligence=intelligence,
             interaction=interaction,
             agent=AgentTrace(

@@ -111,7 +111,10 @@ class EvidenceResponse(Metered):
     model: str | None
     citations: list[Citation]
     citation_check: CitationCheck
-    sources: list[SearchHit]
+    sources: list[SearchHit] = Field(
+        description="The retrieved passages, strongest evidence first (equal evidence in retrieval order); each "
+        "keeps its retrieval `rank`."
+    )
     steps: list[WorkflowStep]
     disclaimer: str
     timings_ms: dict[str, float] = Field(default_factory=dict)
@@ -359,7 +362,10 @@ class QueryResponse(Metered):
         None, description="Mode `emergency`: why the emergency guard answered instead of the literature."
     )
     disclaimer: str
-    sources: list[SearchHit]
+    sources: list[SearchHit] = Field(
+        description="The retrieved passages, strongest evidence first (equal evidence in retrieval order); each "
+        "keeps its retrieval `rank`."
+    )
     intelligence: QueryIntelligence
     interaction: InteractionOut | None = None
     agent: AgentTrace | None = None
