@@ -94,7 +94,9 @@ def paired_interval(deltas: Sequence[float], *, resamples: int = 5000, seed: int
     return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
 
 
-async def measure(model: str | None, limits: Sequence[int], cache_dir: Path | None) -> dict[str, Any]:
+async def measure(
+    model: str | None, limits: Sequence[int], cache_dir: Path | None, mode: str = "hybrid"
+) -> dict[str, Any]:
     """Per-question metrics of every variant, and what each variant added to each question."""
     from evaluation.retrieval import (
         Dataset,
@@ -116,7 +118,7 @@ async def measure(model: str | None, limits: Sequence[int], cache_dir: Path | No
     ds = load_pubmedqa(DATA)
     config = EvalConfig(modes=(), cache_dir=cache_dir)
     ids = sorted(ds.queries)
-    out: dict[str, Any] = {"variants": {}, "added": {}}
+    out: dict[str, Any] = {"variants": {}, "added": {}, "mode": mode}
     async with indexed_store(ds, settings, config, lambda m: print(f"# {m}", file=sys.stderr)) as store:
         vocabulary = await mesh_vocabulary(store.pool)
         out["model"] = store.embedder.name
@@ -137,17 +139,26 @@ async def measure(model: str | None, limits: Sequence[int], cache_dir: Path | No
                 variants[label] = {q: expanded[q][0] for q in ids}
                 out["added"][label] = {q: expanded[q][1] for q in ids}
         for label, queries in variants.items():
-            texts = [queries[q] for q in ids]
+            texts = [] if mode == "bm25" else [queries[q] for q in ids]
             qvecs = await asyncio.to_thread(_encode_queries, store.cache, store.embedder, texts, None)
             store.cache.save()
             variant_ds = Dataset(ds.name, ds.corpus, queries, ds.qrels, ds.mesh)
-            run = await _run_mode(searcher, variant_ds, ids, qvecs, "hybrid", config, None)
+            run = await _run_mode(searcher, variant_ds, ids, qvecs, mode, config, None)
             out["variants"][label] = per_query_metrics({q: ds.qrels[q] for q in ids}, run, (1, 5, 10))
             print(f"# {label}: done", file=sys.stderr)
         out["own_in_added"] = {
             label: sum(d in ds.mesh[q] for q in ids for d in added[q]) for label, added in out["added"].items()
         }
     return out
+
+
+PRODUCT_LIMIT = 6
+"""``mesh_expand``'s default ``limit``: what the gateway adds."""
+
+
+def _choice_key(tune_ndcg: float, family: str, label: str) -> tuple[float, bool, int]:
+    limit = int(label[len(family) :])
+    return (round(tune_ndcg, 10), limit == PRODUCT_LIMIT, -limit)
 
 
 def summarise(results: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -173,7 +184,8 @@ def summarise(results: Mapping[str, Any], seed: int) -> dict[str, Any]:
     for family in ("mesh top", "mesh own-out top"):
         labels = [label for label in per_variant if label.startswith(family) and label[len(family) :].isdigit()]
         if labels:
-            chosen[family.strip()] = max(labels, key=lambda x: (table[x]["tune"]["nDCG@10"], -len(x), x))
+            # Best tune nDCG@10; a tie goes to the product's own limit, then to the smaller one.
+            chosen[family.strip()] = max(labels, key=lambda x: _choice_key(table[x]["tune"]["nDCG@10"], family, x))
     held_out: dict[str, dict[str, Any]] = {}
     report = halves["report"]
     base = per_variant[BASELINE]
@@ -191,6 +203,7 @@ def summarise(results: Mapping[str, Any], seed: int) -> dict[str, Any]:
         held_out[label] = row
     return {
         "model": results.get("model"),
+        "mode": results.get("mode", "hybrid"),
         "vocabulary": results.get("vocabulary"),
         "seed": seed,
         "questions": {name: len(qs) for name, qs in halves.items()},
@@ -204,6 +217,9 @@ def summarise(results: Mapping[str, Any], seed: int) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="Embedding model (default: EVIDENTIA_EMBEDDING_MODEL).")
+    p.add_argument(
+        "--mode", choices=("hybrid", "dense", "bm25"), default="hybrid", help="Search mode (/v1/ask: hybrid)."
+    )
     p.add_argument("--limits", default="1,2,3,6", help="Descriptor limits L to try (the product's is 6).")
     p.add_argument("--seed", type=int, default=0, help="Seed of the tune/report split.")
     p.add_argument("--results", type=Path, help="Keep the per-question results here (reused when it exists).")
@@ -217,14 +233,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = json.loads(args.results.read_text(encoding="utf-8"))
     else:
         limits = [int(x) for x in args.limits.split(",") if x.strip()]
-        results = asyncio.run(measure(args.model, limits, args.cache_dir or default_cache_dir()))
+        results = asyncio.run(measure(args.model, limits, args.cache_dir or default_cache_dir(), args.mode))
         if args.results:
             args.results.write_text(json.dumps(results), encoding="utf-8")
     summary = summarise(results, args.seed)
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"model {summary['model']}, vocabulary {summary['vocabulary']} descriptors, questions {summary['questions']}")
+    print(
+        f"model {summary['model']}, mode {summary['mode']}, vocabulary {summary['vocabulary']} descriptors, "
+        f"questions {summary['questions']}"
+    )
     head = "  ".join(f"{m:>9}" for m in METRICS)
     for name in ("tune", "report", "all"):
         print(f"\n[{name}]  {'variant':<22} {head}  expanded")

@@ -86,3 +86,26 @@ def test_a_corpus_without_mesh_headings_leaves_every_question_as_asked() -> None
     )
     assert [d.mesh for d in to_documents(ds)] == [[]]
     assert bench.expanded_queries(ds.queries, {}, ds.mesh, limit=6, own_out=False) == {"q1": (ds.queries["q1"], [])}
+
+
+def test_the_limit_is_chosen_on_tune_and_a_tie_goes_to_the_products_limit() -> None:
+    bench = _bench()
+    per_q = {"as asked": {}, "mesh top1": {}, "mesh top6": {}}
+    ids = [str(i) for i in range(20)]
+    split = bench.split_of(ids, 0)
+    for q in ids:
+        tune = split[q] == "tune"
+        per_q["as asked"][q] = dict.fromkeys(bench.METRICS, 0.5)
+        per_q["mesh top1"][q] = dict.fromkeys(bench.METRICS, 0.5)
+        per_q["mesh top6"][q] = dict.fromkeys(bench.METRICS, 0.5)
+        if not tune:  # better on the held-out half only: must not be chosen for it
+            per_q["mesh top1"][q] = dict.fromkeys(bench.METRICS, 1.0)
+    results = {"variants": per_q, "added": {"mesh top1": {}, "mesh top6": {}}}
+    summary = bench.summarise(results, 0)
+    assert summary["chosen_on_tune"] == {"mesh top": "mesh top6"}
+    assert summary["held_out_vs_as_asked"]["mesh top1"]["nDCG@10"]["delta"] == 0.5
+    assert summary["held_out_vs_as_asked"]["mesh top1"]["better"] == 10
+    for q in ids:
+        if split[q] == "tune":
+            per_q["mesh top1"][q] = dict.fromkeys(bench.METRICS, 0.6)
+    assert bench.summarise(results, 0)["chosen_on_tune"] == {"mesh top": "mesh top1"}
