@@ -90,7 +90,7 @@ def test_a_corpus_without_mesh_headings_leaves_every_question_as_asked() -> None
 
 def test_the_limit_is_chosen_on_tune_and_a_tie_goes_to_the_products_limit() -> None:
     bench = _bench()
-    per_q = {"as asked": {}, "mesh top1": {}, "mesh top6": {}}
+    per_q: dict[str, dict[str, dict[str, float]]] = {"as asked": {}, "mesh top1": {}, "mesh top6": {}}
     ids = [str(i) for i in range(20)]
     split = bench.split_of(ids, 0)
     for q in ids:
