@@ -23,7 +23,7 @@ The questions are split into halves by the seeded shuffle of ``bench/extractive_
 the one knob (L) is chosen on ``tune`` by nDCG@10 and reported on ``report`` (held out), with the product's
 L=6 and the paired difference to ``as asked`` (bootstrap 95% interval of the mean difference).
 
-    PYTHONPATH=. python bench/mesh_enhancement.py [--model all-MiniLM-L6-v2] [--results /tmp/mesh.json] [--json]
+    PYTHONPATH=. python bench/mesh_enhancement.py [--model all-MiniLM-L6-v2] [--mode hybrid] [--results /tmp/mesh.json] [--json]
 """
 
 from __future__ import annotations
@@ -161,9 +161,10 @@ def _choice_key(tune_ndcg: float, family: str, label: str) -> tuple[float, bool,
     return (round(tune_ndcg, 10), limit == PRODUCT_LIMIT, -limit)
 
 
-def summarise(results: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """Mean metrics per split, the L chosen on tune per family, and held-out paired differences."""
-    from evaluation.folds import mean_metrics
+def summarise(results: Mapping[str, Any], seed: int, folds: int = 5) -> dict[str, Any]:
+    """Mean metrics per split, the L chosen on tune per family, held-out paired differences, and issue #17's
+    fold protocol over all the variants (as asked listed first: a tie keeps today's behaviour)."""
+    from evaluation.folds import cross_validate, mean_metrics
 
     per_variant: Mapping[str, Mapping[str, Mapping[str, float]]] = results["variants"]
     ids = sorted(per_variant[BASELINE])
@@ -201,9 +202,19 @@ def summarise(results: Mapping[str, Any], seed: int) -> dict[str, Any]:
         row["better"] = sum(d > 1e-12 for d in nd)
         row["worse"] = sum(d < -1e-12 for d in nd)
         held_out[label] = row
+    cv = cross_validate(
+        {BASELINE: per_variant[BASELINE], **{k: v for k, v in per_variant.items() if k != BASELINE}}, folds, seed
+    )
     return {
         "model": results.get("model"),
         "mode": results.get("mode", "hybrid"),
+        "cross_validation": {
+            "folds": folds,
+            "chosen_per_fold": cv.chosen,
+            "tuned_heldout": {m: s.as_dict() for m, s in cv.tuned.items() if m in METRICS},
+            "as_asked_heldout": {m: s.as_dict() for m, s in cv.fixed[BASELINE].items() if m in METRICS},
+            "final_choice": cv.final_choice,
+        },
         "vocabulary": results.get("vocabulary"),
         "seed": seed,
         "questions": {name: len(qs) for name, qs in halves.items()},
@@ -221,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--mode", choices=("hybrid", "dense", "bm25"), default="hybrid", help="Search mode (/v1/ask: hybrid)."
     )
     p.add_argument("--limits", default="1,2,3,6", help="Descriptor limits L to try (the product's is 6).")
-    p.add_argument("--seed", type=int, default=0, help="Seed of the tune/report split.")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the tune/report split and of the folds.")
+    p.add_argument("--folds", type=int, default=5, help="Folds of the cross-validation (issue #17's protocol).")
     p.add_argument("--results", type=Path, help="Keep the per-question results here (reused when it exists).")
     p.add_argument("--cache-dir", type=Path, help="Embedding cache (default ~/.cache/evidentia/eval).")
     p.add_argument("--json", action="store_true")
@@ -236,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = asyncio.run(measure(args.model, limits, args.cache_dir or default_cache_dir(), args.mode))
         if args.results:
             args.results.write_text(json.dumps(results), encoding="utf-8")
-    summary = summarise(results, args.seed)
+    summary = summarise(results, args.seed, args.folds)
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -258,6 +270,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"  {label:<22} {cells}  {row['better']}/{row['worse']}")
     print(f"own-document headings among the descriptors added: {summary['own_headings_among_added']}")
+    cv = summary["cross_validation"]
+    print(
+        f"\n{cv['folds']} folds (issue #17 protocol, all variants; a tie keeps as asked): "
+        f"chosen per fold {cv['chosen_per_fold']}"
+    )
+    for name, key in (("tuned held-out", "tuned_heldout"), ("as asked held-out", "as_asked_heldout")):
+        print(f"  {name:<18} " + "  ".join(f"{m} {cv[key][m]['mean']:.4f} ± {cv[key][m]['std']:.4f}" for m in METRICS))
+    print(f"  choice on all questions: {cv['final_choice']}")
     return 0
 
 

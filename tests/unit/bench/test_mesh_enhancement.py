@@ -105,6 +105,10 @@ def test_the_limit_is_chosen_on_tune_and_a_tie_goes_to_the_products_limit() -> N
     assert summary["chosen_on_tune"] == {"mesh top": "mesh top6"}
     assert summary["held_out_vs_as_asked"]["mesh top1"]["nDCG@10"]["delta"] == 0.5
     assert summary["held_out_vs_as_asked"]["mesh top1"]["better"] == 10
+    # The fold protocol over the same figures: a tie on the training folds keeps the question as asked.
+    cv = summary["cross_validation"]
+    assert cv["folds"] == 5 and len(cv["chosen_per_fold"]) == 5
+    assert cv["tuned_heldout"]["nDCG@10"]["mean"] <= 1.0
     for q in ids:
         if split[q] == "tune":
             per_q["mesh top1"][q] = dict.fromkeys(bench.METRICS, 0.6)
