@@ -23,7 +23,10 @@ The questions are split into halves by the seeded shuffle of ``bench/extractive_
 the one knob (L) is chosen on ``tune`` by nDCG@10 and reported on ``report`` (held out), with the product's
 L=6 and the paired difference to ``as asked`` (bootstrap 95% interval of the mean difference).
 
-    PYTHONPATH=. python bench/mesh_enhancement.py [--model all-MiniLM-L6-v2] [--mode hybrid] [--results /tmp/mesh.json] [--json]
+Then issue #17's fold protocol (``--folds``, default 5) over all the variants, ``as asked`` listed first.
+
+    PYTHONPATH=. python bench/mesh_enhancement.py [--model all-MiniLM-L6-v2] [--mode hybrid] \\
+        [--results /tmp/mesh.json] [--json]
 """
 
 from __future__ import annotations
