@@ -43,7 +43,7 @@ from evaluation.folds import CrossValidation, cross_validate
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher
 from services.retriever.store import Scored, create_index, upsert_vectors
-from shared.models import ParsedDocument, SearchFilters
+from shared.models import MeshHeading, ParsedDocument, SearchFilters
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,9 @@ class Dataset:
     """doc id -> (title, text)"""
     queries: dict[str, str]
     qrels: Qrels
+    mesh: dict[str, list[str]] = field(default_factory=dict)
+    """doc id -> its MeSH descriptors (PubMedQA's ``MESHES``; BEIR corpora have none): stored in
+    ``documents.mesh_terms`` as the PubMed parser stores them (no effect on ranking: only a filter reads them)."""
 
 
 def _open_text(path: Path) -> Any:
@@ -195,6 +198,7 @@ def load_pubmedqa(path: str | os.PathLike[str], *, with_titles: bool = False) ->
     corpus: dict[str, tuple[str, str]] = {}
     queries: dict[str, str] = {}
     qrels: Qrels = {}
+    mesh: dict[str, list[str]] = {}
     for pmid, item in data.items():
         contexts = item.get("CONTEXTS") or []
         labels = item.get("LABELS") or []
@@ -205,7 +209,8 @@ def load_pubmedqa(path: str | os.PathLike[str], *, with_titles: bool = False) ->
         corpus[pmid] = (item["QUESTION"] if with_titles else "", " ".join(parts) if labels else " ".join(contexts))
         queries[pmid] = item["QUESTION"]
         qrels[pmid] = {pmid: 1}
-    return Dataset(f"pubmedqa/{Path(path).stem}", corpus, queries, qrels)
+        mesh[pmid] = [str(m) for m in item.get("MESHES") or []]
+    return Dataset(f"pubmedqa/{Path(path).stem}", corpus, queries, qrels, mesh)
 
 
 def load_dataset(path: str | os.PathLike[str], split: str) -> Dataset:
@@ -223,7 +228,8 @@ def to_documents(ds: Dataset, *, study_types_from_titles: bool = False) -> list[
 
     docs = []
     for doc_id, (title, text) in ds.corpus.items():
-        doc = ParsedDocument(source="pubmed", source_id=doc_id, title=title, abstract=text or None)
+        mesh = [MeshHeading(descriptor=m) for m in ds.mesh.get(doc_id, [])]
+        doc = ParsedDocument(source="pubmed", source_id=doc_id, title=title, abstract=text or None, mesh=mesh)
         if study_types_from_titles:
             study_type, weight = classify_jats(None, title)
             doc = doc.model_copy(update={"study_type": study_type, "evidence_level": weight})
