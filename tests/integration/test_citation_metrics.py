@@ -116,6 +116,11 @@ def test_import_then_search_and_ask_with_citation_metrics(stack: Stack) -> None:
         assert cited.get("PMID:39000001", {"citation_count": 250})["citation_count"] == 250
         _show("ask min_nih_percentile 40", answer)
 
+        # The conversation keeps each citation's metrics as the answer showed them.
+        stored = http.get(f"/v1/conversations/{answer['conversation_id']}")
+        assert stored.status_code == 200, stored.text
+        assert {c["citation_id"]: c["citation_metrics"] for c in stored.json()["references"]} == cited
+
 
 def test_llm_answers_cite_with_metrics_under_a_citation_filter(stack: Stack) -> None:
     with stack.http() as http:  # the same papers and import as above (both idempotent), so this test stands alone

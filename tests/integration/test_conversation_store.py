@@ -1,5 +1,6 @@
-"""The conversation store's deletion on a real PostgreSQL: the turns and citations go with a conversation,
-owners, a turn racing a deletion (either order; never resurrected), and the retention job's batches.
+"""The conversation store on a real PostgreSQL: stored citations keep their iCite metrics; deletion: the
+turns and citations go with a conversation, owners, a turn racing a deletion (either order; never resurrected),
+and the retention job's batches.
 
 Only PostgreSQL is started (a private cluster), not the service stack.
 """
@@ -21,6 +22,7 @@ from services.gateway.store.conversations import (
     delete_idle_conversations,
 )
 from shared.events import Citation, CitationCheck
+from shared.models import CitationMetrics
 from shared.settings import GatewaySettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -73,6 +75,23 @@ async def test_delete_takes_the_turns_and_citations_with_it(pool: asyncpg.Pool) 
     assert (await store.view("c2", None)) is not None  # only that one
     assert not await store.delete("c1", None)  # already gone
     assert not await store.delete("nope", None)
+
+
+async def test_stored_citations_keep_the_citation_metrics_they_were_shown_with(pool: asyncpg.Pool) -> None:
+    store = PgConversationStore(pool)
+    metrics = CitationMetrics(citation_count=250, relative_citation_ratio=4.12, nih_percentile=95.3, year=2019)
+    first = turn(1)
+    first.citations[0] = first.citations[0].model_copy(update={"citation_metrics": metrics})
+    await store.save_turn("c1", first)
+    await store.save_turn("c1", turn(2, pmid="202"))  # no metrics imported for this one
+    view = await store.view("c1", None)
+    assert view is not None
+    shown = {c.citation_id: c.citation_metrics for c in view.references}
+    assert shown == {"PMID:101": metrics, "PMID:202": None}
+    assistant = [m for m in view.messages if m.role == "assistant"]
+    assert assistant[0].citations[0].citation_metrics == metrics  # the turn's own citations too
+    context = await store.context("c1", None, 4, 10)
+    assert context is not None and context.references[0].citation_metrics == metrics
 
 
 async def test_only_the_owner_or_any_owner_deletes(pool: asyncpg.Pool) -> None:

@@ -28,6 +28,7 @@ import asyncpg
 from services.gateway.schemas.conversations import ConversationView, MessageView
 from shared.citations import gate_summary, scrub
 from shared.events import ChatTurn, Citation, CitationCheck, EvidenceSummary
+from shared.models import CitationMetrics
 
 
 class ConversationConflict(Exception):
@@ -192,8 +193,8 @@ class PgConversationStore:
                     await conn.execute(
                         """INSERT INTO conversation_citations
                                (conversation_id, citation_id, number, document_id, title, journal, year, url,
-                                first_turn)
-                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
+                                first_turn, citation_metrics)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)""",
                         conversation_id,
                         c.citation_id,
                         c.number,
@@ -203,6 +204,7 @@ class PgConversationStore:
                         c.year,
                         c.url,
                         record.turn,
+                        c.citation_metrics.model_dump_json() if c.citation_metrics is not None else None,
                     )
                 await conn.execute(
                     "UPDATE conversations SET updated_at = now() WHERE conversation_id = $1", conversation_id
@@ -274,7 +276,15 @@ def _citation(r: asyncpg.Record) -> Citation:
         journal=r["journal"],
         year=r["year"],
         url=r["url"],
+        citation_metrics=_metrics(r["citation_metrics"]),
     )
+
+
+def _metrics(value: str | dict[str, Any] | None) -> CitationMetrics | None:
+    """The iCite metrics a citation was shown with when its turn was answered (stored as JSON), or None."""
+    if value is None:
+        return None
+    return CitationMetrics.model_validate_json(value) if isinstance(value, str) else CitationMetrics(**value)
 
 
 def _message(r: asyncpg.Record, refs: dict[str, Citation]) -> MessageView:
