@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.events import TokenUsage
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.integration.capture import capture
 from tests.integration.conftest import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -57,8 +58,10 @@ def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
     with stack.http() as http:
         # One question at a time: every call the API answers meanwhile is this question's (the gateway replies
         # only once the synthesizer has finished all of them).
-        r = http.post("/v1/ask", json={"question": "What is known about AIDS treatment in prisons?"})
+        asked = {"question": "What is known about AIDS treatment in prisons?"}
+        r = http.post("/v1/ask", json=asked)
         assert r.status_code == 200, r.text
+        capture(asked, r, "ask with a key: llm_calls and tokens_used")
         body = r.json()
         first = list(fake.usages)
         events: list[tuple[str, Any]] = []
