@@ -25,10 +25,11 @@ from services.parser.store import store_document
 from services.retriever.icite import read_icite
 from services.retriever.icite_store import citation_metrics_of, load_icite
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search, fts_search
-from services.retriever.store import VectorIndex, create_index, upsert_vectors
+from services.retriever.store import VectorIndex
 from shared.db import create_pool
 from shared.models import Chunk, CitationMetrics, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
+from tests.integration.db import index_random_vectors
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -126,11 +127,7 @@ async def corpus(migrated_postgres_url: str) -> AsyncIterator[tuple[asyncpg.Pool
     with FIXTURE.open(encoding="utf-8", newline="") as f:
         async with pool.acquire() as conn:
             await load_icite(conn, read_icite(f))
-    index = await create_index(pool, "icite-test-model", DIM, db, activate=True)
-    rows = await pool.fetch("SELECT chunk_id, document_id FROM chunks ORDER BY chunk_id")
-    vectors = np.random.default_rng(7).normal(size=(len(rows), DIM)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    await upsert_vectors(pool, index, [r["chunk_id"] for r in rows], [r["document_id"] for r in rows], vectors)
+    index, vectors = await index_random_vectors(pool, db, "icite-test-model", DIM, seed=7)
     try:
         yield pool, index, vectors[0]
     finally:

@@ -14,10 +14,11 @@ import pytest
 
 from services.parser.store import store_document
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search, fts_search
-from services.retriever.store import VectorIndex, create_index, upsert_vectors
+from services.retriever.store import VectorIndex
 from shared.db import create_pool
 from shared.models import Chunk, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
+from tests.integration.db import index_random_vectors
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,11 +58,7 @@ async def store(migrated_postgres_url: str) -> AsyncIterator[tuple[asyncpg.Pool,
     pool = await create_pool(db)
     for i in range(N_DOCS):
         await store_document(pool, _doc(i))
-    index = await create_index(pool, "section-test-model", DIM, db, activate=True)
-    rows = await pool.fetch("SELECT chunk_id, document_id FROM chunks ORDER BY chunk_id")
-    vectors = np.random.default_rng(3).normal(size=(len(rows), DIM)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    await upsert_vectors(pool, index, [r["chunk_id"] for r in rows], [r["document_id"] for r in rows], vectors)
+    index, vectors = await index_random_vectors(pool, db, "section-test-model", DIM, seed=3)
     try:
         yield pool, index, vectors[0]
     finally:
