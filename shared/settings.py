@@ -328,20 +328,17 @@ class RetrievalSettings(BaseSettings):
             "searches every source. One rule for every service: `shared.models.relevant_hits`."
         ),
     )
-    lexical: Literal["bm25", "fts"] = Field(
-        "bm25",
-        description="Lexical ranking: `bm25` (Okapi BM25 over the store's term statistics) or `fts` (ts_rank_cd).",
-    )
     bm25_k1: float = Field(0.9, ge=0, description="BM25 term-frequency saturation `k1`.")
     bm25_b: float = Field(0.4, ge=0, le=1, description="BM25 length normalisation `b`.")
     bm25_title_weight: float = Field(1.0, ge=0, description="BM25F weight of a title term (text terms weigh 1).")
     bm25_section_weight: float = Field(0.0, ge=0, description="BM25F weight of a section-heading term.")
-    bm25_top_m: int = Field(
-        0,
-        ge=0,
+    bm25_compact_every_s: float = Field(
+        5.0,
+        gt=0,
         description=(
-            "BM25 postings read per query term, highest impact first (bounded work at any corpus size; a chunk "
-            "outside a term's top M loses that term's score); 0: every posting (exact BM25)."
+            "How often a retriever merges the lexical index's new small posting blocks and drops removed chunks' "
+            "postings (one replica at a time; searches are exact either way, compaction keeps them fast and the "
+            "index small)."
         ),
     )
     fusion: Literal["rrf", "convex"] = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from aiokafka import ConsumerRecord
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
+from services.retriever.lexical_store import compact_forever
 from services.retriever.queries import render
 from services.retriever.rerank import build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher, SearchResult
@@ -56,6 +58,7 @@ class RetrieverState:
         self._embedder: Embedder | None = None
         self._index: VectorIndex | None = None
         self._stats = CorpusStats()
+        self._compactor: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
@@ -74,8 +77,16 @@ class RetrieverState:
         # Refuses to start against an index built by another model (IndexModelMismatch).
         self._index = await ensure_active_index(self._pool, embedder.name, embedder.dim, self.settings.database)
         log.info("vector index ready", extra={"index": self._index.name, "model": self._index.model})
+        # The lexical index's new small blocks are merged in the background (one replica at a time).
+        self._compactor = asyncio.create_task(
+            compact_forever(self._pool, self.settings.retrieval.bm25_compact_every_s), name="bm25-compaction"
+        )
 
     async def stop(self) -> None:
+        if self._compactor is not None:
+            self._compactor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compactor
         for pool in (self._search_pool, self._pool):
             if pool is not None:
                 await pool.close()

@@ -1,26 +1,53 @@
-"""The lexical index's SQL: BM25 over impact-ordered postings (migration 100), and Postgres full-text search.
+"""The lexical index: exact BM25F over packed posting blocks (migration ``220_bm25_blocks.sql``), scored here.
 
-Tables (all derived from ``chunks.tsv`` by triggers on ``chunks``; see ``100_bm25_impacts.sql``):
-``bm25_terms`` (term id, document frequency), ``bm25_chunks`` (chunk key, field lengths) and
-``bm25_impacts`` (one row per term and chunk: field term frequencies, the chunk's field lengths and the
-posting's quantised reference weight, indexed by ``(term_id, impact DESC)``).
+Tables (kept by statement-level triggers on ``chunks``; the analysis is the store's ``chunk_tsvector()``):
+``bm25_terms`` (term id, document frequency), ``bm25_chunks`` (chunk key, field lengths), ``bm25_blocks``
+(a term's postings, :data:`POSTING` records packed in ``bytea`` blocks), ``bm25_pending`` (terms whose small
+blocks await a merge) and ``bm25_dead`` (keys of removed chunks whose postings may still sit in blocks).
 
-A BM25 query reads, for each query term, its postings in impact order, at most ``top_m`` of them
-(``None``: all, exact BM25), scores every posting read with the caller's ``k1``/``b``/field weights and the
-current N and mean length, sums per chunk, and walks the chunks best first through the filters until ``k``
-pass. A chunk outside every term's top M is missed; one outside some terms' top M loses those terms'
-contributions: that is the approximation ``EVIDENTIA_RETRIEVAL_BM25_TOP_M`` trades for bounded work.
+A query reads the blocks of its terms in one statement (a few bytes a posting, no row or index tuple per
+posting), and scores every posting with numpy: Okapi BM25 with BM25F field weights and the current N and
+mean length, summed per chunk (:func:`bm25_scores`). That is exact BM25 over every posting, in time linear in
+the postings read (about 16 bytes each). The best chunks are then resolved to chunk ids through the filters,
+best first, until ``k`` pass (:func:`bm25_rank`).
+
+:func:`compact` (run by the retriever in the background, one replica at a time) merges each pending term's
+small blocks size-tiered and drops the postings of removed chunks; a query is exact before and after it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from services.retriever.store import Scored, where_clause
 from shared.models import SearchFilters
+
+log = logging.getLogger(__name__)
+
+#: One posting as the store packs it (``bm25_add`` in migration 220): big-endian, 16 bytes.
+POSTING = np.dtype(
+    [
+        ("key", ">i4"),
+        ("tf_text", ">i2"),
+        ("tf_title", ">i2"),
+        ("tf_section", ">i2"),
+        ("len_text", ">i2"),
+        ("len_title", ">i2"),
+        ("len_section", ">i2"),
+    ]
+)
+
+#: The lexical writers' lock (``bm25_add``/``bm25_remove`` take it for their transaction); compaction too.
+_WRITER_LOCK = "SELECT pg_advisory_xact_lock(4542054, 14)"
+#: One compacting replica at a time (a session lock, tried, never waited for).
+_COMPACTOR_LOCK = (4542054, 15)
 
 
 @dataclass(frozen=True)
@@ -43,75 +70,6 @@ async def corpus_counts(pool: asyncpg.Pool) -> CorpusCounts:
     return CorpusCounts(int(row["n"]), float(row["t"]), float(row["s"]), float(row["x"]))
 
 
-# Both BM25 statements take $1 query text, $2 k, $3 k1, $4 b, $5 title weight, $6 section weight, $7 N,
-# $8 avgdl, $9 a depth (top M postings a term, or at most that many filtered chunks), filters from $10; they
-# share the query terms with their IDF, a posting's BM25F term frequency and length, and the BM25 sum.
-_QUERY_TERMS = """q AS (
-    SELECT t.term_id, ln(1 + ($7::float8 - t.df + 0.5) / (t.df + 0.5)) AS idf
-    FROM bm25_terms t
-    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0)"""
-_POSTING_TF_DL = """i.tf_text + $5::float8 * i.tf_title + $6::float8 * i.tf_section AS tf,
-           i.len_text + $5::float8 * i.len_title + $6::float8 * i.len_section AS dl"""
-_BM25_SUM = """sum(p.idf * p.tf * ($3::float8 + 1)
-               / (p.tf + $3::float8 * (1 - $4::float8 + $4::float8 * p.dl / $8::float8))) AS score"""
-
-# Postings first: `s` is materialised in score order and the filter is a LATERAL subquery (its LIMIT 1 keeps the
-# planner from flattening it into a hash join), so the walk is a nested loop in score order that stops after k
-# passing chunks instead of joining every candidate. $9 NULL: every posting (exact BM25).
-_BM25_SQL = f"""
-WITH {_QUERY_TERMS},
-p AS (
-    SELECT q.idf, i.chunk_key,
-           {_POSTING_TF_DL}
-    FROM q CROSS JOIN LATERAL (
-        SELECT chunk_key, tf_text, tf_title, tf_section, len_text, len_title, len_section
-        FROM bm25_impacts
-        WHERE term_id = q.term_id
-        ORDER BY impact DESC
-        LIMIT $9::bigint) i),
-s AS MATERIALIZED (
-    SELECT p.chunk_key,
-           {_BM25_SUM}
-    FROM p
-    WHERE p.tf > 0
-    GROUP BY p.chunk_key
-    ORDER BY score DESC, p.chunk_key)
-SELECT f.chunk_id, s.score
-FROM s CROSS JOIN LATERAL (
-    SELECT b.chunk_id
-    FROM bm25_chunks b
-    JOIN chunks c ON c.chunk_id = b.chunk_id
-    JOIN documents d ON d.document_id = c.document_id
-    WHERE b.chunk_key = s.chunk_key AND {{where}}
-    LIMIT 1) f
-LIMIT $2"""
-
-# The same scores, driven from the filter instead of the posting lists: every chunk passing the filter (at
-# most $9 of them) is scored from all its postings of the query terms (exact BM25) through the chunk_key index.
-_BM25_FILTER_FIRST_SQL = f"""
-WITH {_QUERY_TERMS},
-f AS MATERIALIZED (
-    SELECT b.chunk_key, b.chunk_id
-    FROM chunks c
-    JOIN documents d ON d.document_id = c.document_id
-    JOIN bm25_chunks b ON b.chunk_id = c.chunk_id
-    WHERE {{where}}
-    LIMIT $9::bigint),
-p AS (
-    SELECT q.idf, f.chunk_id,
-           {_POSTING_TF_DL}
-    FROM f
-    JOIN bm25_impacts i ON i.chunk_key = f.chunk_key
-    JOIN q ON q.term_id = i.term_id)
-SELECT p.chunk_id,
-       {_BM25_SUM}
-FROM p
-WHERE p.tf > 0
-GROUP BY p.chunk_id
-ORDER BY score DESC, p.chunk_id
-LIMIT $2"""
-
-
 @dataclass(frozen=True)
 class Bm25Scoring:
     """What a BM25 score is computed with: ``k1``/``b``, the BM25F field weights (text weighs 1) and the
@@ -123,89 +81,301 @@ class Bm25Scoring:
     section_weight: float
     counts: CorpusCounts
 
-    def args(self, query: str, k: int, depth: int | None) -> list[Any]:
-        """$1..$9 of the BM25 statements."""
+    @property
+    def avgdl(self) -> float:
         c = self.counts
-        avgdl = c.mean_text + self.title_weight * c.mean_title + self.section_weight * c.mean_section
-        return [
-            query,
-            k,
-            self.k1,
-            self.b,
-            self.title_weight,
-            self.section_weight,
-            float(c.chunks),
-            max(avgdl, 1e-6),
-            depth,
-        ]
+        return max(c.mean_text + self.title_weight * c.mean_title + self.section_weight * c.mean_section, 1e-6)
+
+    def idf(self, df: int) -> float:
+        """Lucene's BM25 IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
+        n = float(self.counts.chunks)
+        return float(np.log1p((n - df + 0.5) / (df + 0.5)))
 
 
-async def _bm25_fetch(
-    pool: asyncpg.Pool, sql: str, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, depth: int | None
-) -> list[Scored]:
-    """Run one of the BM25 statements with its nine scoring parameters and the filters from $10."""
-    if scoring.counts.chunks == 0:
-        return []
-    where, fparams = where_clause(filters, 10)
-    rows = await pool.fetch(sql.format(where=where), *scoring.args(query, k, depth), *fparams)
-    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+@dataclass(frozen=True)
+class TermPostings:
+    """One query term: its document frequency and every posting of it in the blocks."""
+
+    df: int
+    postings: np.ndarray  # of POSTING
+
+
+_TERM_BLOCKS_SQL = """
+WITH q AS (
+    SELECT t.term_id, t.df FROM bm25_terms t
+    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0)
+SELECT q.term_id, q.df, b.postings
+FROM q JOIN bm25_blocks b ON b.term_id = q.term_id"""
+
+
+async def term_postings(conn: asyncpg.Connection | asyncpg.Pool, query: str) -> list[TermPostings]:
+    """The postings of each term of ``query`` (analysed like the stored text) that occurs in the index."""
+    rows = await conn.fetch(_TERM_BLOCKS_SQL, query)
+    parts: dict[int, list[bytes]] = {}
+    df: dict[int, int] = {}
+    for r in rows:
+        parts.setdefault(r["term_id"], []).append(r["postings"])
+        df[r["term_id"]] = int(r["df"])
+    return [TermPostings(df[t], np.frombuffer(b"".join(blocks), dtype=POSTING)) for t, blocks in sorted(parts.items())]
+
+
+async def dead_keys(conn: asyncpg.Connection | asyncpg.Pool) -> np.ndarray:
+    """Keys of removed chunks whose postings compaction has not dropped yet."""
+    keys = await conn.fetchval("SELECT coalesce(array_agg(chunk_key), '{}') FROM bm25_dead")
+    return np.asarray(keys, dtype=np.int64)
+
+
+def bm25_scores(terms: Sequence[TermPostings], scoring: Bm25Scoring, dead: np.ndarray) -> np.ndarray:
+    """BM25F of every chunk key (index = key; 0 where no query term occurs or the chunk was removed).
+
+    Per posting: ``tf = tf_text + wt*tf_title + ws*tf_section``, ``dl = len_text + wt*len_title +
+    ws*len_section``, ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``; summed per chunk."""
+    keys: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    k1, b, avgdl = scoring.k1, scoring.b, scoring.avgdl
+    wt, ws = scoring.title_weight, scoring.section_weight
+    for term in terms:
+        p = term.postings
+        tf = p["tf_text"].astype(np.float64) + wt * p["tf_title"] + ws * p["tf_section"]
+        dl = p["len_text"].astype(np.float64) + wt * p["len_title"] + ws * p["len_section"]
+        live = tf > 0
+        tf, dl = tf[live], dl[live]
+        keys.append(p["key"][live].astype(np.int64))
+        weights.append(scoring.idf(term.df) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)))
+    if not keys or not sum(len(k) for k in keys):
+        return np.zeros(0)
+    scores = np.bincount(np.concatenate(keys), weights=np.concatenate(weights))
+    dead = dead[dead < len(scores)]
+    scores[dead] = 0.0
+    return scores
+
+
+def best_keys(scores: np.ndarray, count: int) -> np.ndarray:
+    """Keys of the ``count`` best scores (more where the last one ties), best first (ties: key order);
+    only positive scores."""
+    positive = np.flatnonzero(scores > 0)
+    if len(positive) > count:
+        part = positive[np.argpartition(-scores[positive], count - 1)[:count]]
+        floor = scores[part].min()
+        positive = positive[scores[positive] >= floor]
+    order = np.lexsort((positive, -scores[positive]))
+    return positive[order]
+
+
+_RESOLVE_SQL = """
+SELECT b.chunk_key, b.chunk_id
+FROM bm25_chunks b
+JOIN chunks c ON c.chunk_id = b.chunk_id
+JOIN documents d ON d.document_id = c.document_id
+WHERE b.chunk_key = ANY ($1::integer[]) AND {where}"""
+
+_PASSING_SQL = """
+SELECT b.chunk_key, b.chunk_id
+FROM chunks c
+JOIN documents d ON d.document_id = c.document_id
+JOIN bm25_chunks b ON b.chunk_id = c.chunk_id
+WHERE {where}
+LIMIT $1::bigint"""
+
+#: Candidates resolved through the filters in the first pass; each further pass reads this many times more.
+FIRST_PASS = 256
+PASS_GROWTH = 8
 
 
 async def bm25_rank(
-    pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, *, top_m: int | None
+    pool: asyncpg.Pool,
+    query: str,
+    k: int,
+    filters: SearchFilters,
+    scoring: Bm25Scoring,
+    *,
+    filter_first_max: int = 0,
 ) -> list[Scored]:
-    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id), reading at most
-    ``top_m`` postings a query term (None: all). Empty when nothing is indexed."""
-    hits = await _bm25_fetch(pool, _BM25_SQL, query, k, filters, scoring, top_m)
-    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))
-
-
-_FILTERED_COUNT_SQL = """
-SELECT count(*) FROM (
-    SELECT 1 FROM chunks c JOIN documents d ON d.document_id = c.document_id WHERE {where} LIMIT $1::bigint) s"""
+    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). Every posting of the
+    query's terms is scored (exact); the best chunks are then checked against the filters in passes of
+    growing size until ``k`` pass or none is left. With ``filter_first_max`` > 0, a filter that passes at
+    most that many chunks is resolved first instead (its chunks' keys, then the scores of those alone)."""
+    if scoring.counts.chunks == 0 or k <= 0:
+        return []
+    async with pool.acquire() as conn:
+        terms = await term_postings(conn, query)
+        if not terms:
+            return []
+        scores = bm25_scores(terms, scoring, await dead_keys(conn))
+        where, fparams = where_clause(filters, 2)
+        if filter_first_max > 0:
+            rows = await conn.fetch(_PASSING_SQL.format(where=where), filter_first_max + 1, *fparams)
+            if len(rows) <= filter_first_max:
+                ids = {int(r["chunk_key"]): str(r["chunk_id"]) for r in rows}
+                keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
+                keys = keys[keys < len(scores)]
+                hits = [Scored(ids[int(key)], float(scores[key])) for key in keys if scores[key] > 0]
+                return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+        hits = []
+        resolved, want = 0, max(FIRST_PASS, 2 * k)
+        while True:
+            ranked = best_keys(scores, want)  # the first `want` of one fixed order, ties at the end included
+            batch = ranked[resolved:]
+            if not len(batch):
+                break
+            rows = await conn.fetch(_RESOLVE_SQL.format(where=where), batch.astype(np.int32).tolist(), *fparams)
+            hits.extend(Scored(str(r["chunk_id"]), float(scores[r["chunk_key"]])) for r in rows)
+            resolved = len(ranked)
+            if len(hits) >= k:
+                break
+            want *= PASS_GROWTH
+    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
 
 
 async def filtered_chunks_at_most(pool: asyncpg.Pool, filters: SearchFilters, cap: int) -> int | None:
     """How many chunks pass ``filters``, or None when more than ``cap`` do (counting stops there)."""
     where, params = where_clause(filters, 2)
-    n = int(await pool.fetchval(_FILTERED_COUNT_SQL.format(where=where), cap + 1, *params))
+    n = int(
+        await pool.fetchval(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks c JOIN documents d ON d.document_id = c.document_id "
+            f"WHERE {where} LIMIT $1::bigint) s",
+            cap + 1,
+            *params,
+        )
+    )
     return None if n > cap else n
 
 
-async def bm25_rank_filter_first(
-    pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters, scoring: Bm25Scoring, *, max_chunks: int
-) -> list[Scored]:
-    """Exact BM25 over the chunks passing ``filters`` (at most ``max_chunks`` of them: for selective filters);
-    the ``k`` best, best first (ties: chunk id). Empty when nothing is indexed."""
-    return await _bm25_fetch(pool, _BM25_FILTER_FIRST_SQL, query, k, filters, scoring, max_chunks)
+# ----------------------------------------------------------------------------------------- compaction
 
 
-_FTS_SQL = """WITH q AS (
-                  SELECT NULLIF(replace(plainto_tsquery('english', $1)::text, ' & ', ' | '), '')::tsquery AS tsq)
-              SELECT c.chunk_id, ts_rank_cd(c.tsv, q.tsq, 32) AS score
-              FROM q, chunks c JOIN documents d ON d.document_id = c.document_id
-              WHERE q.tsq IS NOT NULL AND c.tsv @@ q.tsq AND {where}
-              ORDER BY score DESC, c.chunk_id
-              LIMIT $2"""
+@dataclass(frozen=True)
+class CompactionReport:
+    terms: int
+    blocks_read: int
+    blocks_written: int
+    dead_dropped: int
 
 
-async def fts_rank(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
-    """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
-    where, params = where_clause(filters, 3)
-    rows = await pool.fetch(_FTS_SQL.format(where=where), query, k, *params)
-    return [Scored(r["chunk_id"], float(r["score"])) for r in rows]
+def merge_plan(sizes: Sequence[int], block_postings: int) -> list[int]:
+    """Which of a term's blocks (by position in ``sizes``, their posting counts) to merge now, size-tiered:
+    full blocks (``block_postings`` or more) stay; of the others, from the smallest up, a block joins the
+    merge while it holds at most twice what the merge holds so far. Each posting is thus rewritten about
+    log2(block_postings) times in all, however it arrives. Fewer than two blocks: nothing to merge."""
+    small = sorted((n, i) for i, n in enumerate(sizes) if n < block_postings)
+    picked: list[int] = []
+    held = 0
+    for n, i in small:
+        if picked and n > 2 * held:
+            break
+        picked.append(i)
+        held += n
+    return picked if len(picked) >= 2 else []
 
 
-#: The lexical index's B-trees (as migration 100 creates them): a bulk load may drop them and build them once.
-LEXICAL_INDEXES = {
-    "bm25_impacts_term_idx": (
-        "CREATE INDEX IF NOT EXISTS bm25_impacts_term_idx ON bm25_impacts (term_id, impact DESC) "
-        "INCLUDE (chunk_key, tf_text, tf_title, tf_section, len_text, len_title, len_section)"
-    ),
-    "bm25_impacts_chunk_idx": "CREATE INDEX IF NOT EXISTS bm25_impacts_chunk_idx ON bm25_impacts (chunk_key)",
-}
+def _split(postings: np.ndarray, block_postings: int) -> list[np.ndarray]:
+    return [postings[i : i + block_postings] for i in range(0, len(postings), block_postings)]
 
 
-async def reimpact(pool: asyncpg.Pool, k1: float | None = None, b: float | None = None) -> int:
-    """Re-weigh every posting with the current mean length (and new reference k1/b); postings updated."""
-    return int(await pool.fetchval("SELECT bm25_reimpact($1::real, $2::real)", k1, b))
+async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings: int) -> CompactionReport | None:
+    """One transaction: up to ``terms`` pending terms merged (and cleared of dead postings). None when no
+    term is pending. Holds the writers' lock while it runs (a batch takes milliseconds)."""
+    async with conn.transaction():
+        await conn.execute(_WRITER_LOCK)
+        rows = await conn.fetch("SELECT term_id, has_dead FROM bm25_pending ORDER BY term_id LIMIT $1", terms)
+        if not rows:
+            return None
+        pending = [int(r["term_id"]) for r in rows]
+        with_dead = {int(r["term_id"]) for r in rows if r["has_dead"]}
+        dead = await dead_keys(conn)
+        rows = await conn.fetch(
+            "SELECT term_id, block_id, n, postings FROM bm25_blocks WHERE term_id = ANY ($1::integer[]) "
+            "ORDER BY term_id, block_id",
+            pending,
+        )
+        by_term: dict[int, list[asyncpg.Record]] = {}
+        for r in rows:
+            by_term.setdefault(int(r["term_id"]), []).append(r)
+        drop: list[int] = []
+        new_terms: list[int] = []
+        new_n: list[int] = []
+        new_blobs: list[bytes] = []
+        dropped = 0
+        for term, blocks in by_term.items():
+            if term in with_dead:
+                chosen = list(range(len(blocks)))  # any block may hold a removed chunk's posting
+            else:
+                chosen = merge_plan([int(b["n"]) for b in blocks], block_postings)
+            if not chosen:
+                continue
+            merged = np.frombuffer(b"".join(blocks[i]["postings"] for i in chosen), dtype=POSTING)
+            if term in with_dead:
+                keep = ~np.isin(merged["key"], dead)
+                dropped += int((~keep).sum())
+                merged = merged[keep]
+            merged = merged[np.argsort(merged["key"], kind="stable")]
+            drop.extend(int(blocks[i]["block_id"]) for i in chosen)
+            for part in _split(merged, block_postings):
+                new_terms.append(term)
+                new_n.append(len(part))
+                new_blobs.append(part.tobytes())
+        if drop:
+            await conn.execute("DELETE FROM bm25_blocks WHERE block_id = ANY ($1::bigint[])", drop)
+        if new_terms:
+            await conn.execute(
+                "INSERT INTO bm25_blocks (term_id, n, postings) "
+                "SELECT * FROM unnest($1::integer[], $2::integer[], $3::bytea[])",
+                new_terms,
+                new_n,
+                new_blobs,
+            )
+        await conn.execute("DELETE FROM bm25_pending WHERE term_id = ANY ($1::integer[])", pending)
+        if len(dead) and not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM bm25_pending WHERE has_dead)"):
+            # Every term pending when these keys died has been cleared of them (a removal marks its terms
+            # pending in the same transaction that records the dead key): they are gone from every block.
+            await conn.execute("DELETE FROM bm25_dead WHERE chunk_key = ANY ($1::integer[])", dead.tolist())
+        return CompactionReport(len(pending), len(drop), len(new_terms), dropped)
+
+
+async def compact(
+    pool: asyncpg.Pool, *, terms_per_batch: int = 500, block_postings: int = 8192, max_batches: int | None = None
+) -> CompactionReport:
+    """Merge the pending terms' blocks until none is pending (or ``max_batches`` ran), one batch a
+    transaction; one compacting session at a time (another that holds the lock: nothing is done here)."""
+    total = CompactionReport(0, 0, 0, 0)
+    async with pool.acquire() as conn:
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *_COMPACTOR_LOCK):
+            return total
+        try:
+            batches = 0
+            while max_batches is None or batches < max_batches:
+                report = await compact_batch(conn, terms=terms_per_batch, block_postings=block_postings)
+                if report is None:
+                    break
+                batches += 1
+                total = CompactionReport(
+                    total.terms + report.terms,
+                    total.blocks_read + report.blocks_read,
+                    total.blocks_written + report.blocks_written,
+                    total.dead_dropped + report.dead_dropped,
+                )
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_COMPACTOR_LOCK)
+    return total
+
+
+async def compact_forever(pool: asyncpg.Pool, every_s: float, **kwargs: Any) -> None:
+    """:func:`compact` every ``every_s`` seconds until cancelled; a failure is logged and retried next time."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            report = await compact(pool, **kwargs)
+            if report.terms:
+                log.info(
+                    "lexical index compacted",
+                    extra={
+                        "terms": report.terms,
+                        "blocks_read": report.blocks_read,
+                        "blocks_written": report.blocks_written,
+                        "dead_dropped": report.dead_dropped,
+                    },
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("lexical index compaction failed; retried in %.0f s", every_s)

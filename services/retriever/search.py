@@ -2,9 +2,8 @@
 
 Pipeline of :meth:`HybridSearcher.search`:
 
-1. dense (pgvector HNSW, iterative scans under filters) and/or lexical (BM25 over the store's
-   impact-ordered postings, ``lexical_store``, or Postgres full-text ``ts_rank_cd``) rankings, each
-   ``max(top_k, fusion_depth)`` deep;
+1. dense (pgvector HNSW, iterative scans under filters) and/or lexical (exact BM25 over the store's packed
+   posting blocks, scored here: ``lexical_store``) rankings, each ``max(top_k, fusion_depth)`` deep;
 2. reciprocal rank fusion with weights (hybrid modes);
 3. the document-priority boost and the evidence/recency blend (:func:`priority_boosted`,
    :func:`evidence_blended`; both off by default);
@@ -28,15 +27,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
-from services.retriever.lexical_store import (
-    Bm25Scoring,
-    CorpusCounts,
-    bm25_rank,
-    bm25_rank_filter_first,
-    corpus_counts,
-    filtered_chunks_at_most,
-    fts_rank,
-)
+from services.retriever.lexical_store import Bm25Scoring, CorpusCounts, bm25_rank, corpus_counts
 from services.retriever.mmr import mmr_select
 from services.retriever.store import Scored, VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
 from shared.models import (
@@ -63,13 +54,11 @@ class Bm25Params:
     b: float = 0.4
     title_weight: float = 1.0
     section_weight: float = 0.0
-    top_m: int | None = None
-    """Postings read per query term, highest impact first; None: all of them (exact BM25)."""
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
-        """The BM25 parameters of the retrieval settings (``bm25_top_m`` 0: read every posting)."""
-        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_top_m or None)
+        """The BM25 parameters of the retrieval settings."""
+        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
 
 
 async def dense_search(
@@ -86,11 +75,6 @@ async def dense_search(
     # relaxed_order may return near-ties out of order: sort by the exact score.
     out = [Scored(chunk_id, score) for chunk_id, score in rows]
     return sorted(out, key=lambda s: -s.score)
-
-
-async def fts_search(pool: asyncpg.Pool, query: str, k: int, filters: SearchFilters) -> list[Scored]:
-    """Full-text search (weighted title > section > text), any query term may match (OR), ranked by ts_rank_cd."""
-    return await fts_rank(pool, query, k, filters)
 
 
 @dataclass
@@ -119,11 +103,9 @@ class CorpusStats:
         self._value = None
 
 
-#: How much deeper the retry of a filtered BM25 query reads when the first pass found fewer than k chunks.
-TOP_M_ESCALATION = 8
-#: A filter passing at most this many chunks is answered filter-first (exact BM25 over those chunks' postings,
-#: about 100 postings a chunk): cheaper than walking the top-M candidates through a filter few of them pass.
-FILTER_FIRST_MAX_CHUNKS = 2_000
+#: A filter (beyond the retracted flag and priority) that passes at most this many chunks is resolved first:
+#: its chunks' keys in one statement, then their scores, instead of checking the best chunks against it in passes.
+FILTER_FIRST_MAX_CHUNKS = 20_000
 
 
 async def bm25_search(
@@ -134,26 +116,16 @@ async def bm25_search(
     params: Bm25Params,
     stats: CorpusStats,
 ) -> list[Scored]:
-    """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over the store's impact-ordered postings.
+    """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over every posting of the query's terms.
 
     The query is analysed like the stored text (``to_tsvector('english')``); scores are corpus-wide BM25
-    (statistics over every chunk), the filters only restrict which chunks are returned. With
-    ``params.top_m`` each query term contributes its ``top_m`` highest-impact postings. A filter (beyond
-    the retracted flag) that passes at most ``FILTER_FIRST_MAX_CHUNKS`` chunks is answered filter-first
-    (exact BM25 over those chunks). Otherwise, when the top M leave fewer than ``k`` chunks through the
-    filters, the query is repeated ``TOP_M_ESCALATION`` times deeper, then exactly: k results either way.
-    """
+    (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
+    that many pass and match a query term)."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
-    if params.top_m:
-        if where_clause(filters, 1)[1] and (
-            await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None
-        ):
-            return await bm25_rank_filter_first(pool, query, k, filters, scoring, max_chunks=FILTER_FIRST_MAX_CHUNKS)
-        for depth in (params.top_m, params.top_m * TOP_M_ESCALATION):
-            hits = await bm25_rank(pool, query, k, filters, scoring, top_m=depth)
-            if len(hits) >= k:
-                return hits
-    return await bm25_rank(pool, query, k, filters, scoring, top_m=None)
+    selective = bool(where_clause(filters, 1)[1])
+    return await bm25_rank(
+        pool, query, k, filters, scoring, filter_first_max=FILTER_FIRST_MAX_CHUNKS if selective else 0
+    )
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
@@ -287,7 +259,6 @@ class HybridSearcher:
         fusion: ReciprocalRankFusion | None = None,
         ef_search: int = 100,
         *,
-        lexical: Literal["bm25", "fts"] = "bm25",
         bm25: Bm25Params | None = None,
         fusion_depth: int = 100,
         stats: CorpusStats | None = None,
@@ -302,7 +273,6 @@ class HybridSearcher:
         self.index = index
         self.fusion = fusion or ReciprocalRankFusion()
         self.ef_search = ef_search
-        self.lexical = lexical
         self.bm25 = bm25 or Bm25Params()
         self.fusion_depth = fusion_depth
         self.stats = stats or CorpusStats()
@@ -333,7 +303,6 @@ class HybridSearcher:
             index,
             ReciprocalRankFusion(settings.rrf_k, [settings.dense_weight, settings.lexical_weight]),
             ef_search,
-            lexical=settings.lexical,
             bm25=Bm25Params.from_settings(settings),
             fusion_depth=settings.fusion_depth,
             stats=stats,
@@ -354,9 +323,7 @@ class HybridSearcher:
         return await dense_search(self.pool, self.index, query_vector, k, filters, ef_search)
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
-        """The ``k`` best chunks for ``query`` by BM25 (or full-text rank) that pass ``filters``, best first."""
-        if self.lexical == "fts":
-            return await fts_search(self.pool, query, k, filters)
+        """The ``k`` best chunks for ``query`` by BM25 that pass ``filters``, best first."""
         return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats)
 
     async def search(

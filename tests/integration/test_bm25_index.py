@@ -1,6 +1,7 @@
-"""The scalable BM25 index (migration 100) on a real PostgreSQL: exact ranking against a reference computed
-from the chunks' own tsvectors, statistics kept in step by every write, filters, the top-M approximation,
-and the backfill of a store that predates the index."""
+"""The scalable BM25 index (packed posting blocks, migration 220) on a real PostgreSQL: exact ranking against a
+reference computed from the chunks' own tsvectors, statistics and postings kept in step by every write,
+compaction (merging blocks, dropping removed chunks' postings) under concurrent writers, filters, and the
+backfill of a store that predates the index."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 
 import asyncpg
+import numpy as np
 import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import delete_document, store_document
-from services.retriever.lexical_store import reimpact
+from services.retriever.lexical_store import POSTING, Bm25Scoring, bm25_rank, compact
 from services.retriever.search import Bm25Params, CorpusStats, bm25_search
 from shared.db import create_pool, list_migrations
 from shared.models import Chunk, ParsedDocument, SearchFilters
@@ -84,7 +86,7 @@ async def _reference(
     """Exact BM25F from the chunks' tsvectors alone (no bm25_* table read)."""
     rows = await pool.fetch(
         "SELECT c.chunk_id, d.year, t.lexeme, t.weights FROM chunks c JOIN documents d USING (document_id), "
-        "unnest(c.tsv) t"
+        "unnest(chunk_tsvector(c.doc_title, c.section, c.content)) t"
     )
     terms = await pool.fetchval("SELECT tsvector_to_array(to_tsvector('english', $1::text))", query)
     weight = {"A": params.title_weight, "B": params.section_weight}
@@ -115,24 +117,46 @@ async def _reference(
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+_TSV = "unnest(chunk_tsvector(c.doc_title, c.section, c.content))"
+
+
+async def _live_postings(pool: asyncpg.Pool) -> dict[tuple[int, int], tuple[int, ...]]:
+    """Every posting in the blocks whose chunk is live, by (term id, chunk key): its packed fields."""
+    dead = {r["chunk_key"] for r in await pool.fetch("SELECT chunk_key FROM bm25_dead")}
+    out: dict[tuple[int, int], tuple[int, ...]] = {}
+    for r in await pool.fetch("SELECT term_id, n, postings FROM bm25_blocks"):
+        block = np.frombuffer(r["postings"], dtype=POSTING)
+        assert len(block) == r["n"]
+        for p in block:
+            key = int(p["key"])
+            if key not in dead:
+                assert (r["term_id"], key) not in out, "a live posting stored twice"
+                out[(r["term_id"], key)] = tuple(int(p[f]) for f in POSTING.names[1:])
+    return out
+
+
 async def _assert_statistics_consistent(pool: asyncpg.Pool) -> None:
-    """df, lengths and postings equal what the chunks' tsvectors say, right now."""
+    """df, lengths and the live postings equal what the chunks' text says, right now."""
     wrong_df = await pool.fetchval(
-        """SELECT count(*) FROM (
-               SELECT x.lexeme AS term, count(*) AS df FROM chunks c, unnest(c.tsv) x GROUP BY x.lexeme) e
+        f"""SELECT count(*) FROM (
+               SELECT x.lexeme AS term, count(*) AS df FROM chunks c, {_TSV} x GROUP BY x.lexeme) e
            FULL JOIN (SELECT term, df FROM bm25_terms WHERE df > 0) t USING (term)
            WHERE e.df IS DISTINCT FROM t.df"""
     )
     assert wrong_df == 0
     assert await pool.fetchval("SELECT count(*) FROM bm25_terms WHERE df < 0") == 0
     assert await pool.fetchval("SELECT count(*) FROM chunks") == await pool.fetchval("SELECT count(*) FROM bm25_chunks")
-    postings = await pool.fetchval("SELECT count(*) FROM chunks c, unnest(c.tsv) x")
-    assert postings == await pool.fetchval("SELECT count(*) FROM bm25_impacts")
-    orphans = await pool.fetchval(
-        "SELECT count(*) FROM bm25_impacts i LEFT JOIN bm25_chunks b USING (chunk_key) "
-        "LEFT JOIN chunks c ON c.chunk_id = b.chunk_id WHERE c.chunk_id IS NULL"
+    # The expected postings, from the chunks' text: per-field tf and the chunk's field lengths.
+    rows = await pool.fetch(
+        f"""SELECT t.term_id, b.chunk_key,
+                   count(*) FILTER (WHERE w NOT IN ('A', 'B')) AS tf_text, count(*) FILTER (WHERE w = 'A') AS tf_title,
+                   count(*) FILTER (WHERE w = 'B') AS tf_section, b.len_text, b.len_title, b.len_section
+            FROM chunks c JOIN bm25_chunks b USING (chunk_id), {_TSV} x, unnest(x.weights) w, bm25_terms t
+            WHERE t.term = x.lexeme
+            GROUP BY t.term_id, b.chunk_key, b.len_text, b.len_title, b.len_section"""
     )
-    assert orphans == 0
+    expected = {(r["term_id"], r["chunk_key"]): tuple(r[f] for f in POSTING.names[1:]) for r in rows}
+    assert await _live_postings(pool) == expected
 
 
 QUERIES = ["aspirin stroke", "metformin diabetes mortality", "vaccine fever cough asthma", "patients trial"]
@@ -148,38 +172,44 @@ async def test_exact_mode_ranks_like_the_reference(store: asyncpg.Pool, params: 
         assert [h.score for h in hits] == pytest.approx([s for _, s in expected[:25]], rel=1e-6)
 
 
-async def test_top_m_reads_fewer_postings_but_a_deep_enough_m_is_exact(store: asyncpg.Pool) -> None:
-    query = "patients trial"  # both among the most frequent words: df far above M
-    exact = await _reference(store, query, Bm25Params())
-    dfs = await store.fetch(
-        "SELECT df FROM bm25_terms WHERE term = ANY(tsvector_to_array(to_tsvector('english', $1::text)))", query
+async def test_compaction_merges_blocks_and_keeps_the_ranking(store: asyncpg.Pool) -> None:
+    before = {q: await bm25_search(store, q, 25, SearchFilters(), Bm25Params(), CorpusStats()) for q in QUERIES}
+    blocks = await store.fetchval("SELECT count(*) FROM bm25_blocks")
+    postings = await store.fetchval("SELECT sum(n) FROM bm25_blocks")
+    assert await store.fetchval("SELECT count(*) FROM bm25_pending") > 0  # one small block per term and write
+    report = await compact(store, block_postings=64)
+    assert report.blocks_read > report.blocks_written > 0
+    assert await store.fetchval("SELECT count(*) FROM bm25_pending") == 0
+    assert await store.fetchval("SELECT count(*) FROM bm25_blocks") < blocks / 3
+    assert await store.fetchval("SELECT sum(n) FROM bm25_blocks") == postings  # nothing lost, nothing doubled
+    assert await store.fetchval("SELECT max(n) FROM bm25_blocks") <= 64
+    # Size-tiered: a term keeps few blocks below the cap, however many writes it came from.
+    assert (
+        await store.fetchval(
+            "SELECT max(c) FROM (SELECT count(*) AS c FROM bm25_blocks WHERE n < 64 GROUP BY term_id) s"
+        )
+        <= 7
     )
-    max_df = max(r["df"] for r in dfs)
-    assert max_df > 40
-    deep = await bm25_search(store, query, 20, SearchFilters(), Bm25Params(top_m=max_df), CorpusStats())
-    assert [h.chunk_id for h in deep] == [c for c, _ in exact[:20]]
-    exact_score = dict(exact)
-    best = {c for c, _ in exact[:10]}
-    overlaps = []
-    for top_m in (10, 30, 60):
-        shallow = await bm25_search(store, query, 10, SearchFilters(), Bm25Params(top_m=top_m), CorpusStats())
-        assert len(shallow) == 10
-        # Impact order reads the heaviest postings first: the best chunk is always found, and a score is
-        # exact BM25 or lower (a term whose posting was not read contributes nothing).
-        assert shallow[0].chunk_id == exact[0][0]
-        assert all(h.score <= exact_score[h.chunk_id] + 1e-9 for h in shallow)
-        overlaps.append(len({h.chunk_id for h in shallow} & best))
-    assert overlaps == sorted(overlaps) and overlaps[0] < overlaps[-1] and overlaps[-1] >= 7
+    await _assert_statistics_consistent(store)
+    for q in QUERIES:
+        after = await bm25_search(store, q, 25, SearchFilters(), Bm25Params(), CorpusStats())
+        assert [(h.chunk_id, h.score) for h in after] == [(h.chunk_id, h.score) for h in before[q]]
 
 
-async def test_a_selective_filter_still_gets_k_results_with_a_small_m(store: asyncpg.Pool) -> None:
+async def test_a_selective_filter_gets_k_results_either_way(store: asyncpg.Pool) -> None:
     query = "patients trial cohort"
     filters = SearchFilters(year_from=RARE_YEAR, year_to=RARE_YEAR)
     expected = await _reference(store, query, Bm25Params(), year=RARE_YEAR)
     assert 5 <= len(expected) < 40
-    for top_m in (None, 3):
-        hits = await bm25_search(store, query, 5, filters, Bm25Params(top_m=top_m), CorpusStats())
+    p = Bm25Params()
+    scoring = Bm25Scoring(p.k1, p.b, p.title_weight, p.section_weight, await CorpusStats().get(store))
+    # The best chunks checked against the filter in passes (few pass: several passes), or the filter first.
+    for filter_first_max in (0, 1_000):
+        hits = await bm25_rank(store, query, 5, filters, scoring, filter_first_max=filter_first_max)
         assert [h.chunk_id for h in hits] == [c for c, _ in expected[:5]]
+    assert [h.chunk_id for h in await bm25_search(store, query, 5, filters, p, CorpusStats())] == [
+        c for c, _ in expected[:5]
+    ]
 
 
 async def test_statistics_follow_insert_replace_and_delete(private_postgres: LocalPostgres) -> None:
@@ -213,11 +243,19 @@ async def test_statistics_follow_insert_replace_and_delete(private_postgres: Loc
             assert await delete_document(pool, d.document_id)
         await _assert_statistics_consistent(pool)
         assert await pool.fetchval("SELECT count(*) FROM bm25_chunks") == sum(len(d.chunks) for d in docs[10:])
-        # Re-weighing the postings (new reference parameters) keeps the index exact.
-        assert await reimpact(pool, 1.2, 0.75) == await pool.fetchval("SELECT count(*) FROM bm25_impacts")
+        # Compaction drops the removed chunks' postings for good and keeps the ranking exact.
+        assert await pool.fetchval("SELECT count(*) FROM bm25_dead") > 0
+        before = await bm25_search(pool, "aspirin stroke", 10, SearchFilters(), Bm25Params(), CorpusStats())
+        report = await compact(pool, terms_per_batch=7)
+        assert report.dead_dropped > 0 and report.terms > 0
+        assert await pool.fetchval("SELECT count(*) FROM bm25_dead") == 0
+        assert await pool.fetchval("SELECT count(*) FROM bm25_pending") == 0
+        await _assert_statistics_consistent(pool)
+        stored = await pool.fetchval("SELECT sum(n) FROM bm25_blocks")
+        assert stored == len(await _live_postings(pool))  # nothing dead left in any block
         expected = await _reference(pool, "aspirin stroke", Bm25Params())
         hits = await bm25_search(pool, "aspirin stroke", 10, SearchFilters(), Bm25Params(), CorpusStats())
-        assert [h.chunk_id for h in hits] == [c for c, _ in expected[:10]]
+        assert [h.chunk_id for h in hits] == [c for c, _ in expected[:10]] == [h.chunk_id for h in before]
     finally:
         await pool.close()
 
@@ -234,9 +272,22 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(private_postgres
             async with sem:
                 await store_document(pool, d)
 
-        await asyncio.gather(*(one(d) for d in docs))
-        await asyncio.gather(*(delete_document(pool, d.document_id) for d in docs[::3]))
+        async def compacting() -> int:
+            merged = 0
+            for _ in range(40):
+                merged += (await compact(pool, terms_per_batch=5, block_postings=16)).blocks_read
+                await asyncio.sleep(0)
+            return merged
+
+        # Compaction runs all along: it merges blocks while writers append to the same terms.
+        results = await asyncio.gather(compacting(), *(one(d) for d in docs))
         await _assert_statistics_consistent(pool)
+        await asyncio.gather(compacting(), *(delete_document(pool, d.document_id) for d in docs[::3]))
+        await _assert_statistics_consistent(pool)
+        assert results[0] > 0  # it did merge while the writers ran
+        await compact(pool, block_postings=16)
+        await _assert_statistics_consistent(pool)
+        assert await pool.fetchval("SELECT count(*) FROM bm25_dead") == 0
     finally:
         await pool.close()
 
@@ -249,10 +300,10 @@ async def test_migration_backfills_a_store_that_predates_the_index(private_postg
             "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        # The store as it was before the lexical index (100-119); later, unrelated migrations (a column the
-        # parser writes today) are applied too, so today's store_document can fill it.
+        # The store as it was before the lexical index (100-119 and 220); later, unrelated migrations (a column
+        # the parser writes today) are applied too, so today's store_document can fill it.
         for mig in list_migrations():
-            if not 100 <= mig.version < 120:
+            if not 100 <= mig.version < 120 and mig.version != 220:
                 await conn.execute(mig.sql)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", mig.version, mig.name

@@ -140,7 +140,7 @@ def snapshot(stack: Stack, ids: list[str]) -> Snapshot:
     )
     return Snapshot(
         [dict(r) for r in docs],
-        [{k: v for k, v in dict(r).items() if k != "tsv"} for r in chunks],
+        [dict(r) for r in chunks],
         [(str(r["chunk_id"]), str(r["embedding"])) for r in vectors],
     )
 

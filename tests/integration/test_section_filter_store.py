@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search, fts_search
+from services.retriever.lexical_store import Bm25Scoring, bm25_rank
+from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, dense_search
 from services.retriever.store import VectorIndex
 from shared.db import create_pool
 from shared.models import Chunk, ParsedDocument, SearchFilters
@@ -100,12 +101,14 @@ async def test_dense_search_keeps_only_the_named_sections(store: tuple) -> None:
     assert len(unfiltered) == len(SECTIONS) * N_DOCS
 
 
-@pytest.mark.parametrize("top_m", [None, 2])
-async def test_bm25_keeps_only_the_named_sections(store: tuple, top_m: int | None) -> None:  # type: ignore[type-arg]
+@pytest.mark.parametrize("filter_first_max", [0, 20_000])
+async def test_bm25_keeps_only_the_named_sections(store: tuple, filter_first_max: int) -> None:  # type: ignore[type-arg]
     pool, _, _ = store
-    params = Bm25Params(top_m=top_m)
     filters = SearchFilters(sections=["Conclusions", "Methods"])
-    hits = await bm25_search(pool, "statins dementia", 200, filters, params, CorpusStats())
+    p = Bm25Params()
+    scoring = Bm25Scoring(p.k1, p.b, p.title_weight, p.section_weight, await CorpusStats().get(pool))
+    # Both ways to a filtered ranking: the best chunks checked against the filter in passes, or filter first.
+    hits = await bm25_rank(pool, "statins dementia", 200, filters, scoring, filter_first_max=filter_first_max)
     assert await _sections_of(pool, [h.chunk_id for h in hits]) == {
         "Materials and Methods",
         "Methods > Statistical analysis",
@@ -113,13 +116,6 @@ async def test_bm25_keeps_only_the_named_sections(store: tuple, top_m: int | Non
         "CONCLUSION",
     }
     assert len(hits) == 4 * N_DOCS
-
-
-async def test_full_text_search_keeps_only_the_named_sections(store: tuple) -> None:  # type: ignore[type-arg]
-    pool, _, _ = store
-    hits = await fts_search(pool, "statins", 200, SearchFilters(sections=["Discussion"]))
-    assert len(hits) == N_DOCS
-    assert await _sections_of(pool, [h.chunk_id for h in hits]) == {"Discussion"}
 
 
 async def test_hybrid_search_returns_the_section_of_each_hit(store: tuple) -> None:  # type: ignore[type-arg]
