@@ -305,8 +305,10 @@ async def bulk_write(pool: Any, index: Any, docs: list[GeneratedDoc]) -> tuple[f
 
 async def production_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc]) -> dict[str, float]:
     """The production write path: the parser's ``store_document`` per document (chunks + lexical index),
-    then the retriever's ``upsert_vectors`` in batches of 512 (the retriever's consumer batch)."""
+    then the retriever's ``upsert_vectors`` in batches of 512 (the retriever's consumer batch), then the
+    retriever's compaction of the blocks they appended."""
     from services.parser.store import store_document
+    from services.retriever.lexical_store import compact
     from services.retriever.store import upsert_vectors
     from shared.models import Chunk, MeshHeading, ParsedDocument
 
@@ -338,11 +340,38 @@ async def production_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc])
             pool, index, [c for c, _, _ in part], [d for _, d, _ in part], np.stack([v for *_, v in part])
         )
     t2 = time.perf_counter()
+    await compact(pool)  # the retriever's background merge of the blocks these writes appended
+    t3 = time.perf_counter()
     n = len(stored)
     return {
         "chunks": n,
         "store_chunks_per_s": round(n / (t1 - t0), 1),
         "vectors_chunks_per_s": round(n / (t2 - t1), 1),
+        "compaction_s": round(t3 - t2, 2),
+        "write_chunks_per_s": round(n / (t3 - t0), 1),
+    }
+
+
+async def bulk_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc], batch_docs: int = 250) -> dict[str, float]:
+    """Batched writes into the live store (indexes in place): documents and chunks ``batch_docs`` documents a
+    statement (the lexical index by the triggers), vectors through ``upsert_vectors``, then compaction."""
+    from services.retriever.lexical_store import compact
+
+    t0 = time.perf_counter()
+    lexical_s = vector_s = 0.0
+    for i in range(0, len(docs), batch_docs):
+        lx, vx = await bulk_write(pool, index, docs[i : i + batch_docs])
+        lexical_s += lx
+        vector_s += vx
+    t1 = time.perf_counter()
+    await compact(pool)
+    t2 = time.perf_counter()
+    n = sum(len(d.chunks) for d in docs)
+    return {
+        "chunks": n,
+        "store_chunks_per_s": round(n / lexical_s, 1),
+        "vectors_chunks_per_s": round(n / vector_s, 1),
+        "compaction_s": round(t2 - t1, 2),
         "write_chunks_per_s": round(n / (t2 - t0), 1),
     }
 
@@ -350,7 +379,7 @@ async def production_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc])
 # ----------------------------------------------------------------------------------------- measuring
 
 
-TABLES = ("documents", "chunks", "bm25_terms", "bm25_chunks", "bm25_impacts")
+TABLES = ("documents", "chunks", "bm25_terms", "bm25_chunks", "bm25_blocks", "bm25_pending", "bm25_dead")
 
 
 async def sizes(pool: Any, index: Any, chunks: int) -> dict[str, Any]:
@@ -564,9 +593,9 @@ def rss_mb(stack: Any) -> float | None:
 async def grow(
     url: str, gen: Generator, model: str, dim: int, target_chunks: int, batch_docs: int, bulk: bool
 ) -> dict[str, Any]:
-    """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the
-    lexical B-trees and the HNSW index dropped during the load and built once after it)."""
-    from services.retriever.lexical_store import LEXICAL_INDEXES
+    """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the HNSW
+    index dropped during the load and built once after it), then compact the lexical index's blocks."""
+    from services.retriever.lexical_store import compact
     from services.retriever.store import ensure_active_index, hnsw_index_sql
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
@@ -579,9 +608,8 @@ async def grow(
         lexical_s = vector_s = 0.0
         j = have
         if bulk and 2 * j < target_chunks:
-            # Bulk load: the B-trees and the HNSW graph are built once at the end (timed: the index build).
-            names = ", ".join([*LEXICAL_INDEXES, f"{index.table_name}_hnsw"])
-            await pool.execute(f"DROP INDEX IF EXISTS {names}")
+            # Bulk load: the HNSW graph is built once at the end (timed: the index build).
+            await pool.execute(f"DROP INDEX IF EXISTS {index.table_name}_hnsw")
         t0 = time.perf_counter()
         while 2 * j < target_chunks:
             n = min(batch_docs, (target_chunks - 2 * j + 1) // 2)
@@ -597,12 +625,12 @@ async def grow(
         async with pool.acquire() as conn:
             await conn.execute("SET maintenance_work_mem = '1GB'")
             t = time.perf_counter()
-            for ddl in LEXICAL_INDEXES.values():
-                await conn.execute(ddl)
-            built["lexical_index_build_s"] = round(time.perf_counter() - t, 1)
-            t = time.perf_counter()
             await conn.execute(hnsw_index_sql(index.table_name, db))
             built["hnsw_index_build_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        report = await compact(pool)  # what the retriever does in the background: merge the load's blocks
+        built["lexical_compaction_s"] = round(time.perf_counter() - t, 1)
+        built["lexical_compaction"] = report.__dict__
         await pool.execute("VACUUM ANALYZE")
         return {
             **built,
@@ -620,6 +648,7 @@ async def grow(
 async def measure(
     url: str, gen: Generator, model: str, dim: int, next_doc: int, args: argparse.Namespace
 ) -> dict[str, Any]:
+    from services.retriever.lexical_store import compact
     from services.retriever.store import ensure_active_index
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
@@ -638,8 +667,16 @@ async def measure(
         # The production write path, on fresh documents past the generated ones (then removed again).
         docs = [gen.doc(i) for i in range(next_doc + 1_000_000, next_doc + 1_000_000 + args.write_docs)]
         out["write"] = await production_write_rate(pool, index, docs)
-        await pool.execute("DELETE FROM documents WHERE source_id = ANY($1::text[])", [d.source_id for d in docs])
         print(f"    write path: {out['write']}", flush=True)
+        bulk = [gen.doc(i) for i in range(next_doc + 2_000_000, next_doc + 2_000_000 + args.write_docs)]
+        out["write_bulk"] = await bulk_write_rate(pool, index, bulk)
+        print(f"    bulk write path: {out['write_bulk']}", flush=True)
+        await pool.execute(
+            "DELETE FROM documents WHERE source_id = ANY($1::text[])", [d.source_id for d in docs + bulk]
+        )
+        t = time.perf_counter()
+        await compact(pool)  # the removed chunks' postings leave the blocks
+        out["write"]["compaction_after_delete_s"] = round(time.perf_counter() - t, 2)
         return out
     finally:
         await pool.close()
@@ -649,9 +686,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="evidentia-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
-    env_extra = {}
-    if args.top_m is not None:
-        env_extra["EVIDENTIA_RETRIEVAL_BM25_TOP_M"] = str(args.top_m)
+    env_extra: dict[str, str] = {}
     result: dict[str, Any] = {
         "sizes": [],
         "corpus": None,
@@ -724,7 +759,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queries", type=int, default=60)
     p.add_argument("--write-docs", type=int, default=500, help="Documents (2 chunks each) through the write path.")
     p.add_argument("--batch-docs", type=int, default=1000, help="Documents per bulk-load statement.")
-    p.add_argument("--top-m", type=int, default=None, help="EVIDENTIA_RETRIEVAL_BM25_TOP_M for this run.")
     p.add_argument("--root", default=None, help="Keep PostgreSQL here (reused: a later run grows the same store).")
     p.add_argument(
         "--incremental",

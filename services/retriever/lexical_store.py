@@ -283,10 +283,13 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
         pending = [int(r["term_id"]) for r in rows]
         with_dead = {int(r["term_id"]) for r in rows if r["has_dead"]}
         dead = await dead_keys(conn)
+        # Full blocks are read only where a removed chunk's posting may sit in them.
         rows = await conn.fetch(
             "SELECT term_id, block_id, n, postings FROM bm25_blocks WHERE term_id = ANY ($1::integer[]) "
-            "ORDER BY term_id, block_id",
+            "AND (n < $2 OR term_id = ANY ($3::integer[])) ORDER BY term_id, block_id",
             pending,
+            block_postings,
+            sorted(with_dead),
         )
         by_term: dict[int, list[asyncpg.Record]] = {}
         for r in rows:

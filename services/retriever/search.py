@@ -105,7 +105,7 @@ class CorpusStats:
 
 #: A filter (beyond the retracted flag and priority) that passes at most this many chunks is resolved first:
 #: its chunks' keys in one statement, then their scores, instead of checking the best chunks against it in passes.
-FILTER_FIRST_MAX_CHUNKS = 20_000
+FILTER_FIRST_MAX_CHUNKS = 2_000
 
 
 async def bm25_search(
