@@ -259,8 +259,8 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::real[
      AS x(s, t, a, y, st, ev, m, r)"""
 
 _CHUNKS_SQL = """
-INSERT INTO chunks (chunk_id, document_id, ordinal, section, doc_title, content, embedding_text, token_count)
-SELECT c, d, o, 'Abstract', t, x, t || E'\\n' || x, 200
+INSERT INTO chunks (chunk_id, document_id, ordinal, section, doc_title, content, token_count)
+SELECT c, d, o, 'Abstract', t, x, 200
 FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) AS u(c, d, o, t, x)"""
 
 

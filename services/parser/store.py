@@ -131,9 +131,9 @@ async def store_document(
         stored = [_stored(doc_id, digest, doc.title, c) for c in doc.chunks]
         await conn.executemany(
             """
-            INSERT INTO chunks (chunk_id, document_id, ordinal, section, doc_title, content, embedding_text,
-                                token_count, char_start, char_end)
-            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
+            INSERT INTO chunks (chunk_id, document_id, ordinal, section, doc_title, content, token_count,
+                                char_start, char_end)
+            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
             """,
             [
                 (
@@ -143,7 +143,6 @@ async def store_document(
                     c.section,
                     doc.title,
                     c.text,
-                    s.embedding_text,
                     c.token_count,
                     c.char_start,
                     c.char_end,
