@@ -8,7 +8,7 @@ blocks await a merge) and ``bm25_dead`` (keys of removed chunks whose postings m
 A query reads the blocks of its terms in one statement (a few bytes a posting, no row or index tuple per
 posting), and scores every posting with numpy: Okapi BM25 with BM25F field weights and the current N and
 mean length, summed per chunk (:func:`bm25_scores`). That is exact BM25 over every posting, in time linear in
-the postings read (about 16 bytes each). The best chunks are then resolved to chunk ids through the filters,
+the postings read (11 bytes each). The best chunks are then resolved to chunk ids through the filters,
 best first, until ``k`` pass (:func:`bm25_rank`).
 
 :func:`compact` (run by the retriever in the background, one replica at a time) merges each pending term's
@@ -31,16 +31,17 @@ from shared.models import SearchFilters
 
 log = logging.getLogger(__name__)
 
-#: One posting as the store packs it (``bm25_add`` in migration 220): big-endian, 16 bytes.
+#: One posting as the store packs it (``bm25_add`` in migration 220): 11 bytes, big-endian; the one-byte
+#: fields are capped at 255, ``len_text`` at 65535.
 POSTING = np.dtype(
     [
         ("key", ">i4"),
-        ("tf_text", ">i2"),
-        ("tf_title", ">i2"),
-        ("tf_section", ">i2"),
-        ("len_text", ">i2"),
-        ("len_title", ">i2"),
-        ("len_section", ">i2"),
+        ("tf_text", "u1"),
+        ("tf_title", "u1"),
+        ("tf_section", "u1"),
+        ("len_text", ">u2"),
+        ("len_title", "u1"),
+        ("len_section", "u1"),
     ]
 )
 

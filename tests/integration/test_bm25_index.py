@@ -329,3 +329,21 @@ async def test_migration_backfills_a_store_that_predates_the_index(private_postg
         assert [h.chunk_id for h in hits] == [c for c, _ in expected[:10]]
     finally:
         await pool.close()
+
+
+async def test_a_frequency_at_the_tsvector_limit_fits_its_byte(private_postgres: LocalPostgres) -> None:
+    pool = await _pool(await _fresh_database(private_postgres, "bm25_caps"))
+    try:
+        text = "zolpidem " * 300 + "insomnia."
+        doc = ParsedDocument(source="pubmed", source_id="90001", pmid="90001", title="t", chunks=[_chunk(0, text)])
+        await store_document(pool, doc)
+        await store_document(pool, _doc(1, random.Random(1)))
+        postings = await _live_postings(pool)
+        term = await pool.fetchval("SELECT term_id FROM bm25_terms WHERE term = 'zolpidem'")
+        [(tf_text, _, _, len_text, _, _)] = [v for (t, _), v in postings.items() if t == term]
+        # A tsvector keeps at most 255 positions of a lexeme: the byte holds that whole, nothing wraps to 0.
+        assert (tf_text, len_text) == (255, 256)
+        hits = await bm25_search(pool, "zolpidem", 5, SearchFilters(), Bm25Params(), CorpusStats())
+        assert [h.chunk_id.split("#")[0] for h in hits] == ["pubmed:90001"] and hits[0].score > 0
+    finally:
+        await pool.close()

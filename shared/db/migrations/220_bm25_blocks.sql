@@ -1,11 +1,12 @@
--- BM25 over packed posting blocks (issue 14): ~16 bytes a posting instead of a ~100-byte row + index entry.
+-- BM25 over packed posting blocks (issue 14): 11 bytes a posting instead of a ~100-byte row + index entries.
 --
 -- Migration 100 stored one row per (term, chunk) with a covering B-tree: ~10 KB a chunk, and an exact query
 -- walked sum(df) index tuples (0.8-2 s at 100k chunks). Here a term's postings live in a few `bytea` blocks:
---   bm25_blocks   (term_id, block_id) -> n postings, each 16 bytes big-endian: chunk_key int4, then int2
---                 tf_text, tf_title, tf_section, len_text, len_title, len_section (the chunk's field lengths
---                 ride along, so scoring needs no join). Stored uncompressed (STORAGE EXTERNAL): pglz would cost
---                 more to inflate at query time than the bytes it saves.
+--   bm25_blocks   (term_id, block_id) -> n postings, each 11 bytes: chunk_key int4 (big-endian), tf_text,
+--                 tf_title, tf_section (one byte each, at most 255), len_text (two bytes, at most 65535),
+--                 len_title, len_section (one byte each, at most 255): the chunk's field lengths ride along,
+--                 so scoring needs no join; BM25 saturates long before a term's 255th occurrence. Stored
+--                 uncompressed (STORAGE EXTERNAL): pglz would cost more to inflate at query time than it saves.
 --   bm25_terms    (kept) term id and document frequency, maintained on write;
 --   bm25_chunks   (kept) chunk key and field lengths: N and the mean lengths, and key -> chunk id;
 --   bm25_pending  terms with small blocks to merge or postings of removed chunks to drop;
@@ -94,12 +95,12 @@ BEGIN
         INSERT INTO bm25_blocks (term_id, n, postings)
         SELECT t.term_id, count(*),
                string_agg(int4send(c.chunk_key)
-                          || int2send(least(p.tf_text, 32767)::smallint)
-                          || int2send(least(p.tf_title, 32767)::smallint)
-                          || int2send(least(p.tf_section, 32767)::smallint)
-                          || int2send(least(c.len_text, 32767)::smallint)
-                          || int2send(least(c.len_title, 32767)::smallint)
-                          || int2send(least(c.len_section, 32767)::smallint),
+                          || set_byte('\x00'::bytea, 0, least(p.tf_text, 255))
+                          || set_byte('\x00'::bytea, 0, least(p.tf_title, 255))
+                          || set_byte('\x00'::bytea, 0, least(p.tf_section, 255))
+                          || substring(int4send(least(c.len_text, 65535)) FROM 3 FOR 2)
+                          || set_byte('\x00'::bytea, 0, least(c.len_title, 255))
+                          || set_byte('\x00'::bytea, 0, least(c.len_section, 255)),
                           ''::bytea ORDER BY c.chunk_key)
         FROM p
         JOIN bm25_chunks c ON c.chunk_id = p.id

@@ -32,11 +32,12 @@ def _by_hand(tf: float, dl: float, df: int, s: Bm25Scoring = SCORING) -> float:
     return idf * tf * (s.k1 + 1) / (tf + s.k1 * (1 - s.b + s.b * dl / avgdl))
 
 
-def test_packed_postings_are_sixteen_big_endian_bytes() -> None:
-    raw = bytes.fromhex("00000007" + "0002" + "0001" + "0000" + "0014" + "0003" + "0001")
+def test_packed_postings_are_eleven_big_endian_bytes() -> None:
+    raw = bytes.fromhex("00010007" + "02" + "01" + "00" + "ff14" + "03" + "01")
     p = np.frombuffer(raw, dtype=POSTING)
-    assert POSTING.itemsize == 16
-    assert (int(p["key"][0]), int(p["tf_text"][0]), int(p["len_text"][0]), int(p["len_title"][0])) == (7, 2, 20, 3)
+    assert POSTING.itemsize == 11
+    fields = (int(p["key"][0]), int(p["tf_text"][0]), int(p["len_text"][0]), int(p["len_title"][0]))
+    assert fields == (65543, 2, 65300, 3)
 
 
 def test_scores_are_bm25f_summed_per_chunk() -> None:
