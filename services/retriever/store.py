@@ -314,9 +314,17 @@ async def complete_documents(pool: asyncpg.Pool, index: VectorIndex, document_id
     return [r["document_id"] for r in rows]
 
 
-async def vector_table_bytes(pool: asyncpg.Pool, index: VectorIndex) -> int:
-    """The disk size of ``index``'s table: its rows, TOAST, HNSW and B-tree indexes."""
-    return int(await pool.fetchval("SELECT pg_total_relation_size($1::regclass)", index.table_name))
+async def vector_table_bytes(pool: asyncpg.Pool, index: VectorIndex) -> dict[str, int]:
+    """The disk size of ``index``'s table: ``total`` (rows, TOAST, HNSW and B-tree indexes), ``table`` (rows and
+    TOAST) and ``hnsw`` (the HNSW index)."""
+    row = await pool.fetchrow(
+        "SELECT pg_total_relation_size($1::regclass) AS total, pg_table_size($1::regclass) AS table, "
+        "pg_relation_size($2::regclass) AS hnsw",
+        index.table_name,
+        f"{index.table_name}_hnsw",
+    )
+    assert row is not None
+    return {k: int(row[k]) for k in ("total", "table", "hnsw")}
 
 
 async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:

@@ -50,3 +50,15 @@ def test_stored_half_vectors_come_back_as_float32() -> None:
     assert back.dtype == np.float32
     np.testing.assert_allclose(back, vec, atol=1e-3)
     assert not np.array_equal(back, vec)  # 1/3 and 0.1 are not exact in 16 bits: it really went through half
+
+
+def test_the_eval_report_shows_the_vector_index_it_searched() -> None:
+    from evaluation.retrieval import EvalReport, ModeResult
+
+    result = ModeResult("dense", {"nDCG@10": 0.68241}, 809, 4.8)
+    plain = EvalReport("scifact", "m", 10, 20, "ir-measures", {}, [result])
+    assert "vector_store" not in plain.as_dict()
+    store = {"precision": "half", "bytes": 43_000, "total_bytes_per_chunk": 2150.0}
+    sized = EvalReport("scifact", "m", 10, 20, "ir-measures", {}, [result], None, store)
+    assert sized.as_dict()["vector_store"] == store
+    assert sized.as_dict()["modes"]["dense"]["nDCG@10"] == 0.6824
