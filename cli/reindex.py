@@ -47,7 +47,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "reindex", help="Re-embed every chunk with another model through the pipeline; switch when complete."
+        "reindex",
+        help="Re-embed every chunk with another model through the pipeline; switch when complete. With the "
+        "active model: move the store to EVIDENTIA_DATABASE_VECTOR_PRECISION (vectors copied, not re-embedded).",
     )
     p.add_argument(
         "--model",
