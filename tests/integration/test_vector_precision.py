@@ -74,9 +74,7 @@ async def corpus(migrated_postgres_url: str) -> AsyncIterator[Corpus]:
 
 
 def _db(url: str, precision: str) -> DatabaseSettings:
-    return DatabaseSettings.model_validate(
-        {"EVIDENTIA_DATABASE_URL": url, "vector_precision": precision}
-    )
+    return DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url, "vector_precision": precision})
 
 
 async def _column_type(pool: asyncpg.Pool, table: str) -> str:
