@@ -73,7 +73,10 @@ class RetrieverState:
         self._embedder = embedder
         # Refuses to start against an index built by another model (IndexModelMismatch).
         self._index = await ensure_active_index(self._pool, embedder.name, embedder.dim, self.settings.database)
-        log.info("vector index ready", extra={"index": self._index.name, "model": self._index.model})
+        log.info(
+            "vector index ready",
+            extra={"index": self._index.name, "model": self._index.model, "precision": self._index.precision},
+        )
 
     async def stop(self) -> None:
         for pool in (self._search_pool, self._pool):
