@@ -631,6 +631,12 @@ async def grow(
         report = await compact(pool)  # what the retriever does in the background: merge the load's blocks
         built["lexical_compaction_s"] = round(time.perf_counter() - t, 1)
         built["lexical_compaction"] = report.__dict__
+        if bulk and added:
+            # The load's blocks were merged into few large ones: give the space of the merged-away rows back
+            # (a bulk-load step; incremental writes reuse it through autovacuum instead).
+            t = time.perf_counter()
+            await pool.execute("VACUUM FULL bm25_blocks")
+            built["lexical_vacuum_full_s"] = round(time.perf_counter() - t, 1)
         await pool.execute("VACUUM ANALYZE")
         return {
             **built,

@@ -126,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
         extra = f"  [{r.reranker}]" if r.reranker else ""
         print(f"{r.mode:<14} {cols}  ({r.search_s:.1f}s){extra}")
     print("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings_s.items()))
+    if report.vector_store:
+        vs = report.vector_store
+        per_chunk = vs.get("total_bytes_per_chunk")
+        print(f"vector index: {vs['precision']} precision, {vs['bytes']:,} bytes ({per_chunk} a chunk)")
     if report.cross_validation is not None:
         print_cross_validation(report.cross_validation)
     return 0

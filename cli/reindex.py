@@ -15,6 +15,13 @@ How it goes through Kafka:
    other model than the active index's. Chunks created between the switch and the restart got only
    an old-model vector; running ``evidentia reindex --model X`` again (X active: fill mode) embeds them.
 
+Precision (``EVIDENTIA_DATABASE_VECTOR_PRECISION``): the new index stores its vectors in the configured
+precision. With X the active model but the active index in another precision, nothing is re-embedded: the
+stored vectors are copied into a new index of the configured precision (converted by PostgreSQL), which is
+activated in the transaction that copies the last of them (writes to the old index wait meanwhile). Restart
+the retriever after the switch (it writes to the index it started with), then run the command again to
+embed the chunks stored in between.
+
 Without progress for ``--stall-s`` (no embedder of X running, events dead-lettered) the missing chunks
 are published again; nothing is switched before the index is complete or when ``--timeout`` passes.
 """
@@ -40,7 +47,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "reindex", help="Re-embed every chunk with another model through the pipeline; switch when complete."
+        "reindex",
+        help="Re-embed every chunk with another model through the pipeline; switch when complete. With the "
+        "active model: move the store to EVIDENTIA_DATABASE_VECTOR_PRECISION (vectors copied, not re-embedded).",
     )
     p.add_argument(
         "--model",
@@ -101,7 +110,7 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
 
 async def reindex(args: argparse.Namespace) -> int:
     from cli._common import console, out, producer, publish_all
-    from services.retriever.store import active_index, create_index
+    from services.retriever.store import active_index, copy_vectors, create_index, index_name_with_precision
     from shared.db import create_pool
     from shared.embedding import EmbedderError, get_embedder, resolve
     from shared.embedding.passage_tokens import passage_tokenizer
@@ -125,19 +134,45 @@ async def reindex(args: argparse.Namespace) -> int:
     pool = await create_pool(settings.database)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    precision = settings.database.vector_precision
     try:
         active = await active_index(pool)
-        if active is not None and active.model == name and active.dim == dim:
+        same_model = active is not None and active.model == name and active.dim == dim
+        if active is not None and same_model and active.precision == precision:
             target = active
             say(f"{name} is already the active index ({target.name}): embedding the chunks it lacks")
         else:
-            target = await create_index(pool, name, dim, settings.database, activate=False)
+            index_name = await index_name_with_precision(pool, name, precision)
+            target = await create_index(pool, name, dim, settings.database, name=index_name, activate=False)
             if target.state == "retired":  # an index of X from before a switch back: reuse its vectors
                 await pool.execute("UPDATE vector_indexes SET state = 'building' WHERE name = $1", target.name)
             say(
-                f"building index {target.name} for {name} ({dim}-d) next to "
-                f"{active.name + ' (' + active.model + ')' if active else 'no active index'}"
+                f"building index {target.name} for {name} ({dim}-d, {target.precision} precision) next to "
+                f"{active.name + ' (' + active.model + ', ' + active.precision + ')' if active else 'no active index'}"
             )
+        if active is not None and same_model and target is not active:
+            # Only the precision changes: the stored vectors are converted, not embedded again.
+            start = time.monotonic()
+            await copy_vectors(pool, active, target)
+            switched_to = None
+            if not args.no_switch:
+                await copy_vectors(pool, active, target, activate=True)
+                switched_to = target.name
+            count = int(await pool.fetchval(f"SELECT count(*) FROM {target.table_name}"))
+            took = time.monotonic() - start
+            if switched_to:
+                say(
+                    f"switched: {target.name} ({name}, {target.precision} precision, {count} vectors copied from "
+                    f"{active.name}) is active, {active.name} retired after {took:.0f}s. Restart the retriever, "
+                    f"then run this command again to embed chunks stored in between."
+                )
+            else:
+                say(f"{target.name} complete ({count} vectors copied, {took:.0f}s); not switched (--no-switch)")
+            if as_json:
+                summary = {"index": target.name, "model": name, "dim": dim, "vectors": count, "seconds": round(took, 1)}
+                retired = active.name if switched_to else None
+                print(json.dumps({**summary, "switched_to": switched_to, "retired": retired}))
+            return 0
         if args.spawn_embedder:
             log_path = Path(tempfile.mkstemp(prefix="evidentia-reindex-embedder-", suffix=".log")[1])
             proc = spawn_reindex_embedder(args.model, log_path)
@@ -219,7 +254,7 @@ async def reindex(args: argparse.Namespace) -> int:
         elif args.no_switch:
             say(f"{target.name} complete ({count} vectors, {took:.0f}s); not switched (--no-switch)")
         else:
-            switched = await create_index(pool, name, dim, settings.database, activate=True)
+            switched = await create_index(pool, name, dim, settings.database, name=target.name, activate=True)
             switched_to = switched.name
             say(
                 f"switched: {switched.name} ({name}, {count} vectors) is active"

@@ -42,7 +42,7 @@ from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher
-from services.retriever.store import Scored, create_index, upsert_vectors
+from services.retriever.store import Scored, create_index, upsert_vectors, vector_table_bytes
 from shared.models import MeshHeading, ParsedDocument, SearchFilters
 from shared.settings import Settings
 
@@ -357,6 +357,8 @@ class EvalReport:
     timings_s: dict[str, float]
     results: list[ModeResult]
     cross_validation: CrossValidation | None = None
+    #: The vector index searched: its precision and size on disk (table, HNSW and B-tree indexes, TOAST).
+    vector_store: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         cv = {"cross_validation": self.cross_validation.as_dict()} if self.cross_validation else {}
@@ -368,6 +370,7 @@ class EvalReport:
             "chunks": self.chunks,
             "metrics_impl": self.metrics_impl,
             "timings_s": {k: round(v, 2) for k, v in self.timings_s.items()},
+            **({"vector_store": self.vector_store} if self.vector_store else {}),
             "modes": {
                 r.mode: {
                     **{k: round(v, 4) for k, v in r.metrics.items()},
@@ -555,7 +558,13 @@ async def evaluate(
         cv = None
         if config.folds:
             cv = cross_validate({r.mode: r.per_query for r in results}, config.folds, config.fold_seed)
-        return EvalReport(ds.name, embedder.name, store.documents, store.chunks, impl, timings, results, cv)
+        sizes = await vector_table_bytes(pool, index)
+        vector_store: dict[str, Any] = {"precision": index.precision, "bytes": sizes["total"]}
+        if store.chunks:
+            vector_store |= {f"{k}_bytes_per_chunk": round(v / store.chunks, 1) for k, v in sizes.items()}
+        return EvalReport(
+            ds.name, embedder.name, store.documents, store.chunks, impl, timings, results, cv, vector_store
+        )
 
 
 def _prefix_of(text: str) -> str:

@@ -151,6 +151,10 @@ class KafkaSettings(BaseSettings):
     )
 
 
+#: How a vector index stores its vectors: ``half`` (pgvector ``halfvec``) or ``single`` (``vector``).
+VectorPrecision = Literal["half", "single"]
+
+
 class DatabaseSettings(BaseSettings):
     model_config = _config("EVIDENTIA_DATABASE_")
 
@@ -164,6 +168,12 @@ class DatabaseSettings(BaseSettings):
     hnsw_m: int = Field(16, ge=2, description="HNSW `m` of new vector indexes.")
     hnsw_ef_construction: int = Field(64, ge=4, description="HNSW `ef_construction` of new vector indexes.")
     hnsw_ef_search: int = Field(100, ge=1, description="Default HNSW `ef_search` of a query.")
+    vector_precision: VectorPrecision = Field(
+        "half",
+        description="How new vector indexes store their vectors: `half` (pgvector `halfvec`, 2 bytes a "
+        "dimension) or `single` (`vector`, 4 bytes). Existing indexes keep the precision they were built with; "
+        "`evidentia reindex` moves a store to this one.",
+    )
     statement_timeout_s: float = Field(
         120.0,
         ge=0,

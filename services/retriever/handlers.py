@@ -76,7 +76,10 @@ class RetrieverState:
         self._embedder = embedder
         # Refuses to start against an index built by another model (IndexModelMismatch).
         self._index = await ensure_active_index(self._pool, embedder.name, embedder.dim, self.settings.database)
-        log.info("vector index ready", extra={"index": self._index.name, "model": self._index.model})
+        log.info(
+            "vector index ready",
+            extra={"index": self._index.name, "model": self._index.model, "precision": self._index.precision},
+        )
         # The lexical index's new small blocks are merged in the background (one replica at a time).
         self._compactor = asyncio.create_task(
             compact_forever(self._pool, self.settings.retrieval.bm25_compact_every_s), name="bm25-compaction"

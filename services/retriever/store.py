@@ -5,6 +5,11 @@ filters as a SQL ``WHERE`` clause over ``chunks c JOIN documents d`` (:func:`whe
 Each index records the model and dimension that produced its vectors. A retriever started with a
 different model than the active index refuses to run (mixing vector spaces silently ruins search);
 ``evidentia reindex --model X`` builds a new index next to the old one and switches when done.
+
+Each index also records its precision (migration 221): ``single`` stores ``vector(dim)`` (4 bytes a
+dimension), ``half`` stores ``halfvec(dim)`` (2 bytes a dimension; the HNSW index then uses
+``halfvec_cosine_ops``). New indexes take ``EVIDENTIA_DATABASE_VECTOR_PRECISION``; every statement that
+touches a vector column uses the index's :attr:`VectorIndex.column_type`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import asyncpg
 import numpy as np
 
 from shared.models import SearchFilters
-from shared.settings import DatabaseSettings
+from shared.settings import DatabaseSettings, VectorPrecision
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,21 @@ class IndexModelMismatch(RuntimeError):
     """The active index was built by another model than the one configured."""
 
 
+#: The pgvector type of each precision: the vector column is ``<type>(dim)``, its HNSW operator class
+#: ``<type>_cosine_ops``. The one place that maps a precision to SQL.
+_PGVECTOR_TYPES: dict[VectorPrecision, str] = {"half": "halfvec", "single": "vector"}
+
+
+def vector_type(precision: VectorPrecision, dim: int) -> str:
+    """The SQL type of a ``dim``-d vector column of ``precision``: ``halfvec(dim)`` or ``vector(dim)``."""
+    return f"{_PGVECTOR_TYPES[precision]}({int(dim)})"
+
+
+def cosine_opclass(precision: VectorPrecision) -> str:
+    """The HNSW operator class (cosine distance) of a vector column of ``precision``."""
+    return f"{_PGVECTOR_TYPES[precision]}_cosine_ops"
+
+
 @dataclass(frozen=True)
 class VectorIndex:
     name: str
@@ -98,6 +118,12 @@ class VectorIndex:
     dim: int
     table_name: str
     state: str = "active"
+    precision: VectorPrecision = "single"
+
+    @property
+    def column_type(self) -> str:
+        """The SQL type of the index's vectors (its column, and whatever is compared with or written to it)."""
+        return vector_type(self.precision, self.dim)
 
 
 def index_name_for(model: str) -> str:
@@ -107,7 +133,15 @@ def index_name_for(model: str) -> str:
 
 
 def _row(r: asyncpg.Record) -> VectorIndex:
-    return VectorIndex(r["name"], r["model"], r["dim"], r["table_name"], r["state"])
+    return VectorIndex(r["name"], r["model"], r["dim"], r["table_name"], r["state"], r["precision"])
+
+
+async def index_name_with_precision(pool: asyncpg.Pool, model: str, precision: VectorPrecision) -> str:
+    """The name of ``model``'s index of ``precision``: :func:`index_name_for`, or that with ``_<precision>``
+    when an index of that name already stores the other precision (a store moved to another precision)."""
+    name = index_name_for(model)
+    held = await pool.fetchval("SELECT precision FROM vector_indexes WHERE name = $1", name)
+    return name if held in (None, precision) else f"{name[:33]}_{precision}"
 
 
 async def active_index(pool: asyncpg.Pool) -> VectorIndex | None:
@@ -125,15 +159,20 @@ async def get_index(pool: asyncpg.Pool, name: str) -> VectorIndex | None:
 async def live_index_for(pool: asyncpg.Pool, model: str, dim: int) -> VectorIndex | None:
     """The index (active or building, not retired) that holds ``model``'s ``dim``-d vectors, if any."""
     row = await pool.fetchrow(
-        "SELECT * FROM vector_indexes WHERE model = $1 AND dim = $2 AND state <> 'retired'", model, dim
+        "SELECT * FROM vector_indexes WHERE model = $1 AND dim = $2 AND state <> 'retired' "
+        "ORDER BY state = 'active' DESC LIMIT 1",
+        model,
+        dim,
     )
     return _row(row) if row else None
 
 
-def hnsw_index_sql(table: str, db: DatabaseSettings) -> str:
-    """The HNSW index of a vector table (cosine distance, ``m``/``ef_construction`` from the settings)."""
+def hnsw_index_sql(table: str, db: DatabaseSettings, precision: VectorPrecision | None = None) -> str:
+    """The HNSW index of a vector table (cosine distance, ``m``/``ef_construction`` from the settings) whose
+    vectors have ``precision`` (default: the precision of new indexes, ``db.vector_precision``)."""
+    opclass = cosine_opclass(precision or db.vector_precision)
     return (
-        f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
+        f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding {opclass}) "
         f"WITH (m = {int(db.hnsw_m)}, ef_construction = {int(db.hnsw_ef_construction)})"
     )
 
@@ -147,8 +186,10 @@ async def create_index(
     name: str | None = None,
     activate: bool = False,
 ) -> VectorIndex:
-    """Create (or return) the index table for ``model``; HNSW over cosine distance."""
+    """Create (or return) the index table for ``model``; HNSW over cosine distance. A new index stores its
+    vectors in ``db.vector_precision``; an existing one keeps its own."""
     name = name or index_name_for(model)
+    precision = db.vector_precision
     table = f"chunk_vectors_{name}"
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext('evidentia.vector_indexes'))")
@@ -164,26 +205,58 @@ async def create_index(
                 f"""CREATE TABLE {table} (
                         chunk_id    text PRIMARY KEY REFERENCES chunks (chunk_id) ON DELETE CASCADE,
                         document_id text NOT NULL,
-                        embedding   vector({int(dim)}) NOT NULL,
+                        embedding   {vector_type(precision, dim)} NOT NULL,
                         created_at  timestamptz NOT NULL DEFAULT now())"""
             )
             await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
-            await conn.execute(hnsw_index_sql(table, db))
+            await conn.execute(hnsw_index_sql(table, db, precision))
             await conn.execute(
-                "INSERT INTO vector_indexes (name, model, dim, table_name, state) VALUES ($1,$2,$3,$4,'building')",
+                "INSERT INTO vector_indexes (name, model, dim, table_name, state, precision) "
+                "VALUES ($1,$2,$3,$4,'building',$5)",
                 name,
                 model,
                 dim,
                 table,
+                precision,
             )
         if activate:
-            await conn.execute(
-                "UPDATE vector_indexes SET state = 'retired' WHERE state = 'active' AND name <> $1", name
-            )
-            await conn.execute("UPDATE vector_indexes SET state = 'active', activated_at = now() WHERE name = $1", name)
+            await _activate(conn, name)
         row = await conn.fetchrow("SELECT * FROM vector_indexes WHERE name = $1", name)
     assert row is not None
     return _row(row)
+
+
+async def _activate(conn: asyncpg.Connection, name: str) -> None:
+    """Make ``name`` the active index and retire the one active before (in the caller's transaction)."""
+    await conn.execute("UPDATE vector_indexes SET state = 'retired' WHERE state = 'active' AND name <> $1", name)
+    await conn.execute("UPDATE vector_indexes SET state = 'active', activated_at = now() WHERE name = $1", name)
+
+
+async def copy_vectors(pool: asyncpg.Pool, source: VectorIndex, target: VectorIndex, *, activate: bool = False) -> int:
+    """Copy ``source``'s vectors into ``target`` (the same model, another precision), converted to
+    ``target``'s type: the rows ``target`` lacks or holds differently. Returns the rows written.
+
+    ``activate``: with writes to ``source`` held back (``SHARE`` lock) until ``target`` has replaced it as the
+    active index, in one transaction, so no vector written to ``source`` before the switch is missed. Run
+    once without it first: the bulk of the copy then does not hold ingestion back.
+    """
+    if (source.model, source.dim) != (target.model, target.dim):
+        raise IndexModelMismatch(
+            f"index {target.name!r} holds {target.model} ({target.dim}-d) vectors, not {source.model} ({source.dim}-d)"
+        )
+    async with pool.acquire() as conn, conn.transaction():
+        if activate:
+            await conn.execute(f"LOCK TABLE {source.table_name} IN SHARE MODE")
+        result: str = await conn.execute(
+            f"""INSERT INTO {target.table_name} (chunk_id, document_id, embedding)
+                SELECT s.chunk_id, s.document_id, s.embedding::{target.column_type}
+                FROM {source.table_name} s LEFT JOIN {target.table_name} t ON t.chunk_id = s.chunk_id
+                WHERE t.chunk_id IS NULL OR t.embedding <> s.embedding::{target.column_type}
+                ON CONFLICT (chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding"""
+        )
+        if activate:
+            await _activate(conn, target.name)
+    return int(result.rsplit(" ", 1)[-1])
 
 
 async def ensure_active_index(pool: asyncpg.Pool, model: str, dim: int, db: DatabaseSettings) -> VectorIndex:
@@ -211,16 +284,18 @@ async def upsert_vectors(
     if not chunk_ids:
         return 0
     rows = [(c, d, v) for c, d, v in zip(chunk_ids, document_ids, vectors, strict=True)]
+    # One temp table per column type: a connection may write to indexes of several dimensions or precisions.
+    incoming = f"incoming_{index.column_type.replace('(', '_').rstrip(')')}"
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS incoming_vectors "
-            f"(chunk_id text, document_id text, embedding vector({index.dim})) ON COMMIT DELETE ROWS"
+            f"CREATE TEMP TABLE IF NOT EXISTS {incoming} "
+            f"(chunk_id text, document_id text, embedding {index.column_type}) ON COMMIT DELETE ROWS"
         )
-        await conn.copy_records_to_table("incoming_vectors", records=rows)
+        await conn.copy_records_to_table(incoming, records=rows)
         result: str = await conn.execute(
             f"""INSERT INTO {index.table_name} (chunk_id, document_id, embedding)
                 SELECT DISTINCT ON (i.chunk_id) i.chunk_id, i.document_id, i.embedding
-                FROM incoming_vectors i JOIN chunks c ON c.chunk_id = i.chunk_id
+                FROM {incoming} i JOIN chunks c ON c.chunk_id = i.chunk_id
                 ON CONFLICT (chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding"""
         )
     return int(result.rsplit(" ", 1)[-1])
@@ -239,6 +314,19 @@ async def complete_documents(pool: asyncpg.Pool, index: VectorIndex, document_id
     return [r["document_id"] for r in rows]
 
 
+async def vector_table_bytes(pool: asyncpg.Pool, index: VectorIndex) -> dict[str, int]:
+    """The disk size of ``index``'s table: ``total`` (rows, TOAST, HNSW and B-tree indexes), ``table`` (rows and
+    TOAST) and ``hnsw`` (the HNSW index)."""
+    row = await pool.fetchrow(
+        "SELECT pg_total_relation_size($1::regclass) AS total, pg_table_size($1::regclass) AS table, "
+        "pg_relation_size($2::regclass) AS hnsw",
+        index.table_name,
+        f"{index.table_name}_hnsw",
+    )
+    assert row is not None
+    return {k: int(row[k]) for k in ("total", "table", "hnsw")}
+
+
 async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
     """How many vectors ``index`` holds."""
     return int(await pool.fetchval(f"SELECT count(*) FROM {index.table_name}"))
@@ -253,6 +341,22 @@ _HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_t
     icm.year AS icite_year, icm.provisional AS icite_provisional"""
 
 
+def nearest_chunks_sql(index: VectorIndex, filters: SearchFilters) -> tuple[str, list[Any]]:
+    """The statement :func:`nearest_chunks` runs: ``$1`` the query vector, ``$2`` k, then the filters'
+    parameters. The query vector is cast to the index's column type: an HNSW index over ``halfvec`` serves
+    only ``halfvec <=> halfvec``."""
+    where, params = where_clause(filters, 3)
+    query = f"$1::{index.column_type}"
+    sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> {query}) AS score
+              FROM {index.table_name} v
+              JOIN chunks c ON c.chunk_id = v.chunk_id
+              JOIN documents d ON d.document_id = c.document_id
+              WHERE {where}
+              ORDER BY v.embedding <=> {query}
+              LIMIT $2"""
+    return sql, params
+
+
 async def nearest_chunks(
     pool: asyncpg.Pool,
     index: VectorIndex,
@@ -263,14 +367,7 @@ async def nearest_chunks(
 ) -> list[tuple[str, float]]:
     """(chunk id, 1 - cosine distance) of the nearest chunks passing ``filters``, by HNSW with iterative
     scans (``relaxed_order``: near-ties may come out of order)."""
-    where, params = where_clause(filters, 3)
-    sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> $1) AS score
-              FROM {index.table_name} v
-              JOIN chunks c ON c.chunk_id = v.chunk_id
-              JOIN documents d ON d.document_id = c.document_id
-              WHERE {where}
-              ORDER BY v.embedding <=> $1
-              LIMIT $2"""
+    sql, params = nearest_chunks_sql(index, filters)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(f"SET LOCAL hnsw.ef_search = {max(int(ef_search), k)}")
         await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -291,7 +388,8 @@ async def hit_rows(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, as
 
 
 async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
-    """The stored vectors of ``chunk_ids`` in ``index``, by chunk id (chunks without a vector are absent)."""
+    """The stored vectors of ``chunk_ids`` in ``index``, by chunk id (chunks without a vector are absent), as
+    float32 whatever the index's precision."""
     rows = await pool.fetch(
         f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
     )
@@ -299,5 +397,5 @@ async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence
 
 
 def _as_array(value: object) -> np.ndarray:
-    to_numpy = getattr(value, "to_numpy", None)  # pgvector >= 0.4 decodes to a Vector object
+    to_numpy = getattr(value, "to_numpy", None)  # pgvector >= 0.4 decodes to a Vector/HalfVector object
     return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)

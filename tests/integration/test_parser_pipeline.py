@@ -364,7 +364,7 @@ def test_the_running_retriever_stores_vectors_of_both_event_versions(stack: Stac
     )
     asyncio.run(_publish_vectors(stack.infra.kafka.bootstrap, [old]))
     _wait_for_vector(stack, table, chunk_id, turned)
-    # v2 puts the original back, bit for bit (pgvector stores float32).
+    # v2 puts the original back, bit for bit (the vector as stored: exact at the index's precision).
     new = ChunkEmbedded(
         trace_id=f"v2-{marker}",
         chunk_id=chunk_id,

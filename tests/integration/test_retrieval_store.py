@@ -15,7 +15,7 @@ import pytest
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
-from services.retriever.store import VectorIndex, create_index, upsert_vectors
+from services.retriever.store import VectorIndex, create_index, upsert_vectors, vectors_of
 from shared.db import create_pool
 from shared.models import Chunk, MeshHeading, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
@@ -104,8 +104,10 @@ async def test_iterative_scan_returns_k_under_a_selective_filter(store: tuple) -
     assert {r["year"] for r in years} == {RARE_YEAR}
     scores = [h.score for h in hits]
     assert scores == sorted(scores, reverse=True)
-    # similarity = 1 - cosine distance
-    exact = float(query @ vectors[hits[0].chunk_id])
+    # similarity = 1 - cosine distance, of the vectors as the index holds them (the query cast to its type)
+    q = query.astype(np.float16).astype(np.float32) if index.precision == "half" else query
+    v = (await vectors_of(pool, index, [hits[0].chunk_id]))[hits[0].chunk_id]
+    exact = float(q @ v) / float(np.linalg.norm(q) * np.linalg.norm(v))
     assert hits[0].score == pytest.approx(exact, abs=1e-5)
 
 
