@@ -604,7 +604,7 @@ class LegCachingSearcher(HybridSearcher):
         return self.legs[key]
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
-        key = ("lexical", self.lexical, self.bm25, query, k, repr(filters))
+        key = ("lexical", self.bm25, query, k, repr(filters))
         if key not in self.legs:
             self.legs[key] = await super().lexical_search(query, k, filters)
         return self.legs[key]
