@@ -24,8 +24,9 @@ import pytest
 from services.parser.store import store_document
 from services.retriever.icite import read_icite
 from services.retriever.icite_store import citation_metrics_of, load_icite
-from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search, fts_search
-from services.retriever.store import VectorIndex
+from services.retriever.lexical_store import Bm25Scoring, bm25_rank
+from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
+from services.retriever.store import Scored, VectorIndex
 from shared.db import create_pool
 from shared.models import Chunk, CitationMetrics, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
@@ -135,12 +136,13 @@ async def corpus(migrated_postgres_url: str) -> AsyncIterator[tuple[asyncpg.Pool
 
 
 async def found(pool: asyncpg.Pool, index: VectorIndex, query: np.ndarray, filters: SearchFilters) -> list[set[str]]:
-    """The documents each leg returns under ``filters``: dense, BM25, full-text."""
+    """The documents each leg returns under ``filters``: dense, BM25 (best chunks checked against the filters),
+    BM25 resolved filter-first."""
     dense = await dense_search(pool, index, query, 50, filters, ef_search=40)
     bm25 = await bm25_search(pool, "fasting migraine", 50, filters, Bm25Params(), CorpusStats())
-    fts = await fts_search(pool, "migraine", 50, filters)
+    first = await _bm25_filter_first(pool, "migraine", filters)
     doc_of = {r["chunk_id"]: r["document_id"] for r in await pool.fetch("SELECT chunk_id, document_id FROM chunks")}
-    return [{doc_of[s.chunk_id] for s in leg} for leg in (dense, bm25, fts)]
+    return [{doc_of[s.chunk_id] for s in leg} for leg in (dense, bm25, first)]
 
 
 async def test_citation_filters_in_every_leg(corpus: tuple) -> None:  # type: ignore[type-arg]
@@ -176,3 +178,10 @@ async def test_hybrid_hits_carry_their_citation_metrics(corpus: tuple) -> None: 
         "fasting migraine", query, mode="hybrid", top_k=10, top_n=10, filters=SearchFilters(min_nih_percentile=90)
     )
     assert [h.document_id for h in filtered.hits] == ["pubmed:39000001"]
+
+
+async def _bm25_filter_first(pool: asyncpg.Pool, query: str, filters: SearchFilters) -> list[Scored]:
+    """BM25 with the filter resolved first (the path of a selective filter)."""
+    p = Bm25Params()
+    scoring = Bm25Scoring(p.k1, p.b, p.title_weight, p.section_weight, await CorpusStats().get(pool))
+    return await bm25_rank(pool, query, 50, filters, scoring, filter_first_max=10_000)

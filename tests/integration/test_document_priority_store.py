@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search, fts_search
-from services.retriever.store import VectorIndex
+from services.retriever.lexical_store import Bm25Scoring, bm25_rank
+from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
+from services.retriever.store import Scored, VectorIndex
 from shared.db import create_pool
 from shared.db.jobs import add_job_documents, create_job
 from shared.models import Chunk, ParsedDocument, SearchFilters
@@ -107,8 +108,8 @@ async def test_priority_zero_is_never_returned_and_min_priority_bounds(corpus: t
     assert pmids([h.chunk_id for h in dense], chunk_doc) == visible
     bm25 = await bm25_search(pool, "aspirin stroke", 50, everything, Bm25Params(), CorpusStats())
     assert pmids([h.chunk_id for h in bm25], chunk_doc) == visible
-    fts = await fts_search(pool, "aspirin", 50, everything)
-    assert pmids([h.chunk_id for h in fts], chunk_doc) == visible
+    first = await _bm25_filter_first(pool, "aspirin", everything)
+    assert pmids([h.chunk_id for h in first], chunk_doc) == visible
     high = SearchFilters(min_priority=50)
     assert pmids([h.chunk_id for h in await dense_search(pool, index, query, 50, high, 40)], chunk_doc) == {
         "12",
@@ -149,3 +150,10 @@ async def test_the_boost_lifts_high_priority_documents(corpus: tuple) -> None:  
     assert after["pubmed:11"] == pytest.approx(0.2 * before["pubmed:11"])  # low (10): a fifth
     assert after["pubmed:12"] == pytest.approx(before["pubmed:12"])  # normal: unchanged
     assert hits[0].document_id == "pubmed:13" and hits[-1].document_id == "pubmed:11"
+
+
+async def _bm25_filter_first(pool: asyncpg.Pool, query: str, filters: SearchFilters) -> list[Scored]:
+    """BM25 with the filter resolved first (the path of a selective filter)."""
+    p = Bm25Params()
+    scoring = Bm25Scoring(p.k1, p.b, p.title_weight, p.section_weight, await CorpusStats().get(pool))
+    return await bm25_rank(pool, query, 50, filters, scoring, filter_first_max=10_000)
