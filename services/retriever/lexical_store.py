@@ -131,21 +131,17 @@ def bm25_scores(terms: Sequence[TermPostings], scoring: Bm25Scoring, dead: np.nd
 
     Per posting: ``tf = tf_text + wt*tf_title + ws*tf_section``, ``dl = len_text + wt*len_title +
     ws*len_section``, ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``; summed per chunk."""
-    keys: list[np.ndarray] = []
-    weights: list[np.ndarray] = []
-    k1, b, avgdl = scoring.k1, scoring.b, scoring.avgdl
-    wt, ws = scoring.title_weight, scoring.section_weight
-    for term in terms:
-        p = term.postings
-        tf = p["tf_text"].astype(np.float64) + wt * p["tf_title"] + ws * p["tf_section"]
-        dl = p["len_text"].astype(np.float64) + wt * p["len_title"] + ws * p["len_section"]
-        live = tf > 0
-        tf, dl = tf[live], dl[live]
-        keys.append(p["key"][live].astype(np.int64))
-        weights.append(scoring.idf(term.df) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)))
-    if not keys or not sum(len(k) for k in keys):
+    if not terms or not any(len(t.postings) for t in terms):
         return np.zeros(0)
-    scores = np.bincount(np.concatenate(keys), weights=np.concatenate(weights))
+    k1, b = scoring.k1, scoring.b
+    wt, ws = scoring.title_weight, scoring.section_weight
+    # One pass over all the query's postings; a posting with no weighted occurrence (tf 0) adds exactly 0.
+    p = np.concatenate([t.postings for t in terms])
+    idf = np.repeat([scoring.idf(t.df) for t in terms], [len(t.postings) for t in terms])
+    tf = p["tf_text"] + wt * p["tf_title"] + ws * p["tf_section"]
+    norm = k1 * (1 - b) + (k1 * b / scoring.avgdl) * (p["len_text"] + wt * p["len_title"] + ws * p["len_section"])
+    saturation = np.divide(tf, tf + norm, out=np.zeros_like(tf), where=tf > 0)  # k1 = 0: 1 for any tf > 0
+    scores = np.bincount(p["key"], weights=idf * (k1 + 1) * saturation)
     dead = dead[dead < len(scores)]
     scores[dead] = 0.0
     return scores

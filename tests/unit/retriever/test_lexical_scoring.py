@@ -92,3 +92,11 @@ def test_a_posting_is_rewritten_about_log2_cap_times_under_steady_appends() -> N
             blocks += [cap] * (total // cap) + ([total % cap] if total % cap else [])
     assert written / 5000 <= math.log2(cap) + 2
     assert sum(1 for n in blocks if n < cap) <= math.log2(cap) + 1
+
+
+def test_k1_zero_scores_presence_only() -> None:
+    t = TermPostings(2, _postings((1, 3, 0, 0, 20, 4, 2), (2, 0, 0, 1, 20, 4, 2)))
+    binary = Bm25Scoring(0.0, 0.4, 1.0, 0.0, CorpusCounts(10, 4.0, 2.0, 20.0))
+    scores = bm25_scores([t], binary, np.array([], dtype=np.int64))
+    assert scores[1] == pytest.approx(math.log(1 + (10 - 2 + 0.5) / 2.5))  # idf, whatever the frequency
+    assert scores[2] == 0.0 and not np.isnan(scores).any()  # only a section occurrence, weighted 0
