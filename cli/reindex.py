@@ -108,6 +108,14 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
         proc.wait(10)
 
 
+def _print_summary(
+    index: str, model: str, dim: int, vectors: int, took: float, switched_to: str | None, retired: str | None
+) -> None:
+    """The ``--json`` result: one object on stdout."""
+    summary = {"index": index, "model": model, "dim": dim, "vectors": vectors, "seconds": round(took, 1)}
+    print(json.dumps({**summary, "switched_to": switched_to, "retired": retired}))
+
+
 async def reindex(args: argparse.Namespace) -> int:
     from cli._common import console, out, producer, publish_all
     from services.retriever.store import active_index, copy_vectors, create_index, index_name_with_precision
@@ -151,27 +159,26 @@ async def reindex(args: argparse.Namespace) -> int:
                 f"{active.name + ' (' + active.model + ', ' + active.precision + ')' if active else 'no active index'}"
             )
         if active is not None and same_model and target is not active:
-            # Only the precision changes: the stored vectors are converted, not embedded again.
+            # Only the precision changes: the stored vectors are converted, not embedded again. A first pass
+            # copies the bulk while the retriever keeps writing; the second copies what it wrote meanwhile
+            # with its writes held back, and switches in the same transaction.
             start = time.monotonic()
             await copy_vectors(pool, active, target)
-            switched_to = None
             if not args.no_switch:
                 await copy_vectors(pool, active, target, activate=True)
-                switched_to = target.name
             count = int(await pool.fetchval(f"SELECT count(*) FROM {target.table_name}"))
             took = time.monotonic() - start
-            if switched_to:
+            if args.no_switch:
+                say(f"{target.name} complete ({count} vectors copied, {took:.0f}s); not switched (--no-switch)")
+            else:
                 say(
                     f"switched: {target.name} ({name}, {target.precision} precision, {count} vectors copied from "
                     f"{active.name}) is active, {active.name} retired after {took:.0f}s. Restart the retriever, "
-                    f"then run this command again to embed chunks stored in between."
+                    "then run this command again to embed chunks stored in between."
                 )
-            else:
-                say(f"{target.name} complete ({count} vectors copied, {took:.0f}s); not switched (--no-switch)")
             if as_json:
-                summary = {"index": target.name, "model": name, "dim": dim, "vectors": count, "seconds": round(took, 1)}
-                retired = active.name if switched_to else None
-                print(json.dumps({**summary, "switched_to": switched_to, "retired": retired}))
+                switched_to = None if args.no_switch else target.name
+                _print_summary(target.name, name, dim, count, took, switched_to, switched_to and active.name)
             return 0
         if args.spawn_embedder:
             log_path = Path(tempfile.mkstemp(prefix="evidentia-reindex-embedder-", suffix=".log")[1])
@@ -264,9 +271,8 @@ async def reindex(args: argparse.Namespace) -> int:
                 "created in between."
             )
         if as_json:
-            summary = {"index": target.name, "model": name, "dim": dim, "vectors": count, "seconds": round(took, 1)}
             retired = active.name if switched_to and active else None
-            print(json.dumps({**summary, "switched_to": switched_to, "retired": retired}))
+            _print_summary(target.name, name, dim, count, took, switched_to, retired)
         return 0
     finally:
         if proc is not None:

@@ -330,7 +330,8 @@ async def _publish_vectors(bootstrap: str, events: list[ChunkEmbedded]) -> None:
 
 def _stored_vector(stack: Stack, table: str, chunk_id: str) -> np.ndarray:
     row = db_fetch(stack.infra.postgres.url, f"SELECT embedding::text AS e FROM {table} WHERE chunk_id = $1", chunk_id)
-    return np.asarray(json.loads(str(row[0]["e"])), dtype=np.float32)
+    # parse_int: a half-precision component that underflowed is printed "-0"; as an int it would lose its sign.
+    return np.asarray(json.loads(str(row[0]["e"]), parse_int=float), dtype=np.float32)
 
 
 def _wait_for_vector(stack: Stack, table: str, chunk_id: str, want: np.ndarray, timeout: float = 60) -> None:

@@ -212,11 +212,12 @@ async def test_reindex_moves_the_active_index_to_the_configured_precision(
     monkeypatch.setenv("EVIDENTIA_DATABASE_URL", url)
     monkeypatch.setenv("EVIDENTIA_DATABASE_VECTOR_PRECISION", "half")
     get_settings.cache_clear()
-    try:
+
+    async def run(*, no_switch: bool) -> dict[str, object]:
         args = argparse.Namespace(
             model="all-MiniLM-L6-v2",
             spawn_embedder=False,
-            no_switch=False,
+            no_switch=no_switch,
             timeout=60.0,
             stall_s=30.0,
             poll_s=0.5,
@@ -224,9 +225,17 @@ async def test_reindex_moves_the_active_index_to_the_configured_precision(
             json=True,
         )
         assert await reindex(args) == 0
+        result: dict[str, object] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        return result
+
+    try:
+        held = await run(no_switch=True)
+        assert held["switched_to"] is None and held["vectors"] == len(ids)
+        assert await active_index(pool) == old  # filled, not switched
+        summary = await run(no_switch=False)
     finally:
         get_settings.cache_clear()
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["index"] == held["index"]  # the same half index, completed and switched
     assert summary["retired"] == old.name and summary["vectors"] == len(ids)
     active = await active_index(pool)
     assert active is not None and active.name == summary["switched_to"] != old.name
