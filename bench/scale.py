@@ -625,7 +625,7 @@ async def grow(
         async with pool.acquire() as conn:
             await conn.execute("SET maintenance_work_mem = '1GB'")
             t = time.perf_counter()
-            await conn.execute(hnsw_index_sql(index.table_name, db))
+            await conn.execute(hnsw_index_sql(index.table_name, db, index.precision))
             built["hnsw_index_build_s"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         report = await compact(pool)  # what the retriever does in the background: merge the load's blocks
