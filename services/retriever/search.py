@@ -27,9 +27,23 @@ import asyncpg
 import numpy as np
 
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
-from services.retriever.lexical_store import Bm25Scoring, CorpusCounts, bm25_rank, corpus_counts
+from services.retriever.lexical_store import (
+    Bm25Scoring,
+    CorpusCounts,
+    bm25_rank,
+    corpus_counts,
+    filtered_chunks_at_most,
+)
 from services.retriever.mmr import mmr_select
-from services.retriever.store import Scored, VectorIndex, hit_rows, nearest_chunks, vectors_of, where_clause
+from services.retriever.store import (
+    Scored,
+    VectorIndex,
+    hit_rows,
+    nearest_chunks,
+    nearest_chunks_exact,
+    vectors_of,
+    where_clause,
+)
 from shared.models import (
     NEUTRAL_EVIDENCE_WEIGHT,
     PRIORITY_EXCLUDED,
@@ -61,6 +75,17 @@ class Bm25Params:
         return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
 
 
+#: A filter (beyond the retracted flag and priority) that passes at most this many chunks is resolved first:
+#: lexically, its chunks' keys in one statement, then their scores, instead of checking the best chunks against
+#: it in passes; densely, exact distances over its chunks instead of an HNSW scan that walks far to find them.
+FILTER_FIRST_MAX_CHUNKS = 2_000
+
+
+def is_restrictive(filters: SearchFilters) -> bool:
+    """Whether ``filters`` restrict more than the defaults (the retracted flag, priority > 0) do."""
+    return bool(where_clause(filters, 1)[1])
+
+
 async def dense_search(
     pool: asyncpg.Pool,
     index: VectorIndex,
@@ -69,9 +94,12 @@ async def dense_search(
     filters: SearchFilters,
     ef_search: int,
 ) -> list[Scored]:
-    """Nearest chunks by cosine similarity (1 - cosine distance); iterative HNSW scans keep
-    filtered queries at k results."""
-    rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search)
+    """Nearest chunks by cosine similarity (1 - cosine distance): pgvector HNSW with iterative scans, or,
+    under a filter that passes at most ``FILTER_FIRST_MAX_CHUNKS`` chunks, exact over those chunks."""
+    if is_restrictive(filters) and await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None:
+        rows = await nearest_chunks_exact(pool, index, query_vector, k, filters)
+    else:
+        rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search)
     # relaxed_order may return near-ties out of order: sort by the exact score.
     out = [Scored(chunk_id, score) for chunk_id, score in rows]
     return sorted(out, key=lambda s: -s.score)
@@ -103,11 +131,6 @@ class CorpusStats:
         self._value = None
 
 
-#: A filter (beyond the retracted flag and priority) that passes at most this many chunks is resolved first:
-#: its chunks' keys in one statement, then their scores, instead of checking the best chunks against it in passes.
-FILTER_FIRST_MAX_CHUNKS = 2_000
-
-
 async def bm25_search(
     pool: asyncpg.Pool,
     query: str,
@@ -122,10 +145,8 @@ async def bm25_search(
     (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
     that many pass and match a query term)."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
-    selective = bool(where_clause(filters, 1)[1])
-    return await bm25_rank(
-        pool, query, k, filters, scoring, filter_first_max=FILTER_FIRST_MAX_CHUNKS if selective else 0
-    )
+    first = FILTER_FIRST_MAX_CHUNKS if is_restrictive(filters) else 0
+    return await bm25_rank(pool, query, k, filters, scoring, filter_first_max=first)
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:

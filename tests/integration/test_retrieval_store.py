@@ -15,7 +15,7 @@ import pytest
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
-from services.retriever.store import VectorIndex, create_index, upsert_vectors, vectors_of
+from services.retriever.store import Scored, VectorIndex, create_index, nearest_chunks, upsert_vectors, vectors_of
 from shared.db import create_pool
 from shared.models import Chunk, MeshHeading, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
@@ -95,7 +95,7 @@ async def test_iterative_scan_returns_k_under_a_selective_filter(store: tuple) -
     assert 8 <= total < 20
     query = np.asarray(next(iter(vectors.values())))
     # ef_search 8 alone would leave almost nothing after the filter; iterative scans keep going.
-    hits = await dense_search(pool, index, query, 8, selective, ef_search=8)
+    hits = [Scored(c, s) for c, s in await nearest_chunks(pool, index, query, 8, selective, ef_search=8)]
     assert len(hits) == 8
     years = await pool.fetch(
         "SELECT DISTINCT d.year FROM chunks c JOIN documents d USING (document_id) WHERE c.chunk_id = ANY($1::text[])",
@@ -109,6 +109,27 @@ async def test_iterative_scan_returns_k_under_a_selective_filter(store: tuple) -
     v = (await vectors_of(pool, index, [hits[0].chunk_id]))[hits[0].chunk_id]
     exact = float(q @ v) / float(np.linalg.norm(q) * np.linalg.norm(v))
     assert hits[0].score == pytest.approx(exact, abs=1e-5)
+
+
+async def test_a_selective_filter_is_searched_exactly_over_its_chunks(store: tuple) -> None:  # type: ignore[type-arg]
+    pool, index, _ = store
+    selective = SearchFilters(year_from=RARE_YEAR, year_to=RARE_YEAR, include_retracted=True)
+    passing = {
+        r["chunk_id"]
+        for r in await pool.fetch(
+            "SELECT c.chunk_id FROM chunks c JOIN documents d USING (document_id) WHERE d.year = $1", RARE_YEAR
+        )
+    }
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        query = rng.normal(size=DIM).astype(np.float32)
+        query /= np.linalg.norm(query)
+        stored = await vectors_of(pool, index, sorted(passing))  # as stored (half precision)
+        expected = sorted(passing, key=lambda c: -float(query @ stored[c] / np.linalg.norm(stored[c])))[:6]
+        # ef_search 1: an HNSW scan would see almost nothing; the filter passes so few chunks that the
+        # search is exact over them instead.
+        hits = await dense_search(pool, index, query, 6, selective, ef_search=1)
+        assert [h.chunk_id for h in hits] == expected
 
 
 async def test_bm25_matches_the_formula(store: tuple) -> None:  # type: ignore[type-arg]
