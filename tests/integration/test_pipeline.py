@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,3 +101,21 @@ def test_invalid_requests_get_4xx_with_a_reason(stack: Stack) -> None:
         assert "digits" in r.text
         r = http.get("/v1/ingest/nope")
         assert r.status_code == 404
+
+
+def test_the_running_retriever_compacts_the_lexical_index(stack: Stack, ingested: Ingested) -> None:
+    """Each stored document appended one small posting block per term; the retriever merges them in the
+    background (EVIDENTIA_RETRIEVAL_BM25_COMPACT_EVERY_S), so a common term does not stay one block a document."""
+    url = stack.infra.postgres.url
+    docs = len(ingested.pmids)
+    deadline = time.monotonic() + 60
+    while db_fetch(url, "SELECT count(*) AS n FROM bm25_pending")[0]["n"] and time.monotonic() < deadline:
+        time.sleep(1)
+    assert db_fetch(url, "SELECT count(*) AS n FROM bm25_pending")[0]["n"] == 0
+    widest = db_fetch(
+        url,
+        "SELECT t.df, count(*) AS blocks FROM bm25_blocks b JOIN bm25_terms t USING (term_id) "
+        "GROUP BY t.term_id, t.df ORDER BY t.df DESC LIMIT 1",
+    )[0]
+    assert widest["df"] >= docs  # a term in every document's chunks: written in >= `docs` statements ...
+    assert widest["blocks"] <= 4  # ... and merged since
