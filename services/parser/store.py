@@ -129,26 +129,24 @@ async def store_document(
         )
         await conn.execute("DELETE FROM chunks WHERE document_id = $1", doc_id)
         stored = [_stored(doc_id, digest, doc.title, c) for c in doc.chunks]
-        await conn.executemany(
+        # One statement for all the chunks: the lexical index's triggers then index them in one pass.
+        await conn.execute(
             """
             INSERT INTO chunks (chunk_id, document_id, ordinal, section, doc_title, content, token_count,
                                 char_start, char_end)
-            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
+            SELECT u.chunk_id, $2, u.ordinal, u.section, $3, u.content, u.token_count, u.char_start, u.char_end
+            FROM unnest($1::text[], $4::integer[], $5::text[], $6::text[], $7::integer[], $8::integer[],
+                        $9::integer[]) AS u(chunk_id, ordinal, section, content, token_count, char_start, char_end)
             """,
-            [
-                (
-                    s.chunk_id,
-                    doc_id,
-                    c.ordinal,
-                    c.section,
-                    doc.title,
-                    c.text,
-                    c.token_count,
-                    c.char_start,
-                    c.char_end,
-                )
-                for s, c in zip(stored, doc.chunks, strict=True)
-            ],
+            [s.chunk_id for s in stored],
+            doc_id,
+            doc.title,
+            [c.ordinal for c in doc.chunks],
+            [c.section for c in doc.chunks],
+            [c.text for c in doc.chunks],
+            [c.token_count for c in doc.chunks],
+            [c.char_start for c in doc.chunks],
+            [c.char_end for c in doc.chunks],
         )
         return StoreResult(doc_id, outcome, stored)
 

@@ -107,7 +107,6 @@ def test_the_running_retriever_compacts_the_lexical_index(stack: Stack, ingested
     """Each stored document appended one small posting block per term; the retriever merges them in the
     background (EVIDENTIA_RETRIEVAL_BM25_COMPACT_EVERY_S), so a common term does not stay one block a document."""
     url = stack.infra.postgres.url
-    docs = len(ingested.pmids)
     deadline = time.monotonic() + 60
     while db_fetch(url, "SELECT count(*) AS n FROM bm25_pending")[0]["n"] and time.monotonic() < deadline:
         time.sleep(1)
@@ -117,5 +116,5 @@ def test_the_running_retriever_compacts_the_lexical_index(stack: Stack, ingested
         "SELECT t.df, count(*) AS blocks FROM bm25_blocks b JOIN bm25_terms t USING (term_id) "
         "GROUP BY t.term_id, t.df ORDER BY t.df DESC LIMIT 1",
     )[0]
-    assert widest["df"] >= docs  # a term in every document's chunks: written in >= `docs` statements ...
-    assert widest["blocks"] <= 4  # ... and merged since
+    assert widest["df"] >= 5  # the most common term came in at least 5 blocks (a chunk is a block at most) ...
+    assert widest["blocks"] <= 4  # ... and they were merged since
