@@ -609,7 +609,8 @@ async def grow(
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 
-    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url})
+    # A bulk load: no statement limit (an HNSW build over 10^6 vectors takes many minutes).
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url, "EVIDENTIA_DATABASE_STATEMENT_TIMEOUT_S": "0"})
     pool = await create_pool(db)
     try:
         index = await ensure_active_index(pool, model, dim, db)
@@ -640,7 +641,7 @@ async def grow(
         report = await compact(pool)  # what the retriever does in the background: merge the load's blocks
         built["lexical_compaction_s"] = round(time.perf_counter() - t, 1)
         built["lexical_compaction"] = report.__dict__
-        if bulk and added:
+        if bulk and report.blocks_read:
             # The load's blocks were merged into few large ones: give the space of the merged-away rows back
             # (a bulk-load step; incremental writes reuse it through autovacuum instead).
             t = time.perf_counter()
