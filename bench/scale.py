@@ -610,7 +610,7 @@ async def grow(
     from shared.settings import DatabaseSettings
 
     # A bulk load: no statement limit (an HNSW build over 10^6 vectors takes many minutes).
-    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url, "EVIDENTIA_DATABASE_STATEMENT_TIMEOUT_S": "0"})
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url, "statement_timeout_s": 0})
     pool = await create_pool(db)
     try:
         index = await ensure_active_index(pool, model, dim, db)
