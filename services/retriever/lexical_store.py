@@ -280,36 +280,48 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
         pending = [int(r["term_id"]) for r in rows]
         with_dead = {int(r["term_id"]) for r in rows if r["has_dead"]}
         dead = await dead_keys(conn)
-        # Full blocks are read only where a removed chunk's posting may sit in them.
-        rows = await conn.fetch(
-            "SELECT term_id, block_id, n, postings FROM bm25_blocks WHERE term_id = ANY ($1::integer[]) "
+        # The plan needs only the blocks' sizes; full blocks are considered only where a removed chunk's
+        # posting may sit in them, and only the blocks chosen are read.
+        meta = await conn.fetch(
+            "SELECT term_id, block_id, n FROM bm25_blocks WHERE term_id = ANY ($1::integer[]) "
             "AND (n < $2 OR term_id = ANY ($3::integer[])) ORDER BY term_id, block_id",
             pending,
             block_postings,
             sorted(with_dead),
         )
         by_term: dict[int, list[asyncpg.Record]] = {}
-        for r in rows:
+        for r in meta:
             by_term.setdefault(int(r["term_id"]), []).append(r)
-        drop: list[int] = []
+        chosen: dict[int, list[int]] = {}
+        for term, blocks in by_term.items():
+            picked = (
+                list(range(len(blocks)))  # any block may hold a removed chunk's posting
+                if term in with_dead
+                else merge_plan([int(b["n"]) for b in blocks], block_postings)
+            )
+            if picked:
+                chosen[term] = [int(blocks[i]["block_id"]) for i in picked]
+        drop = [block for blocks in chosen.values() for block in blocks]
+        postings = {
+            int(r["block_id"]): r["postings"]
+            for r in await conn.fetch(
+                "SELECT block_id, postings FROM bm25_blocks WHERE term_id = ANY ($1::integer[]) "
+                "AND block_id = ANY ($2::bigint[])",
+                list(chosen),
+                drop,
+            )
+        }
         new_terms: list[int] = []
         new_n: list[int] = []
         new_blobs: list[bytes] = []
         dropped = 0
-        for term, blocks in by_term.items():
-            if term in with_dead:
-                chosen = list(range(len(blocks)))  # any block may hold a removed chunk's posting
-            else:
-                chosen = merge_plan([int(b["n"]) for b in blocks], block_postings)
-            if not chosen:
-                continue
-            merged = np.frombuffer(b"".join(blocks[i]["postings"] for i in chosen), dtype=POSTING)
+        for term, blocks in chosen.items():
+            merged = np.frombuffer(b"".join(postings[block] for block in blocks), dtype=POSTING)
             if term in with_dead:
                 keep = ~np.isin(merged["key"], dead)
                 dropped += int((~keep).sum())
                 merged = merged[keep]
             merged = merged[np.argsort(merged["key"], kind="stable")]
-            drop.extend(int(blocks[i]["block_id"]) for i in chosen)
             for part in _split(merged, block_postings):
                 new_terms.append(term)
                 new_n.append(len(part))
