@@ -17,6 +17,7 @@ Pipeline of :meth:`HybridSearcher.search`:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ from shared.models import (
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
     from shared.settings import RetrievalSettings
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["dense", "lexical", "hybrid", "hybrid+rerank"]
 
@@ -107,24 +110,37 @@ async def dense_search(
 
 @dataclass
 class CorpusStats:
-    """N and the mean field lengths of the chunks, cached for ``ttl_s`` (BM25 barely moves with them)."""
+    """N and the mean field lengths of the chunks, cached for ``ttl_s`` (BM25 barely moves with them).
+
+    Only the first call waits for the store; afterwards an expired value is still returned while one
+    background task reads the new one (counting 10^6 chunks takes a while: no search should wait for it)."""
 
     ttl_s: float = 60.0
     _value: CorpusCounts | None = None
     _at: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _refresh: asyncio.Task[None] | None = None
 
     async def get(self, pool: asyncpg.Pool) -> CorpusCounts:
-        """The corpus counts, read from the store when the cached ones are older than ``ttl_s``."""
-        now = time.monotonic()
-        if self._value is not None and now - self._at < self.ttl_s:
-            return self._value
-        async with self._lock:
-            if self._value is None or time.monotonic() - self._at >= self.ttl_s:
-                self._value = await corpus_counts(pool)
-                self._at = time.monotonic()
+        """The corpus counts: cached ones (read again in the background once older than ``ttl_s``), or, the
+        first time, read from the store."""
+        if self._value is None:
+            async with self._lock:
+                if self._value is None:
+                    await self._read(pool)
+        elif time.monotonic() - self._at >= self.ttl_s and (self._refresh is None or self._refresh.done()):
+            self._refresh = asyncio.create_task(self._read(pool))
         assert self._value is not None
         return self._value
+
+    async def _read(self, pool: asyncpg.Pool) -> None:
+        try:
+            self._value = await corpus_counts(pool)
+            self._at = time.monotonic()
+        except Exception:
+            if self._value is None:
+                raise
+            log.warning("corpus counts not refreshed; the cached ones stay", exc_info=True)
 
     def invalidate(self) -> None:
         """Forget the cached counts: the next :meth:`get` reads them again."""

@@ -1,0 +1,58 @@
+"""The corpus counts BM25 needs are cached; once expired, searches keep the cached ones while one background
+read fetches the new (counting a large store must not land inside a search)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from services.retriever import search
+from services.retriever.lexical_store import CorpusCounts
+
+
+class SlowCounts:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.release = asyncio.Event()
+        self.fail = False
+
+    async def __call__(self, pool: Any) -> CorpusCounts:
+        self.calls += 1
+        if self.calls > 1:
+            await self.release.wait()
+        if self.fail:
+            raise OSError("database gone")
+        return CorpusCounts(self.calls * 100, 1.0, 0.0, 10.0)
+
+
+async def test_an_expired_value_is_served_while_one_refresh_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = SlowCounts()
+    monkeypatch.setattr(search, "corpus_counts", counts)
+    stats = search.CorpusStats(ttl_s=0.0)
+    assert (await stats.get(None)).chunks == 100  # the first call waits for the store
+    # Expired: every caller gets the cached value at once; one refresh is started, not one per caller.
+    values = await asyncio.gather(*(stats.get(None) for _ in range(5)))
+    assert [v.chunks for v in values] == [100] * 5
+    await asyncio.sleep(0)
+    assert counts.calls == 2
+    counts.release.set()
+    await asyncio.sleep(0.01)
+    assert stats._refresh is not None and stats._refresh.done()
+    assert (await stats.get(None)).chunks == 200
+
+
+async def test_a_failed_refresh_keeps_the_cached_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = SlowCounts()
+    monkeypatch.setattr(search, "corpus_counts", counts)
+    stats = search.CorpusStats(ttl_s=0.0)
+    await stats.get(None)
+    counts.fail = True
+    counts.release.set()
+    await stats.get(None)
+    await asyncio.sleep(0.01)
+    assert counts.calls == 2
+    assert (await stats.get(None)).chunks == 100  # still the cached counts; a new refresh was started
+    await asyncio.sleep(0.01)
+    assert counts.calls == 3
