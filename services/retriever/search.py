@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,10 +79,18 @@ class Bm25Params:
         return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
 
 
-#: A filter (beyond the retracted flag and priority) that passes at most this many chunks is resolved first:
-#: lexically, its chunks' keys in one statement, then their scores, instead of checking the best chunks against
-#: it in passes; densely, exact distances over its chunks instead of an HNSW scan that walks far to find them.
+#: The least filter-first bound (see :func:`filter_first_max`).
 FILTER_FIRST_MAX_CHUNKS = 2_000
+
+
+def filter_first_max(k: int, chunks: int) -> int:
+    """How many chunks a filter (beyond the retracted flag and priority) may pass and still be resolved
+    first: lexically its chunks' keys in one statement, then their scores; densely exact distances over its
+    chunks. Past it the best chunks are checked against the filter instead (lexical passes, HNSW iterative
+    scans). Filter-first reads about ``s * N`` chunks for a filter passing a share ``s`` of ``N``; the check
+    reads about ``k / s`` candidates: they break even at ``s * N = sqrt(k * N)`` chunks (10,000 for k = 100
+    at 10^6 chunks), never below ``FILTER_FIRST_MAX_CHUNKS``."""
+    return max(FILTER_FIRST_MAX_CHUNKS, int(math.sqrt(max(k, 1) * max(chunks, 0))))
 
 
 def is_restrictive(filters: SearchFilters) -> bool:
@@ -96,10 +105,12 @@ async def dense_search(
     k: int,
     filters: SearchFilters,
     ef_search: int,
+    *,
+    first_max: int = FILTER_FIRST_MAX_CHUNKS,
 ) -> list[Scored]:
     """Nearest chunks by cosine similarity (1 - cosine distance): pgvector HNSW with iterative scans, or,
-    under a filter that passes at most ``FILTER_FIRST_MAX_CHUNKS`` chunks, exact over those chunks."""
-    if is_restrictive(filters) and await filtered_chunks_at_most(pool, filters, FILTER_FIRST_MAX_CHUNKS) is not None:
+    under a filter that passes at most ``first_max`` chunks (:func:`filter_first_max`), exact over them."""
+    if is_restrictive(filters) and await filtered_chunks_at_most(pool, filters, first_max) is not None:
         rows = await nearest_chunks_exact(pool, index, query_vector, k, filters)
     else:
         rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search)
@@ -161,7 +172,7 @@ async def bm25_search(
     (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
     that many pass and match a query term)."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
-    first = FILTER_FIRST_MAX_CHUNKS if is_restrictive(filters) else 0
+    first = filter_first_max(k, scoring.counts.chunks) if is_restrictive(filters) else 0
     return await bm25_rank(pool, query, k, filters, scoring, filter_first_max=first)
 
 
@@ -357,7 +368,8 @@ class HybridSearcher:
         self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
     ) -> list[Scored]:
         """The ``k`` nearest chunks to ``query_vector`` that pass ``filters``, best first."""
-        return await dense_search(self.pool, self.index, query_vector, k, filters, ef_search)
+        first_max = filter_first_max(k, (await self.stats.get(self.pool)).chunks) if is_restrictive(filters) else 0
+        return await dense_search(self.pool, self.index, query_vector, k, filters, ef_search, first_max=first_max)
 
     async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
         """The ``k`` best chunks for ``query`` by BM25 that pass ``filters``, best first."""

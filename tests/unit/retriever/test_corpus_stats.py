@@ -1,5 +1,6 @@
 """The corpus counts BM25 needs are cached; once expired, searches keep the cached ones while one background
-read fetches the new (counting a large store must not land inside a search)."""
+read fetches the new (counting a large store must not land inside a search); and the size up to which a
+filter is resolved first, which depends on the corpus size."""
 
 from __future__ import annotations
 
@@ -56,3 +57,10 @@ async def test_a_failed_refresh_keeps_the_cached_value(monkeypatch: pytest.Monke
     assert (await stats.get(None)).chunks == 100  # still the cached counts; a new refresh was started
     await asyncio.sleep(0.01)
     assert counts.calls == 3
+
+
+def test_the_filter_first_bound_grows_with_the_square_root_of_k_times_n() -> None:
+    assert search.filter_first_max(100, 1_000_000) == 10_000  # break-even: s*N = k/s
+    assert search.filter_first_max(100, 10_000_000) == 31_622
+    assert search.filter_first_max(20, 1_000) == search.FILTER_FIRST_MAX_CHUNKS  # never below the floor
+    assert search.filter_first_max(0, 0) == search.FILTER_FIRST_MAX_CHUNKS
