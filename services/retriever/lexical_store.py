@@ -265,6 +265,12 @@ def merge_plan(sizes: Sequence[int], block_postings: int) -> list[int]:
     return picked if len(picked) >= 2 else []
 
 
+def _holds_any(sorted_keys: np.ndarray, low: int, high: int) -> bool:
+    """Whether any of ``sorted_keys`` lies in ``[low, high]``."""
+    i = int(np.searchsorted(sorted_keys, low))
+    return i < len(sorted_keys) and int(sorted_keys[i]) <= high
+
+
 def _split(postings: np.ndarray, block_postings: int) -> list[np.ndarray]:
     return [postings[i : i + block_postings] for i in range(0, len(postings), block_postings)]
 
@@ -280,10 +286,10 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
         pending = [int(r["term_id"]) for r in rows]
         with_dead = {int(r["term_id"]) for r in rows if r["has_dead"]}
         dead = await dead_keys(conn)
-        # The plan needs only the blocks' sizes; full blocks are considered only where a removed chunk's
-        # posting may sit in them, and only the blocks chosen are read.
+        # The plan needs only the blocks' sizes and key ranges: small blocks are merged size-tiered, and a
+        # block is rewritten without the removed chunks' postings only if a dead key falls in its range.
         meta = await conn.fetch(
-            "SELECT term_id, block_id, n FROM bm25_blocks WHERE term_id = ANY ($1::integer[]) "
+            "SELECT term_id, block_id, n, min_key, max_key FROM bm25_blocks WHERE term_id = ANY ($1::integer[]) "
             "AND (n < $2 OR term_id = ANY ($3::integer[])) ORDER BY term_id, block_id",
             pending,
             block_postings,
@@ -292,15 +298,14 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
         by_term: dict[int, list[asyncpg.Record]] = {}
         for r in meta:
             by_term.setdefault(int(r["term_id"]), []).append(r)
+        dead_sorted = np.sort(dead)
         chosen: dict[int, list[int]] = {}
         for term, blocks in by_term.items():
-            picked = (
-                list(range(len(blocks)))  # any block may hold a removed chunk's posting
-                if term in with_dead
-                else merge_plan([int(b["n"]) for b in blocks], block_postings)
-            )
+            picked = set(merge_plan([int(b["n"]) for b in blocks], block_postings))
+            if term in with_dead:
+                picked.update(i for i, b in enumerate(blocks) if _holds_any(dead_sorted, b["min_key"], b["max_key"]))
             if picked:
-                chosen[term] = [int(blocks[i]["block_id"]) for i in picked]
+                chosen[term] = [int(blocks[i]["block_id"]) for i in sorted(picked)]
         drop = [block for blocks in chosen.values() for block in blocks]
         postings = {
             int(r["block_id"]): r["postings"]
@@ -313,6 +318,8 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
         }
         new_terms: list[int] = []
         new_n: list[int] = []
+        new_min: list[int] = []
+        new_max: list[int] = []
         new_blobs: list[bytes] = []
         dropped = 0
         for term, blocks in chosen.items():
@@ -325,15 +332,19 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
             for part in _split(merged, block_postings):
                 new_terms.append(term)
                 new_n.append(len(part))
+                new_min.append(int(part["key"][0]))
+                new_max.append(int(part["key"][-1]))
                 new_blobs.append(part.tobytes())
         if drop:
             await conn.execute("DELETE FROM bm25_blocks WHERE block_id = ANY ($1::bigint[])", drop)
         if new_terms:
             await conn.execute(
-                "INSERT INTO bm25_blocks (term_id, n, postings) "
-                "SELECT * FROM unnest($1::integer[], $2::integer[], $3::bytea[])",
+                "INSERT INTO bm25_blocks (term_id, n, min_key, max_key, postings) "
+                "SELECT * FROM unnest($1::integer[], $2::integer[], $3::integer[], $4::integer[], $5::bytea[])",
                 new_terms,
                 new_n,
+                new_min,
+                new_max,
                 new_blobs,
             )
         await conn.execute("DELETE FROM bm25_pending WHERE term_id = ANY ($1::integer[])", pending)

@@ -347,3 +347,34 @@ async def test_a_frequency_at_the_tsvector_limit_fits_its_byte(private_postgres:
         assert [h.chunk_id.split("#")[0] for h in hits] == ["pubmed:90001"] and hits[0].score > 0
     finally:
         await pool.close()
+
+
+async def test_a_removal_rewrites_only_the_blocks_its_chunks_fall_in(private_postgres: LocalPostgres) -> None:
+    pool = await _pool(await _fresh_database(private_postgres, "bm25_removal"))
+    try:
+        rng = random.Random(8)
+        docs = [_doc(i, rng) for i in range(40)]
+        for d in docs:
+            await store_document(pool, d)
+        await compact(pool, block_postings=8)  # many full blocks per common term
+        term = await pool.fetchval(
+            "SELECT t.term_id FROM bm25_terms t JOIN chunks c ON c.document_id = $1 "
+            "AND chunk_tsvector(c.doc_title, c.section, c.content) @@ to_tsquery('english', t.term) "
+            "ORDER BY t.df DESC LIMIT 1",
+            docs[20].document_id,
+        )
+        before = {r["block_id"] for r in await pool.fetch("SELECT block_id FROM bm25_blocks WHERE term_id = $1", term)}
+        assert len(before) >= 6
+        assert await delete_document(pool, docs[20].document_id)
+        await compact(pool, block_postings=8)
+        after = {r["block_id"] for r in await pool.fetch("SELECT block_id FROM bm25_blocks WHERE term_id = $1", term)}
+        # One document's 1-3 chunks have adjacent keys: at most two of the term's blocks hold them.
+        assert 1 <= len(before - after) <= 2
+        assert await pool.fetchval("SELECT count(*) FROM bm25_dead") == 0
+        await _assert_statistics_consistent(pool)
+        ranges = await pool.fetch("SELECT min_key, max_key, postings FROM bm25_blocks")
+        for r in ranges:
+            keys = np.frombuffer(r["postings"], dtype=POSTING)["key"]
+            assert (int(keys[0]), int(keys[-1])) == (r["min_key"], r["max_key"]) and (np.diff(keys) > 0).all()
+    finally:
+        await pool.close()

@@ -46,6 +46,8 @@ CREATE TABLE bm25_blocks (
     term_id   integer NOT NULL,
     block_id  bigint GENERATED ALWAYS AS IDENTITY,
     n         integer NOT NULL CHECK (n > 0),
+    min_key   integer NOT NULL,   -- the block's postings are in chunk-key order, between these two keys:
+    max_key   integer NOT NULL,   -- dropping a removed chunk's postings rewrites only the blocks it falls in
     postings  bytea NOT NULL,
     PRIMARY KEY (term_id, block_id)
 );
@@ -92,8 +94,8 @@ BEGIN
         FROM unnest(p_ids, p_tsvs) AS n(id, tsv), unnest(n.tsv) AS x, unnest(x.weights) AS w
         GROUP BY n.id, x.lexeme),
     added AS (
-        INSERT INTO bm25_blocks (term_id, n, postings)
-        SELECT t.term_id, count(*),
+        INSERT INTO bm25_blocks (term_id, n, min_key, max_key, postings)
+        SELECT t.term_id, count(*), min(c.chunk_key), max(c.chunk_key),
                string_agg(int4send(c.chunk_key)
                           || set_byte('\x00'::bytea, 0, least(p.tf_text, 255))
                           || set_byte('\x00'::bytea, 0, least(p.tf_title, 255))
