@@ -2,7 +2,8 @@
 --
 -- Migration 100 stored one row per (term, chunk) with a covering B-tree: ~10 KB a chunk, and an exact query
 -- walked sum(df) index tuples (0.8-2 s at 100k chunks). Here a term's postings live in a few `bytea` blocks:
---   bm25_blocks   (term_id, block_id) -> n postings, each 11 bytes: chunk_key int4 (big-endian), tf_text,
+--   bm25_blocks   (term_id, block_id) -> the block's key range (min_key, max_key) and n postings in key
+--                 order, each 11 bytes: chunk_key int4 (big-endian), tf_text,
 --                 tf_title, tf_section (one byte each, at most 255), len_text (two bytes, at most 65535),
 --                 len_title, len_section (one byte each, at most 255): the chunk's field lengths ride along,
 --                 so scoring needs no join; BM25 saturates long before a term's 255th occurrence. Stored
