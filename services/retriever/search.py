@@ -123,8 +123,9 @@ async def dense_search(
 class CorpusStats:
     """N and the mean field lengths of the chunks, cached for ``ttl_s`` (BM25 barely moves with them).
 
-    Only the first call waits for the store; afterwards an expired value is still returned while one
-    background task reads the new one (counting 10^6 chunks takes a while: no search should wait for it)."""
+    Only the first call (and any while the store is empty) waits for the store; afterwards an expired value
+    is still returned while one background task reads the new one (counting 10^6 chunks takes a while: no
+    search should wait for it)."""
 
     ttl_s: float = 60.0
     _value: CorpusCounts | None = None
@@ -135,11 +136,13 @@ class CorpusStats:
     async def get(self, pool: asyncpg.Pool) -> CorpusCounts:
         """The corpus counts: cached ones (read again in the background once older than ``ttl_s``), or, the
         first time, read from the store."""
-        if self._value is None:
+        expired = time.monotonic() - self._at >= self.ttl_s
+        if self._value is None or (expired and self._value.chunks == 0):
+            # Nothing cached, or an empty store (nothing to wait for; stale zeros would hide new documents).
             async with self._lock:
-                if self._value is None:
+                if self._value is None or (time.monotonic() - self._at >= self.ttl_s and self._value.chunks == 0):
                     await self._read(pool)
-        elif time.monotonic() - self._at >= self.ttl_s and (self._refresh is None or self._refresh.done()):
+        elif expired and (self._refresh is None or self._refresh.done()):
             self._refresh = asyncio.create_task(self._read(pool))
         assert self._value is not None
         return self._value

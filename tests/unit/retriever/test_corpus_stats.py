@@ -59,6 +59,18 @@ async def test_a_failed_refresh_keeps_the_cached_value(monkeypatch: pytest.Monke
     assert counts.calls == 3
 
 
+async def test_an_empty_store_is_counted_again_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = iter([CorpusCounts(0, 0.0, 0.0, 0.0), CorpusCounts(7, 1.0, 0.0, 10.0)])
+
+    async def counts(pool: Any) -> CorpusCounts:
+        return next(seen)
+
+    monkeypatch.setattr(search, "corpus_counts", counts)
+    stats = search.CorpusStats(ttl_s=0.0)
+    assert (await stats.get(None)).chunks == 0
+    assert (await stats.get(None)).chunks == 7  # not the stale zero: the first documents count at once
+
+
 def test_the_filter_first_bound_grows_with_the_square_root_of_k_times_n() -> None:
     assert search.filter_first_max(100, 1_000_000) == 10_000  # break-even: s*N = k/s
     assert search.filter_first_max(100, 10_000_000) == 31_622
