@@ -10,6 +10,7 @@ import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import asyncpg
 import numpy as np
@@ -66,6 +67,16 @@ async def _fresh_database(pg: LocalPostgres, name: str) -> str:
     other = LocalPostgres(pg.data_dir, port=pg.port, database=name)
     await asyncio.to_thread(other.provision)
     return other.url
+
+
+@asynccontextmanager
+async def _fresh_pool(pg: LocalPostgres, name: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on a new, migrated database of its own, closed afterwards."""
+    pool = await _pool(await _fresh_database(pg, name))
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 @pytest.fixture(scope="module")
@@ -213,8 +224,7 @@ async def test_a_selective_filter_gets_k_results_either_way(store: asyncpg.Pool)
 
 
 async def test_statistics_follow_insert_replace_and_delete(private_postgres: LocalPostgres) -> None:
-    pool = await _pool(await _fresh_database(private_postgres, "bm25_writes"))
-    try:
+    async with _fresh_pool(private_postgres, "bm25_writes") as pool:
         rng = random.Random(3)
         docs = [_doc(i, rng) for i in range(30)]
         for d in docs:
@@ -256,13 +266,10 @@ async def test_statistics_follow_insert_replace_and_delete(private_postgres: Loc
         expected = await _reference(pool, "aspirin stroke", Bm25Params())
         hits = await bm25_search(pool, "aspirin stroke", 10, SearchFilters(), Bm25Params(), CorpusStats())
         assert [h.chunk_id for h in hits] == [c for c, _ in expected[:10]] == [h.chunk_id for h in before]
-    finally:
-        await pool.close()
 
 
 async def test_concurrent_writers_neither_deadlock_nor_miscount(private_postgres: LocalPostgres) -> None:
-    pool = await _pool(await _fresh_database(private_postgres, "bm25_concurrent"))
-    try:
+    async with _fresh_pool(private_postgres, "bm25_concurrent") as pool:
         rng = random.Random(9)
         docs = [_doc(i, rng) for i in range(60)]
         # Eight writers at once, each document's chunks statement by statement, sharing the common terms.
@@ -288,8 +295,6 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(private_postgres
         await compact(pool, block_postings=16)
         await _assert_statistics_consistent(pool)
         assert await pool.fetchval("SELECT count(*) FROM bm25_dead") == 0
-    finally:
-        await pool.close()
 
 
 async def test_migration_backfills_a_store_that_predates_the_index(private_postgres: LocalPostgres) -> None:
@@ -332,8 +337,7 @@ async def test_migration_backfills_a_store_that_predates_the_index(private_postg
 
 
 async def test_a_frequency_at_the_tsvector_limit_fits_its_byte(private_postgres: LocalPostgres) -> None:
-    pool = await _pool(await _fresh_database(private_postgres, "bm25_caps"))
-    try:
+    async with _fresh_pool(private_postgres, "bm25_caps") as pool:
         text = "zolpidem " * 300 + "insomnia."
         doc = ParsedDocument(source="pubmed", source_id="90001", pmid="90001", title="t", chunks=[_chunk(0, text)])
         await store_document(pool, doc)
@@ -345,13 +349,10 @@ async def test_a_frequency_at_the_tsvector_limit_fits_its_byte(private_postgres:
         assert (tf_text, len_text) == (255, 256)
         hits = await bm25_search(pool, "zolpidem", 5, SearchFilters(), Bm25Params(), CorpusStats())
         assert [h.chunk_id.split("#")[0] for h in hits] == ["pubmed:90001"] and hits[0].score > 0
-    finally:
-        await pool.close()
 
 
 async def test_a_removal_rewrites_only_the_blocks_its_chunks_fall_in(private_postgres: LocalPostgres) -> None:
-    pool = await _pool(await _fresh_database(private_postgres, "bm25_removal"))
-    try:
+    async with _fresh_pool(private_postgres, "bm25_removal") as pool:
         rng = random.Random(8)
         docs = [_doc(i, rng) for i in range(40)]
         for d in docs:
@@ -376,5 +377,3 @@ async def test_a_removal_rewrites_only_the_blocks_its_chunks_fall_in(private_pos
         for r in ranges:
             keys = np.frombuffer(r["postings"], dtype=POSTING)["key"]
             assert (int(keys[0]), int(keys[-1])) == (r["min_key"], r["max_key"]) and (np.diff(keys) > 0).all()
-    finally:
-        await pool.close()
