@@ -8,9 +8,40 @@
 #   docker build --build-arg SERVICE=embedder --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
 # No service image carries the CLI, the dev stack (embedded PostgreSQL) or the test tools. Every image can run
 # the one-shot set-up: python -m shared.setup (migrations, topics).
+#
+# The embedding model (EMBEDDING_MODEL, default bge-small-en-v1.5: the held-out winner, docs/benchmarks.md #17)
+# is fetched in its own stage from Maven Central and refused unless its jar's SHA-256 is the pinned one
+# (shared/embedding/fetch.py). Only the services that tokenise or embed with it (parser, embedder, retriever)
+# carry its folder (~130 MB, /opt/evidentia/models); the others copy an empty folder (BuildKit builds only the
+# stages a service's image uses). A PyPI-packaged model (all-MiniLM-L6-v2) needs no fetching.
+ARG SERVICE=gateway
+ARG EMBEDDING_MODEL=bge-small-en-v1.5
+
+FROM python:3.11-slim AS models-fetched
+ARG EMBEDDING_MODEL
+WORKDIR /src
+RUN pip install --no-cache-dir "httpx>=0.27" "numpy>=1.26"
+COPY shared/__init__.py ./shared/__init__.py
+COPY shared/embedding ./shared/embedding
+RUN mkdir -p /opt/evidentia/models \
+    && python -m shared.embedding "${EMBEDDING_MODEL}" --models-dir /opt/evidentia/models --maven-repo /tmp/m2 \
+    && rm -rf /tmp/m2
+
+FROM python:3.11-slim AS models-none
+RUN mkdir -p /opt/evidentia/models
+
+FROM models-fetched AS models-parser
+FROM models-fetched AS models-embedder
+FROM models-fetched AS models-retriever
+FROM models-none AS models-fetcher
+FROM models-none AS models-synthesizer
+FROM models-none AS models-gateway
+FROM models-${SERVICE} AS service-models
+
 FROM python:3.11-slim
 
-ARG SERVICE=gateway
+ARG SERVICE
+ARG EMBEDDING_MODEL
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
@@ -19,7 +50,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HF_HUB_OFFLINE=1 \
-    SERVICE=${SERVICE}
+    SERVICE=${SERVICE} \
+    EVIDENTIA_EMBEDDING_MODEL=${EMBEDDING_MODEL} \
+    EVIDENTIA_EMBEDDING_MODELS_DIR=/opt/evidentia/models
 
 WORKDIR /app
 
@@ -31,6 +64,8 @@ RUN if grep -q '^sentence-transformers==' /tmp/requirements.lock; then \
         pip install --no-deps --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; \
     fi \
     && pip install --no-deps -r /tmp/requirements.lock
+
+COPY --from=service-models /opt/evidentia/models /opt/evidentia/models
 
 COPY pyproject.toml README.md LICENSE ./
 COPY shared ./shared

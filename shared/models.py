@@ -430,8 +430,8 @@ def strongest_evidence_first(hits: Sequence[SearchHit]) -> list[SearchHit]:
 
 def relevant_hits(hits: Sequence[SearchHit], min_score: float) -> list[SearchHit]:
     """The relevance threshold, the one rule for what counts as evidence: takes retrieved ``hits`` and the
-    threshold (``RetrievalSettings.min_score``, ``EVIDENTIA_RETRIEVAL_MIN_SCORE``) and returns, in order, the
-    hits whose dense (cosine) similarity is at or above it; a hit with no dense score (found by the lexical leg
-    alone) is kept. The synthesizer cites only these (none: the insufficient-evidence answer); the gateway's
-    guideline route searches every source when no guideline passage is among them."""
+    threshold (``Settings.relevance_floor``: ``EVIDENTIA_RETRIEVAL_MIN_SCORE``, else the embedding model's own)
+    and returns, in order, the hits whose dense (cosine) similarity is at or above it; a hit with no dense score
+    (found by the lexical leg alone) is kept. The synthesizer cites only these (none: the insufficient-evidence
+    answer); the gateway's guideline route searches every source when no guideline passage is among them."""
     return [h for h in hits if h.dense_score is None or h.dense_score >= min_score]

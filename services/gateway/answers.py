@@ -241,7 +241,7 @@ class AnswerService:
                 retrieve,
                 turn.analysis.classification.category,
                 b.filters,
-                self.settings.retrieval.min_score,
+                self.settings.relevance_floor,
                 turn.intelligence,
             )
         else:

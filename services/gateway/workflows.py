@@ -707,7 +707,7 @@ class WorkflowService:
             )
 
         hits = await routed_search(
-            retrieve, classification.category, body.filters, self.settings.retrieval.min_score, intelligence
+            retrieve, classification.category, body.filters, self.settings.relevance_floor, intelligence
         )
         timings["retrieval"] = _ms(t0)
         t0 = time.perf_counter()

@@ -56,7 +56,7 @@ class Synthesizer:
 
     def relevant(self, hits: Sequence[SearchHit]) -> list[SearchHit]:
         """Passages worth citing: those that clear the relevance threshold (:func:`shared.models.relevant_hits`)."""
-        return relevant_hits(hits, self.settings.retrieval.min_score)
+        return relevant_hits(hits, self.settings.relevance_floor)
 
     async def _early(self, req: SynthesisRequest, start: float) -> SynthesisReply | None:
         verdict = await self.guard.acheck(req.question)  # an emergency never reaches the model, whoever asks

@@ -94,14 +94,16 @@ class ClaimChecker:
         return check
 
     async def scorer(self) -> SupportScorer:
-        """The similarity scorer, built once: with the embedding model when it has a support calibration,
-        else word overlap alone."""
+        """The similarity scorer, built once: with the support check's own embedding model
+        (``EVIDENTIA_SUPPORT_SIMILARITY_MODEL``) when it has a calibration, else word overlap alone."""
         async with self._lock:
             if self._scorer is None:
                 embedder = self._embedder
                 if embedder is None and self.mode != "lexical":
                     try:
-                        embedder = get_embedder(self.settings.embedding)
+                        embedder = get_embedder(
+                            self.settings.embedding.model_copy(update={"model": self.settings.support.similarity_model})
+                        )
                         if calibration_for(embedder.name) is None:
                             log.warning(
                                 "no support calibration for this embedding model; using word overlap alone",

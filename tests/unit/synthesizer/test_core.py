@@ -55,7 +55,7 @@ async def test_no_relevant_passage_means_insufficient_evidence(synth: Synthesize
 
 async def test_a_passage_at_the_relevance_threshold_is_cited_and_one_just_under_it_is_not() -> None:
     synth = Synthesizer(Settings())
-    floor = synth.settings.retrieval.min_score
+    floor = synth.settings.relevance_floor
     question = "Does telephone counseling increase mammography screening?"
     at = [PASSAGES[0].model_copy(update={"dense_score": floor})]
     under = [PASSAGES[0].model_copy(update={"dense_score": floor - 0.001})]

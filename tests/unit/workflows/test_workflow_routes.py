@@ -256,7 +256,7 @@ async def test_guideline_passages_under_the_relevance_threshold_send_the_questio
     below: float, searches: list[list[str]]
 ) -> None:
     app, service, backend = build(mesh={"Malaria": 3})
-    floor = service.settings.retrieval.min_score  # the one threshold, also the synthesizer's
+    floor = service.settings.relevance_floor  # the one threshold, also the synthesizer's
     weak = [h.model_copy(update={"dense_score": floor - below}) for h in backend.guideline_hits]
     backend.guideline_hits = weak
     async with client(app) as http:
