@@ -88,8 +88,9 @@ class Bm25Scoring:
         return max(c.mean_text + self.title_weight * c.mean_title + self.section_weight * c.mean_section, 1e-6)
 
     def idf(self, df: int) -> float:
-        """Lucene's BM25 IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
-        n = float(self.counts.chunks)
+        """Lucene's BM25 IDF, ``ln(1 + (N - df + 0.5) / (df + 0.5))``; N is at least ``df`` (counts read a
+        moment before the term's df are never allowed to make it negative)."""
+        n = float(max(self.counts.chunks, df))
         return float(np.log1p((n - df + 0.5) / (df + 0.5)))
 
 

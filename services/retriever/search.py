@@ -119,30 +119,36 @@ async def dense_search(
     return sorted(out, key=lambda s: -s.score)
 
 
+#: A store with fewer chunks than this is counted within each search (well under a millisecond at that size):
+#: the statistics of a store still filling are never stale, e.g. zero while its first documents arrive.
+SYNC_COUNT_BELOW = 10_000
+
+
 @dataclass
 class CorpusStats:
     """N and the mean field lengths of the chunks, cached for ``ttl_s`` (BM25 barely moves with them).
 
-    Only the first call (and any while the store is empty) waits for the store; afterwards an expired value
-    is still returned while one background task reads the new one (counting 10^6 chunks takes a while: no
-    search should wait for it)."""
+    A store of fewer than ``sync_below`` chunks is counted again by every search (cheap, and its statistics
+    change fast: a cached zero would hide its first documents, a cached N below a term's df would turn IDF
+    negative). A larger one is counted in the background: an expired value is still returned while one
+    task reads the new one (counting 10^6 chunks takes a while: no search should wait for it)."""
 
     ttl_s: float = 60.0
+    sync_below: int = SYNC_COUNT_BELOW
     _value: CorpusCounts | None = None
     _at: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _refresh: asyncio.Task[None] | None = None
 
     async def get(self, pool: asyncpg.Pool) -> CorpusCounts:
-        """The corpus counts: cached ones (read again in the background once older than ``ttl_s``), or, the
-        first time, read from the store."""
-        expired = time.monotonic() - self._at >= self.ttl_s
-        if self._value is None or (expired and self._value.chunks == 0):
-            # Nothing cached, or an empty store (nothing to wait for; stale zeros would hide new documents).
-            async with self._lock:
-                if self._value is None or (time.monotonic() - self._at >= self.ttl_s and self._value.chunks == 0):
+        """The corpus counts: read within the call for a small store (or the first time), else the cached ones
+        (read again in the background once older than ``ttl_s``)."""
+        if self._value is None or self._value.chunks < self.sync_below:
+            started = self._at
+            async with self._lock:  # callers that waited for another's read take its result
+                if self._value is None or (self._value.chunks < self.sync_below and self._at == started):
                     await self._read(pool)
-        elif expired and (self._refresh is None or self._refresh.done()):
+        elif time.monotonic() - self._at >= self.ttl_s and (self._refresh is None or self._refresh.done()):
             self._refresh = asyncio.create_task(self._read(pool))
         assert self._value is not None
         return self._value
