@@ -40,6 +40,7 @@ import numpy as np
 
 from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
+from services.retriever.lexical_store import PassingSet
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher
 from services.retriever.store import Scored, create_index, upsert_vectors, vector_table_bytes
@@ -590,7 +591,13 @@ class LegCachingSearcher(HybridSearcher):
     legs: dict[tuple[Any, ...], list[Scored]]
 
     async def dense_search(
-        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+        self,
+        query_vector: np.ndarray,
+        k: int,
+        filters: SearchFilters,
+        ef_search: int,
+        *,
+        passing: PassingSet | None = None,
     ) -> list[Scored]:
         key = (
             "dense",
@@ -600,13 +607,15 @@ class LegCachingSearcher(HybridSearcher):
             repr(filters),
         )
         if key not in self.legs:
-            self.legs[key] = await super().dense_search(query_vector, k, filters, ef_search)
+            self.legs[key] = await super().dense_search(query_vector, k, filters, ef_search, passing=passing)
         return self.legs[key]
 
-    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+    async def lexical_search(
+        self, query: str, k: int, filters: SearchFilters, *, passing: PassingSet | None = None
+    ) -> list[Scored]:
         key = ("lexical", self.bm25, query, k, repr(filters))
         if key not in self.legs:
-            self.legs[key] = await super().lexical_search(query, k, filters)
+            self.legs[key] = await super().lexical_search(query, k, filters, passing=passing)
         return self.legs[key]
 
 

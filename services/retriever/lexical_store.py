@@ -180,6 +180,24 @@ FIRST_PASS = 256
 PASS_GROWTH = 8
 
 
+@dataclass(frozen=True)
+class PassingSet:
+    """What a filter passes, resolved once for both legs of a search (:func:`passing_chunks`)."""
+
+    chunks: dict[int, str] | None
+    """chunk key -> chunk id of every chunk the filter passes; None when more pass than the filter-first
+    bound (both legs then check their best candidates against the filter instead)."""
+
+
+async def passing_chunks(conn: asyncpg.Connection | asyncpg.Pool, filters: SearchFilters, cap: int) -> PassingSet:
+    """The chunks ``filters`` pass when at most ``cap`` do (reading stops at ``cap + 1``)."""
+    where, params = where_clause(filters, 2)
+    rows = await conn.fetch(_PASSING_SQL.format(where=where), cap + 1, *params)
+    if len(rows) > cap:
+        return PassingSet(None)
+    return PassingSet({int(r["chunk_key"]): str(r["chunk_id"]) for r in rows})
+
+
 async def bm25_rank(
     pool: asyncpg.Pool,
     query: str,
@@ -188,11 +206,13 @@ async def bm25_rank(
     scoring: Bm25Scoring,
     *,
     filter_first_max: int = 0,
+    passing: PassingSet | None = None,
 ) -> list[Scored]:
     """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). Every posting of the
     query's terms is scored (exact); the best chunks are then checked against the filters in passes of
-    growing size until ``k`` pass or none is left. With ``filter_first_max`` > 0, a filter that passes at
-    most that many chunks is resolved first instead (its chunks' keys, then the scores of those alone)."""
+    growing size until ``k`` pass or none is left. A filter that passes at most ``filter_first_max`` (> 0)
+    chunks is resolved first instead (its chunks' keys, then the scores of those alone); ``passing``, when
+    the caller resolved the filter already (:func:`passing_chunks`), is used as it is."""
     if scoring.counts.chunks == 0 or k <= 0:
         return []
     async with pool.acquire() as conn:
@@ -201,14 +221,14 @@ async def bm25_rank(
             return []
         scores = bm25_scores(terms, scoring, await dead_keys(conn))
         where, fparams = where_clause(filters, 2)
-        if filter_first_max > 0:
-            rows = await conn.fetch(_PASSING_SQL.format(where=where), filter_first_max + 1, *fparams)
-            if len(rows) <= filter_first_max:
-                ids = {int(r["chunk_key"]): str(r["chunk_id"]) for r in rows}
-                keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
-                keys = keys[keys < len(scores)]
-                hits = [Scored(ids[int(key)], float(scores[key])) for key in keys if scores[key] > 0]
-                return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+        if passing is None and filter_first_max > 0:
+            passing = await passing_chunks(conn, filters, filter_first_max)
+        if passing is not None and passing.chunks is not None:
+            ids = passing.chunks
+            keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
+            keys = keys[keys < len(scores)]
+            hits = [Scored(ids[int(key)], float(scores[key])) for key in keys if scores[key] > 0]
+            return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
         hits = []
         resolved, want = 0, max(FIRST_PASS, 2 * k)
         while True:
@@ -223,20 +243,6 @@ async def bm25_rank(
                 break
             want *= PASS_GROWTH
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
-
-
-async def filtered_chunks_at_most(pool: asyncpg.Pool, filters: SearchFilters, cap: int) -> int | None:
-    """How many chunks pass ``filters``, or None when more than ``cap`` do (counting stops there)."""
-    where, params = where_clause(filters, 2)
-    n = int(
-        await pool.fetchval(
-            "SELECT count(*) FROM (SELECT 1 FROM chunks c JOIN documents d ON d.document_id = c.document_id "
-            f"WHERE {where} LIMIT $1::bigint) s",
-            cap + 1,
-            *params,
-        )
-    )
-    return None if n > cap else n
 
 
 # ----------------------------------------------------------------------------------------- compaction

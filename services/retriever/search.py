@@ -32,9 +32,10 @@ from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.lexical_store import (
     Bm25Scoring,
     CorpusCounts,
+    PassingSet,
     bm25_rank,
     corpus_counts,
-    filtered_chunks_at_most,
+    passing_chunks,
 )
 from services.retriever.mmr import mmr_select
 from services.retriever.store import (
@@ -42,7 +43,7 @@ from services.retriever.store import (
     VectorIndex,
     hit_rows,
     nearest_chunks,
-    nearest_chunks_exact,
+    nearest_of_chunks,
     vectors_of,
     where_clause,
 )
@@ -107,11 +108,15 @@ async def dense_search(
     ef_search: int,
     *,
     first_max: int = FILTER_FIRST_MAX_CHUNKS,
+    passing: PassingSet | None = None,
 ) -> list[Scored]:
     """Nearest chunks by cosine similarity (1 - cosine distance): pgvector HNSW with iterative scans, or,
-    under a filter that passes at most ``first_max`` chunks (:func:`filter_first_max`), exact over them."""
-    if is_restrictive(filters) and await filtered_chunks_at_most(pool, filters, first_max) is not None:
-        rows = await nearest_chunks_exact(pool, index, query_vector, k, filters)
+    under a filter that passes at most ``first_max`` chunks (:func:`filter_first_max`), exact over them.
+    ``passing``: the filter already resolved by the caller (:func:`passing_chunks`), used as it is."""
+    if passing is None and is_restrictive(filters):
+        passing = await passing_chunks(pool, filters, first_max)
+    if passing is not None and passing.chunks is not None:
+        rows = await nearest_of_chunks(pool, index, query_vector, k, list(passing.chunks.values()))
     else:
         rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search)
     # relaxed_order may return near-ties out of order: sort by the exact score.
@@ -174,15 +179,17 @@ async def bm25_search(
     filters: SearchFilters,
     params: Bm25Params,
     stats: CorpusStats,
+    *,
+    passing: PassingSet | None = None,
 ) -> list[Scored]:
     """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over every posting of the query's terms.
 
     The query is analysed like the stored text (``to_tsvector('english')``); scores are corpus-wide BM25
     (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
-    that many pass and match a query term)."""
+    that many pass and match a query term). ``passing``: the filter already resolved (:func:`passing_chunks`)."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
     first = filter_first_max(k, scoring.counts.chunks) if is_restrictive(filters) else 0
-    return await bm25_rank(pool, query, k, filters, scoring, filter_first_max=first)
+    return await bm25_rank(pool, query, k, filters, scoring, filter_first_max=first, passing=passing)
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
@@ -374,15 +381,34 @@ class HybridSearcher:
         )
 
     async def dense_search(
-        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+        self,
+        query_vector: np.ndarray,
+        k: int,
+        filters: SearchFilters,
+        ef_search: int,
+        *,
+        passing: PassingSet | None = None,
     ) -> list[Scored]:
-        """The ``k`` nearest chunks to ``query_vector`` that pass ``filters``, best first."""
+        """The ``k`` nearest chunks to ``query_vector`` that pass ``filters``, best first (``passing``: the
+        filter resolved already, :meth:`passing_set`)."""
         first_max = filter_first_max(k, (await self.stats.get(self.pool)).chunks) if is_restrictive(filters) else 0
-        return await dense_search(self.pool, self.index, query_vector, k, filters, ef_search, first_max=first_max)
+        return await dense_search(
+            self.pool, self.index, query_vector, k, filters, ef_search, first_max=first_max, passing=passing
+        )
 
-    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+    async def lexical_search(
+        self, query: str, k: int, filters: SearchFilters, *, passing: PassingSet | None = None
+    ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` by BM25 that pass ``filters``, best first."""
-        return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats)
+        return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats, passing=passing)
+
+    async def passing_set(self, filters: SearchFilters, k: int) -> PassingSet | None:
+        """A restrictive filter's chunks, resolved once for both legs of a hybrid search when at most
+        :func:`filter_first_max` of them pass (else ``PassingSet(None)``: both legs check candidates); None for
+        filters that restrict nothing beyond the defaults."""
+        if not is_restrictive(filters):
+            return None
+        return await passing_chunks(self.pool, filters, filter_first_max(k, (await self.stats.get(self.pool)).chunks))
 
     async def search(
         self,
@@ -408,12 +434,14 @@ class HybridSearcher:
         depth = max(top_k, self.fusion_depth) if hybrid else max(top_k, top_n)
         dense: list[Scored] = []
         lexical: list[Scored] = []
+        # Both legs of a hybrid search under a restrictive filter share one read of what it passes.
+        passing = await self.passing_set(filters, depth) if hybrid else None
         if mode in ("dense", "hybrid", "hybrid+rerank"):
             if query_vector is None:
                 raise ValueError(f"mode {mode!r} needs a query vector")
-            dense = await self.dense_search(query_vector, depth, filters, ef_search or self.ef_search)
+            dense = await self.dense_search(query_vector, depth, filters, ef_search or self.ef_search, passing=passing)
         if mode in ("lexical", "hybrid", "hybrid+rerank"):
-            lexical = await self.lexical_search(lexical_query or query, depth, filters)
+            lexical = await self.lexical_search(lexical_query or query, depth, filters, passing=passing)
         ranked = self._fuse(mode, dense, lexical)
         if self.prf_docs > 0 and query_vector is not None and mode != "lexical" and ranked:
             # Rocchio feedback on the vector (ANCE-PRF style, no training): the query moves towards the mean
@@ -423,7 +451,7 @@ class HybridSearcher:
             if vectors:
                 moved = query_vector + self.prf_weight * np.mean([vectors[c] for c in top if c in vectors], axis=0)
                 moved = moved / max(float(np.linalg.norm(moved)), 1e-12)
-                dense = await self.dense_search(moved, depth, filters, ef_search or self.ef_search)
+                dense = await self.dense_search(moved, depth, filters, ef_search or self.ef_search, passing=passing)
                 ranked = self._fuse(mode, dense, lexical)
         dense_by = {s.chunk_id: s.score for s in dense}
         lexical_by = {s.chunk_id: s.score for s in lexical}

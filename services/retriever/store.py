@@ -375,33 +375,23 @@ async def nearest_chunks(
     return [(r["chunk_id"], float(r["score"])) for r in rows]
 
 
-def nearest_chunks_exact_sql(index: VectorIndex, filters: SearchFilters) -> tuple[str, list[Any]]:
-    """The statement :func:`nearest_chunks_exact` runs (``$1`` the query vector, ``$2`` k, then the filters'):
-    the chunks passing the filters first (a materialised set, so no HNSW scan is planned), then exact
-    distances over them."""
-    where, params = where_clause(filters, 3)
-    query = f"$1::{index.column_type}"
-    sql = f"""WITH f AS MATERIALIZED (
-                  SELECT v.chunk_id, v.embedding
-                  FROM chunks c
-                  JOIN documents d ON d.document_id = c.document_id
-                  JOIN {index.table_name} v ON v.chunk_id = c.chunk_id
-                  WHERE {where})
-              SELECT f.chunk_id, 1 - (f.embedding <=> {query}) AS score
-              FROM f
-              ORDER BY f.embedding <=> {query}, f.chunk_id
-              LIMIT $2"""
-    return sql, params
-
-
-async def nearest_chunks_exact(
-    pool: asyncpg.Pool, index: VectorIndex, query_vector: np.ndarray, k: int, filters: SearchFilters
+async def nearest_of_chunks(
+    pool: asyncpg.Pool, index: VectorIndex, query_vector: np.ndarray, k: int, chunk_ids: Sequence[str]
 ) -> list[tuple[str, float]]:
-    """(chunk id, 1 - cosine distance) of the nearest chunks passing ``filters``, computed exactly over every
-    chunk that passes: for a selective filter, where an HNSW scan would walk far (and stop at
-    ``hnsw.max_scan_tuples``) to find the few chunks that pass."""
-    sql, params = nearest_chunks_exact_sql(index, filters)
-    rows = await pool.fetch(sql, query_vector.astype(np.float32), k, *params)
+    """(chunk id, 1 - cosine distance) of the ``k`` nearest of ``chunk_ids`` (a filter's chunks, resolved
+    already), exactly; materialised first, so no HNSW scan is planned."""
+    query = f"$1::{index.column_type}"
+    rows = await pool.fetch(
+        f"""WITH f AS MATERIALIZED (
+                SELECT v.chunk_id, v.embedding FROM {index.table_name} v WHERE v.chunk_id = ANY ($3::text[]))
+            SELECT f.chunk_id, 1 - (f.embedding <=> {query}) AS score
+            FROM f
+            ORDER BY f.embedding <=> {query}, f.chunk_id
+            LIMIT $2""",
+        query_vector.astype(np.float32),
+        k,
+        list(chunk_ids),
+    )
     return [(r["chunk_id"], float(r["score"])) for r in rows]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import numpy as np
@@ -14,6 +15,8 @@ import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
+from services.retriever import lexical_store
+from services.retriever import search as search_module
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
 from services.retriever.store import Scored, VectorIndex, create_index, nearest_chunks, upsert_vectors, vectors_of
 from shared.db import create_pool
@@ -207,3 +210,41 @@ async def test_hybrid_filters_mesh_descendants_and_per_document_limit(store: tup
     assert len(diverse.hits) == 5 and [h.rank for h in diverse.hits] == [1, 2, 3, 4, 5]
     lexical = await searcher.search("oncology", None, mode="lexical", top_k=10, top_n=3, filters=SearchFilters())
     assert len(lexical.hits) == 3 and all("oncology" in h.title for h in lexical.hits)
+
+
+@pytest.mark.parametrize("year_to", [RARE_YEAR, 2030])  # a few chunks (filter first) / most of them (checked)
+async def test_hybrid_reads_a_filters_chunks_once_for_both_legs(
+    store: tuple,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+    year_to: int,
+) -> None:
+    pool, index, vectors = store
+    # The filter-first bound is then max(10, sqrt(100 * ~440 chunks)) = 209: the rare year passes 9 chunks,
+    # 1999-2030 all but the retracted one's.
+    monkeypatch.setattr(search_module, "FILTER_FIRST_MAX_CHUNKS", 10)
+    filters = SearchFilters(year_from=RARE_YEAR, year_to=year_to)
+    searcher = HybridSearcher(pool, index, ef_search=40)
+    query = np.asarray(vectors[next(iter(vectors))])
+    # Each leg on its own (each resolves the filter itself), before counting.
+    dense_alone = await searcher.dense_search(query, 100, filters, 40)
+    lexical_alone = await searcher.lexical_search("patients outcome cardiology", 100, filters)
+    reads: list[int] = []
+    real = lexical_store.passing_chunks
+
+    async def counted(conn: Any, f: SearchFilters, cap: int) -> lexical_store.PassingSet:
+        result = await real(conn, f, cap)
+        reads.append(-1 if result.chunks is None else len(result.chunks))
+        return result
+
+    monkeypatch.setattr(search_module, "passing_chunks", counted)
+    monkeypatch.setattr(lexical_store, "passing_chunks", counted)
+    result = await searcher.search(
+        "patients outcome cardiology", query, mode="hybrid", top_k=100, top_n=300, filters=filters
+    )
+    assert len(reads) == 1, f"the filter's chunks were read {len(reads)} times"
+    assert (reads[0] == -1) == (year_to != RARE_YEAR), reads  # over the bound: both legs check candidates
+    dense = {h.chunk_id: h.dense_score for h in result.hits if h.dense_score is not None}
+    lexical = {h.chunk_id: h.lexical_score for h in result.hits if h.lexical_score is not None}
+    assert dense == {s.chunk_id: s.score for s in dense_alone if s.chunk_id in dense}
+    assert set(dense) == {s.chunk_id for s in dense_alone}
+    assert lexical == {s.chunk_id: s.score for s in lexical_alone}

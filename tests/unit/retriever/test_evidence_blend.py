@@ -108,11 +108,11 @@ class FixedSearcher(HybridSearcher):
         super().__init__(pool=None, index=None, **kw)  # type: ignore[arg-type]
 
     async def dense_search(
-        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int, **_: Any
     ) -> list[Scored]:
         return [Scored(c, s) for c, s in DENSE.items()][:k]
 
-    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+    async def lexical_search(self, query: str, k: int, filters: SearchFilters, **_: Any) -> list[Scored]:
         return [Scored(c, 1.0) for c in DENSE][:k]
 
 

@@ -29,13 +29,13 @@ class FakeSearcher(HybridSearcher):
         self.seen: list[np.ndarray] = []
 
     async def dense_search(
-        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int
+        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int, **_: Any
     ) -> list[Scored]:
         self.seen.append(query_vector)
         scores = {c: float(v @ query_vector) for c, v in VECTORS.items()}
         return [Scored(c, s) for c, s in sorted(scores.items(), key=lambda kv: -kv[1])][:k]
 
-    async def lexical_search(self, query: str, k: int, filters: SearchFilters) -> list[Scored]:
+    async def lexical_search(self, query: str, k: int, filters: SearchFilters, **_: Any) -> list[Scored]:
         return []
 
 
