@@ -71,9 +71,12 @@ async def test_event_is_not_finished_while_its_dead_letter_cannot_be_sent() -> N
     """The handler call (after which FastStream commits the offset) does not return while the letter fails."""
     broker = broker_with(attempts=1)
     attempts = {"n": 0}
+    retried = asyncio.Event()
 
     async def broken_publish(message: Any = None, topic: str = "", **kw: Any) -> Any:
         attempts["n"] += 1
+        if attempts["n"] >= 2:
+            retried.set()
         raise KafkaTimeoutError()
 
     @broker.subscriber("t", group_id="g")
@@ -84,7 +87,9 @@ async def test_event_is_not_finished_while_its_dead_letter_cannot_be_sent() -> N
         send = br.publish  # the test client runs the handler inside this call
         broker.publish = broken_publish  # type: ignore[method-assign]  # what the middleware sends letters with
         task = asyncio.create_task(send({"x": 1}, topic="t"))
-        await asyncio.sleep(0.3)
+        # Wait for the second try of the letter, not for a fixed time: on a busy machine 0.3 s once passed
+        # before the handler had even run (0 attempts), which said nothing about the behaviour.
+        await asyncio.wait_for(retried.wait(), timeout=30)
         assert not task.done(), "the event finished (and would be committed) without its dead letter"
         assert attempts["n"] >= 2
         task.cancel()
