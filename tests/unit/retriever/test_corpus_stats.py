@@ -87,10 +87,26 @@ async def test_a_small_store_is_counted_by_every_search_and_a_large_one_only_whe
         return CorpusCounts(next(sizes), 1.0, 0.0, 10.0)
 
     monkeypatch.setattr(search, "corpus_counts", counts)
-    stats = search.CorpusStats()
+    stats = search.CorpusStats(small_ttl_s=0.0)  # every search finds a small store's counts old enough
     assert [(await stats.get(None)).chunks for _ in range(3)] == [3, 12, 20_000]
     assert [(await stats.get(None)).chunks for _ in range(3)] == [20_000] * 3  # large and fresh: cached
     assert reads == 3
+
+
+async def test_the_legs_of_one_search_share_a_small_stores_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = 0
+
+    async def counts(pool: Any) -> CorpusCounts:
+        nonlocal reads
+        reads += 1
+        return CorpusCounts(40 + reads, 1.0, 0.0, 10.0)
+
+    monkeypatch.setattr(search, "corpus_counts", counts)
+    stats = search.CorpusStats(small_ttl_s=0.2)
+    assert [(await stats.get(None)).chunks for _ in range(3)] == [41] * 3  # one search's legs: one read
+    await asyncio.sleep(0.25)
+    assert (await stats.get(None)).chunks == 42  # a moment later: read again, within the search
+    assert reads == 2
 
 
 async def test_concurrent_searches_of_a_small_store_share_one_count(monkeypatch: pytest.MonkeyPatch) -> None:
