@@ -400,7 +400,9 @@ class HybridSearcher:
     ) -> list[Scored]:
         """The ``k`` nearest chunks to ``query_vector`` that pass ``filters``, best first (``passing``: the
         filter resolved already, :meth:`passing_set`)."""
-        first_max = filter_first_max(k, (await self.stats.get(self.pool)).chunks) if is_restrictive(filters) else 0
+        # The bound matters only when the filter is not resolved yet (a hybrid search resolves it once for both).
+        needs_bound = passing is None and is_restrictive(filters)
+        first_max = filter_first_max(k, (await self.stats.get(self.pool)).chunks) if needs_bound else 0
         return await dense_search(
             self.pool, self.index, query_vector, k, filters, ef_search, first_max=first_max, passing=passing
         )
