@@ -42,19 +42,10 @@ from typing import Any
 import numpy as np
 
 from evaluation.folds import cross_validate
-from evaluation.retrieval import (
-    Dataset,
-    EmbeddingCache,
-    EvalConfig,
-    _encode_queries,
-    indexed_store,
-    load_dataset,
-    per_query_metrics,
-)
+from evaluation.retrieval import Dataset, load_dataset, model_vectors, per_query_metrics
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.search import CorpusStats, HybridSearcher
 from shared.models import SearchFilters
-from shared.settings import Settings
 
 Ranking = list[tuple[str, float]]
 """documents best first, with the leg's score"""
@@ -87,26 +78,12 @@ async def model_legs(
     ds: Dataset, model: str, query_ids: Sequence[str], depth: int, decays: Sequence[float], lexical: bool
 ) -> dict[str, Leg]:
     """The dense leg of ``model`` (per decay) and, when asked, the product BM25 leg over the same store."""
-    settings = Settings()
-    settings = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": model})})
-    config = EvalConfig(modes=("bm25",))
     out: dict[str, Leg] = {}
-    async with indexed_store(
-        ds, settings, config, lambda m: print(f"[{model}] {m}", file=sys.stderr), embed=False
-    ) as st:
-        rows = await st.pool.fetch(
-            "SELECT c.chunk_id, d.source_id, c.embedding_text FROM chunks c "
-            "JOIN documents d ON d.document_id = c.document_id ORDER BY c.chunk_id"
-        )
-        cache = EmbeddingCache(config.cache_dir, st.embedder.name)
-        t = time.perf_counter()
-        passages = await asyncio.to_thread(
-            cache.encode, "passage", [r["embedding_text"] for r in rows], st.embedder.encode_passages
-        )
-        queries = await asyncio.to_thread(_encode_queries, cache, st.embedder, [ds.queries[q] for q in query_ids], None)
-        cache.save()
+    t = time.perf_counter()
+    async with model_vectors(ds, model, query_ids, lambda m: print(f"[{model}] {m}", file=sys.stderr)) as mv:
+        passages, queries, st = mv.passages, mv.queries, mv.store
         print(f"[{model}] vectors {passages.shape} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
-        docs = [r["source_id"] for r in rows]
+        docs = mv.doc_ids
         sims = queries @ passages.T
         keep = min(sims.shape[1], depth * 8)
         name = SHORT.get(model, model)
@@ -117,8 +94,10 @@ async def model_legs(
                 leg[q] = aggregate([(docs[j], float(sims[i, j])) for j in top], decay, depth)
             out[name if not decay else f"{name}~{decay:g}"] = leg
         if lexical:
-            searcher = HybridSearcher.from_settings(st.pool, st.index, settings.retrieval, stats=CorpusStats(ttl_s=1e9))
-            doc_of = {r["chunk_id"]: r["source_id"] for r in rows}
+            searcher = HybridSearcher.from_settings(
+                st.pool, st.index, mv.settings.retrieval, stats=CorpusStats(ttl_s=1e9)
+            )
+            doc_of = dict(zip(mv.chunk_ids, mv.doc_ids, strict=True))
             filters = SearchFilters()
             for decay in decays:
                 out[f"bm25[{name}]" if not decay else f"bm25[{name}]~{decay:g}"] = {}

@@ -24,25 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.retrieval import Dataset, EmbeddingCache, EvalConfig, _encode_queries, indexed_store, load_dataset
-from shared.settings import Settings
+from evaluation.retrieval import Dataset, load_dataset, model_vectors
 
 
 async def similarities(ds: Dataset, model: str, query_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Cosine of every question with every chunk (questions x chunks), and each chunk's document id."""
-    settings = Settings()
-    settings = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": model})})
-    config = EvalConfig(modes=("bm25",))
-    async with indexed_store(ds, settings, config, embed=False) as st:
-        rows = await st.pool.fetch(
-            "SELECT d.source_id, c.embedding_text FROM chunks c JOIN documents d USING (document_id) "
-            "ORDER BY c.chunk_id"
-        )
-        cache = EmbeddingCache(config.cache_dir, st.embedder.name)
-        passages = cache.encode("passage", [r["embedding_text"] for r in rows], st.embedder.encode_passages)
-        queries = _encode_queries(cache, st.embedder, [ds.queries[q] for q in query_ids], None)
-        cache.save()
-    return queries @ passages.T, np.array([r["source_id"] for r in rows])
+    async with model_vectors(ds, model, query_ids) as mv:
+        return mv.queries @ mv.passages.T, np.array(mv.doc_ids)
 
 
 def operating_point(

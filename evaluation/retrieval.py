@@ -479,6 +479,53 @@ async def indexed_store(
             await pool.close()
 
 
+@dataclass
+class ModelVectors:
+    """A data set's chunks stored for one embedding model (its chunking), with their vectors and the questions'."""
+
+    store: IndexedStore
+    settings: Settings
+    chunk_ids: list[str]
+    doc_ids: list[str]
+    """each chunk's document (its source id, as the qrels name it)"""
+    passages: np.ndarray
+    queries: np.ndarray
+    """one row per question of ``query_ids``, in that order"""
+
+
+@contextlib.asynccontextmanager
+async def model_vectors(
+    ds: Dataset, model: str, query_ids: Sequence[str], progress: Callable[[str], None] = lambda _m: None
+) -> AsyncIterator[ModelVectors]:
+    """The corpus chunked and stored as ``model`` would have it (no index built), with the vectors of its chunks
+    and of the questions from the embedding cache (encoded where missing): what the benchmarks that compare
+    models outside the searcher read (``bench/dense_ensembles.py``, ``bench/relevance_floor.py``)."""
+    settings = Settings()
+    settings = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": model})})
+    config = EvalConfig(modes=("bm25",))
+    async with indexed_store(ds, settings, config, progress, embed=False) as store:
+        rows = await store.pool.fetch(
+            "SELECT c.chunk_id, d.source_id, c.embedding_text FROM chunks c "
+            "JOIN documents d ON d.document_id = c.document_id ORDER BY c.chunk_id"
+        )
+        cache = EmbeddingCache(config.cache_dir, store.embedder.name)
+        passages = await asyncio.to_thread(
+            cache.encode, "passage", [r["embedding_text"] for r in rows], store.embedder.encode_passages
+        )
+        queries = await asyncio.to_thread(
+            _encode_queries, cache, store.embedder, [ds.queries[q] for q in query_ids], None
+        )
+        cache.save()
+        yield ModelVectors(
+            store,
+            settings,
+            [r["chunk_id"] for r in rows],
+            [r["source_id"] for r in rows],
+            passages,
+            queries,
+        )
+
+
 async def evaluate(
     ds: Dataset, settings: Settings, config: EvalConfig, progress: Callable[[str], None] = lambda _m: None
 ) -> EvalReport:
