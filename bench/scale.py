@@ -421,13 +421,20 @@ def _summary(r: Any) -> dict[str, Any]:
 async def in_process(
     pool: Any, index: Any, encoder: QueryEncoder, queries: list[str], clients_list: list[int], duration: float
 ) -> dict[str, dict[str, Any]]:
+    from services.retriever.postings_cache import PostingsCache
     from services.retriever.search import CorpusStats, HybridSearcher
     from shared.models import SearchFilters
     from shared.settings import Settings
 
     settings = Settings()
+    cache = PostingsCache.from_settings(settings.retrieval)  # as the retriever keeps it
     searcher = HybridSearcher.from_settings(
-        pool, index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
+        pool,
+        index,
+        settings.retrieval,
+        ef_search=settings.database.hnsw_ef_search,
+        stats=CorpusStats(),
+        postings_cache=cache,
     )
     out: dict[str, dict[str, Any]] = {}
     for mode in MODES:
@@ -442,6 +449,9 @@ async def in_process(
             r = await drive(f"in-process {mode}", call, queries, clients, duration)
             out[mode][str(clients)] = _summary(r)
             print(f"    in-process {mode:<8} K={clients}: {_fmt(out[mode][str(clients)])}", flush=True)
+    if cache is not None:
+        held = {"bytes": cache.bytes_held, "blocks": len(cache), **cache.counts.__dict__}
+        print(f"    postings cache after the in-process runs: {held}", flush=True)
     return out
 
 
@@ -458,13 +468,19 @@ def filter_sets(source: Source) -> dict[str, dict[str, Any]]:
 async def filtered(
     pool: Any, index: Any, encoder: QueryEncoder, source: Source, queries: list[str], duration: float
 ) -> dict[str, dict[str, Any]]:
+    from services.retriever.postings_cache import PostingsCache
     from services.retriever.search import CorpusStats, HybridSearcher
     from shared.models import SearchFilters
     from shared.settings import Settings
 
     settings = Settings()
     searcher = HybridSearcher.from_settings(
-        pool, index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
+        pool,
+        index,
+        settings.retrieval,
+        ef_search=settings.database.hnsw_ef_search,
+        stats=CorpusStats(),
+        postings_cache=PostingsCache.from_settings(settings.retrieval),
     )
     out: dict[str, dict[str, Any]] = {}
     for label, spec in filter_sets(source).items():

@@ -52,6 +52,14 @@ BATCH_SIZE = Histogram(
 )
 DOCUMENTS_STORED = Counter("evidentia_documents_total", "Documents processed by the parser, by outcome.", ["outcome"])
 CHUNKS_STORED = Counter("evidentia_chunks_written_total", "Chunks written (text or vectors).", ["service"])
+POSTINGS_CACHE_BLOCKS = Counter(
+    "evidentia_retriever_postings_cache_blocks_total",
+    "Common terms' posting blocks a lexical search found in the retriever's memory (hit) or read (miss).",
+    ["outcome"],
+)
+POSTINGS_CACHE_BYTES = Gauge(
+    "evidentia_retriever_postings_cache_bytes", "Bytes of posting blocks the retriever holds in memory."
+)
 EMBED_SECONDS = Histogram(
     "evidentia_embed_batch_seconds",
     "Seconds the model spent encoding one batch.",

@@ -348,6 +348,16 @@ class RetrievalSettings(BaseSettings):
     bm25_b: float = Field(0.4, ge=0, le=1, description="BM25 length normalisation `b`.")
     bm25_title_weight: float = Field(1.0, ge=0, description="BM25F weight of a title term (text terms weigh 1).")
     bm25_section_weight: float = Field(0.0, ge=0, description="BM25F weight of a section-heading term.")
+    bm25_cache_mb: int = Field(
+        256,
+        ge=0,
+        description=(
+            "Memory each retriever keeps for common terms' posting blocks (least recently used out first; 0: "
+            "none). A lexical search reads from the database only the blocks not held: at 10^6 chunks the "
+            "common terms are most of a query's postings (see docs/retrieval.md). Blocks never change once "
+            "written, so what is held is never stale."
+        ),
+    )
     bm25_compact_every_s: float = Field(
         5.0,
         gt=0,

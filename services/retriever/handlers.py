@@ -15,6 +15,7 @@ from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
 from services.retriever.lexical_store import compact_forever
+from services.retriever.postings_cache import PostingsCache
 from services.retriever.queries import render
 from services.retriever.rerank import build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher, SearchResult
@@ -58,6 +59,7 @@ class RetrieverState:
         self._embedder: Embedder | None = None
         self._index: VectorIndex | None = None
         self._stats = CorpusStats()
+        self._postings_cache = PostingsCache.from_settings(settings.retrieval)
         self._compactor: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -130,6 +132,7 @@ class RetrieverState:
             self.settings.retrieval,
             ef_search=self.settings.database.hnsw_ef_search,
             stats=self._stats,
+            postings_cache=self._postings_cache,
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from services.retriever.postings_cache import PostingsCache
 from services.retriever.store import Scored, where_clause
 from shared.models import SearchFilters
 
@@ -102,23 +103,90 @@ class TermPostings:
     postings: np.ndarray  # of POSTING
 
 
-_TERM_BLOCKS_SQL = """
+@dataclass(frozen=True)
+class QueryPostings:
+    """Every posting of a query's terms in one array, term after term (``counts[i]`` of term ``i``, whose
+    document frequency is ``df[i]``): one buffer, so that scoring runs each step once over all of them."""
+
+    df: tuple[int, ...]
+    counts: tuple[int, ...]
+    postings: np.ndarray  # of POSTING, contiguous
+
+    @classmethod
+    def of(cls, terms: Sequence[TermPostings]) -> QueryPostings:
+        return cls(
+            tuple(t.df for t in terms),
+            tuple(len(t.postings) for t in terms),
+            np.frombuffer(b"".join(t.postings.tobytes() for t in terms), dtype=POSTING),
+        )
+
+    def __len__(self) -> int:
+        return len(self.postings)
+
+
+_QUERY_TERMS = """
 WITH q AS (
     SELECT t.term_id, t.df FROM bm25_terms t
-    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0)
+    WHERE t.term = ANY (tsvector_to_array(to_tsvector('english', $1::text))) AND t.df > 0)"""
+
+_TERM_BLOCKS_SQL = (
+    _QUERY_TERMS
+    + """
 SELECT q.term_id, q.df, b.postings
-FROM q JOIN bm25_blocks b ON b.term_id = q.term_id"""
+FROM q JOIN bm25_blocks b ON b.term_id = q.term_id
+ORDER BY q.term_id"""
+)
+
+# The blocks of the query's terms without their postings (a few dozen bytes a block, no TOAST read).
+_TERM_BLOCK_IDS_SQL = (
+    _QUERY_TERMS
+    + """
+SELECT q.term_id, q.df, b.block_id, b.n, b.xmin::text AS version
+FROM q JOIN bm25_blocks b ON b.term_id = q.term_id
+ORDER BY q.term_id"""
+)
+
+_BLOCKS_SQL = """
+SELECT block_id, postings FROM bm25_blocks
+WHERE term_id = ANY ($1::integer[]) AND block_id = ANY ($2::bigint[])"""
 
 
-async def term_postings(conn: asyncpg.Connection | asyncpg.Pool, query: str) -> list[TermPostings]:
-    """The postings of each term of ``query`` (analysed like the stored text) that occurs in the index."""
-    rows = await conn.fetch(_TERM_BLOCKS_SQL, query)
-    parts: dict[int, list[bytes]] = {}
+async def term_postings(
+    conn: asyncpg.Connection | asyncpg.Pool, query: str, cache: PostingsCache | None = None
+) -> QueryPostings:
+    """The postings of each term of ``query`` (analysed like the stored text) that occurs in the index;
+    with ``cache``, the blocks it holds come from memory and only the others are read (and kept there when
+    it wants them)."""
+    if cache is None or cache.max_bytes <= 0:
+        rows = await conn.fetch(_TERM_BLOCKS_SQL, query)
+        parts = [(int(r["term_id"]), int(r["df"]), r["postings"]) for r in rows]
+    else:
+        blocks = await conn.fetch(_TERM_BLOCK_IDS_SQL, query)
+        held: dict[int, bytes] = {}
+        for b in blocks:
+            if cache.wants(b["n"]) and (blob := cache.get((b["block_id"], b["version"]))) is not None:
+                held[b["block_id"]] = blob
+        missing = [b for b in blocks if b["block_id"] not in held]
+        if missing:
+            terms = sorted({int(b["term_id"]) for b in missing})
+            read = await conn.fetch(_BLOCKS_SQL, terms, [b["block_id"] for b in missing])
+            fetched = {r["block_id"]: r["postings"] for r in read}
+            for b in missing:
+                if cache.wants(b["n"]) and b["block_id"] in fetched:
+                    cache.put((b["block_id"], b["version"]), fetched[b["block_id"]])
+            held.update(fetched)
+        # A block deleted between the two reads (compaction merged it): its postings are in a new block the
+        # first read did not see. Rare (compaction is brief); the search then reads the way without the cache.
+        if any(b["block_id"] not in held for b in blocks):
+            return await term_postings(conn, query)
+        parts = [(int(b["term_id"]), int(b["df"]), held[b["block_id"]]) for b in blocks]
     df: dict[int, int] = {}
-    for r in rows:
-        parts.setdefault(r["term_id"], []).append(r["postings"])
-        df[r["term_id"]] = int(r["df"])
-    return [TermPostings(df[t], np.frombuffer(b"".join(blocks), dtype=POSTING)) for t, blocks in sorted(parts.items())]
+    counts: dict[int, int] = {}
+    for term, term_df, blob in parts:  # in term order (a term's blocks together, in any order)
+        df[term] = term_df
+        counts[term] = counts.get(term, 0) + len(blob) // POSTING.itemsize
+    postings = np.frombuffer(b"".join(blob for _, _, blob in parts), dtype=POSTING)
+    return QueryPostings(tuple(df.values()), tuple(counts.values()), postings)
 
 
 async def dead_keys(conn: asyncpg.Connection | asyncpg.Pool) -> np.ndarray:
@@ -127,22 +195,43 @@ async def dead_keys(conn: asyncpg.Connection | asyncpg.Pool) -> np.ndarray:
     return np.asarray(keys, dtype=np.int64)
 
 
-def bm25_scores(terms: Sequence[TermPostings], scoring: Bm25Scoring, dead: np.ndarray) -> np.ndarray:
+#: Byte offsets of the one-byte fields in a packed posting (see :data:`POSTING`).
+_TF_TITLE, _TF_SECTION, _LEN_TITLE, _LEN_SECTION = (
+    POSTING.fields[f][1]  # type: ignore[index]
+    for f in ("tf_title", "tf_section", "len_title", "len_section")
+)
+
+
+def bm25_scores(query: QueryPostings, scoring: Bm25Scoring, dead: np.ndarray) -> np.ndarray:
     """BM25F of every chunk key (index = key; 0 where no query term occurs or the chunk was removed).
 
     Per posting: ``tf = tf_text + wt*tf_title + ws*tf_section``, ``dl = len_text + wt*len_title +
-    ws*len_section``, ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``; summed per chunk."""
-    if not terms or not any(len(t.postings) for t in terms):
+    ws*len_section``, ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``; summed per chunk.
+    Each posting's term is computed in single precision (a relative error below 1e-6; equal inputs give
+    equal scores, so ties stay ties), the sums per chunk in double: one pass of a few vector operations over
+    the query's postings, the step that bounds a lexical search's time (``docs/retrieval.md``)."""
+    p = query.postings
+    if not len(p):
         return np.zeros(0)
     k1, b = scoring.k1, scoring.b
-    wt, ws = scoring.title_weight, scoring.section_weight
-    # One pass over all the query's postings; a posting with no weighted occurrence (tf 0) adds exactly 0.
-    p = np.concatenate([t.postings for t in terms])
-    idf = np.repeat([scoring.idf(t.df) for t in terms], [len(t.postings) for t in terms])
-    tf = p["tf_text"] + wt * p["tf_title"] + ws * p["tf_section"]
-    norm = k1 * (1 - b) + (k1 * b / scoring.avgdl) * (p["len_text"] + wt * p["len_title"] + ws * p["len_section"])
-    saturation = np.divide(tf, tf + norm, out=np.zeros_like(tf), where=tf > 0)  # k1 = 0: 1 for any tf > 0
-    scores = np.bincount(p["key"], weights=idf * (k1 + 1) * saturation)
+    wt, ws = np.float32(scoring.title_weight), np.float32(scoring.section_weight)
+    raw = p.view(np.uint8).reshape(-1, POSTING.itemsize)  # the one-byte fields, without a copy
+    weight = np.repeat(np.array([scoring.idf(df) * (k1 + 1) for df in query.df], dtype=np.float32), query.counts)
+    tf = p["tf_text"].astype(np.float32)
+    norm = p["len_text"].astype(np.float32)
+    if wt:
+        tf += wt * raw[:, _TF_TITLE]
+        norm += wt * raw[:, _LEN_TITLE]
+    if ws:
+        tf += ws * raw[:, _TF_SECTION]
+        norm += ws * raw[:, _LEN_SECTION]
+    norm *= np.float32(k1 * b / scoring.avgdl)
+    norm += np.float32(k1 * (1 - b))
+    norm += tf
+    # tf / (tf + norm); a posting with no weighted occurrence (tf 0) adds exactly 0 (and k1 = 0: 1 for any tf > 0)
+    np.divide(tf, norm, out=tf, where=norm > 0)
+    tf *= weight
+    scores = np.bincount(p["key"], weights=tf)
     dead = dead[dead < len(scores)]
     scores[dead] = 0.0
     return scores
@@ -207,19 +296,21 @@ async def bm25_rank(
     *,
     filter_first_max: int = 0,
     passing: PassingSet | None = None,
+    cache: PostingsCache | None = None,
 ) -> list[Scored]:
     """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). Every posting of the
     query's terms is scored (exact); the best chunks are then checked against the filters in passes of
     growing size until ``k`` pass or none is left. A filter that passes at most ``filter_first_max`` (> 0)
     chunks is resolved first instead (its chunks' keys, then the scores of those alone); ``passing``, when
-    the caller resolved the filter already (:func:`passing_chunks`), is used as it is."""
+    the caller resolved the filter already (:func:`passing_chunks`), is used as it is; ``cache``: common terms'
+    blocks held in memory (:class:`PostingsCache`)."""
     if scoring.counts.chunks == 0 or k <= 0:
         return []
     async with pool.acquire() as conn:
-        terms = await term_postings(conn, query)
-        if not terms:
+        postings = await term_postings(conn, query, cache)
+        if not len(postings):
             return []
-        scores = bm25_scores(terms, scoring, await dead_keys(conn))
+        scores = bm25_scores(postings, scoring, await dead_keys(conn))
         where, fparams = where_clause(filters, 2)
         if passing is None and filter_first_max > 0:
             passing = await passing_chunks(conn, filters, filter_first_max)

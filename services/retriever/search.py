@@ -20,10 +20,10 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import asyncpg
 import numpy as np
@@ -38,6 +38,7 @@ from services.retriever.lexical_store import (
     passing_chunks,
 )
 from services.retriever.mmr import mmr_select
+from services.retriever.postings_cache import PostingsCache
 from services.retriever.store import (
     Scored,
     VectorIndex,
@@ -190,6 +191,7 @@ async def bm25_search(
     stats: CorpusStats,
     *,
     passing: PassingSet | None = None,
+    cache: PostingsCache | None = None,
 ) -> list[Scored]:
     """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over every posting of the query's terms.
 
@@ -198,7 +200,7 @@ async def bm25_search(
     that many pass and match a query term). ``passing``: the filter already resolved (:func:`passing_chunks`)."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
     first = filter_first_max(k, scoring.counts.chunks) if is_restrictive(filters) else 0
-    return await bm25_rank(pool, query, k, filters, scoring, filter_first_max=first, passing=passing)
+    return await bm25_rank(pool, query, k, filters, scoring, filter_first_max=first, passing=passing, cache=cache)
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
@@ -341,6 +343,7 @@ class HybridSearcher:
         prf_weight: float = 0.5,
         priority_boost: float = 0.0,
         evidence: EvidenceBlend | None = None,
+        postings_cache: PostingsCache | None = None,
     ):
         self.pool = pool
         self.index = index
@@ -359,6 +362,8 @@ class HybridSearcher:
         """Blend of document priority into the fused score (:func:`priority_boosted`; 0: off)."""
         self.evidence = evidence or EvidenceBlend()
         """Blend of evidence weight and recency into the ranking score (:func:`evidence_blended`; default off)."""
+        self.postings_cache = postings_cache
+        """Common terms' posting blocks held in memory for the lexical leg (None: every search reads them)."""
 
     @classmethod
     def from_settings(
@@ -369,6 +374,7 @@ class HybridSearcher:
         *,
         ef_search: int = 100,
         stats: CorpusStats | None = None,
+        postings_cache: PostingsCache | None = None,
     ) -> Self:
         """A searcher configured by the retrieval settings (fusion, BM25, PRF, MMR) over ``pool`` and ``index``."""
         return cls(
@@ -387,6 +393,7 @@ class HybridSearcher:
             prf_weight=settings.prf_weight,
             priority_boost=settings.priority_boost,
             evidence=EvidenceBlend(settings.evidence_weight, settings.recency_weight, settings.recency_half_life_years),
+            postings_cache=postings_cache,
         )
 
     async def dense_search(
@@ -411,7 +418,9 @@ class HybridSearcher:
         self, query: str, k: int, filters: SearchFilters, *, passing: PassingSet | None = None
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` by BM25 that pass ``filters``, best first."""
-        return await bm25_search(self.pool, query, k, filters, self.bm25, self.stats, passing=passing)
+        return await bm25_search(
+            self.pool, query, k, filters, self.bm25, self.stats, passing=passing, cache=self.postings_cache
+        )
 
     async def passing_set(self, filters: SearchFilters, k: int) -> PassingSet | None:
         """A restrictive filter's chunks, resolved once for both legs of a hybrid search when at most
@@ -447,12 +456,26 @@ class HybridSearcher:
         lexical: list[Scored] = []
         # Both legs of a hybrid search under a restrictive filter share one read of what it passes.
         passing = await self.passing_set(filters, depth) if hybrid else None
+        legs: list[Coroutine[Any, Any, list[Scored]]] = []
         if mode in ("dense", "hybrid", "hybrid+rerank"):
             if query_vector is None:
                 raise ValueError(f"mode {mode!r} needs a query vector")
-            dense = await self.dense_search(query_vector, depth, filters, ef_search or self.ef_search, passing=passing)
+            legs.append(self.dense_search(query_vector, depth, filters, ef_search or self.ef_search, passing=passing))
         if mode in ("lexical", "hybrid", "hybrid+rerank"):
-            lexical = await self.lexical_search(lexical_query or query, depth, filters, passing=passing)
+            legs.append(self.lexical_search(lexical_query or query, depth, filters, passing=passing))
+        # The legs run at once, each on its own connection: the database walks the HNSW graph while the
+        # lexical leg's postings are read and scored (one failing cancels the other).
+        tasks = [asyncio.ensure_future(leg) for leg in legs]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        if mode in ("dense", "hybrid", "hybrid+rerank"):
+            dense = results[0]
+        if mode in ("lexical", "hybrid", "hybrid+rerank"):
+            lexical = results[-1]
         ranked = self._fuse(mode, dense, lexical)
         if self.prf_docs > 0 and query_vector is not None and mode != "lexical" and ranked:
             # Rocchio feedback on the vector (ANCE-PRF style, no training): the query moves towards the mean

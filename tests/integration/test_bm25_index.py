@@ -18,8 +18,10 @@ import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import delete_document, store_document
-from services.retriever.lexical_store import POSTING, Bm25Scoring, bm25_rank, compact
+from services.retriever.lexical_store import POSTING, Bm25Scoring, bm25_rank, compact, term_postings
+from services.retriever.postings_cache import PostingsCache
 from services.retriever.search import Bm25Params, CorpusStats, bm25_search
+from services.retriever.store import Scored
 from shared.db import create_pool, list_migrations
 from shared.models import Chunk, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
@@ -377,3 +379,80 @@ async def test_a_removal_rewrites_only_the_blocks_its_chunks_fall_in(private_pos
         for r in ranges:
             keys = np.frombuffer(r["postings"], dtype=POSTING)["key"]
             assert (int(keys[0]), int(keys[-1])) == (r["min_key"], r["max_key"]) and (np.diff(keys) > 0).all()
+
+
+def _ranked(hits: list[Scored]) -> list[tuple[str, float]]:
+    return [(h.chunk_id, h.score) for h in hits]
+
+
+async def test_cached_blocks_answer_like_the_store_across_rewrites(private_postgres: LocalPostgres) -> None:
+    async with _fresh_pool(private_postgres, "bm25_cache") as pool:
+        rng = random.Random(21)
+        docs = [_doc(i, rng) for i in range(60)]
+        for d in docs[:50]:
+            await store_document(pool, d)
+        await compact(pool, block_postings=16)
+        cache = PostingsCache(1 << 20, min_postings=4, posting_bytes=POSTING.itemsize)
+
+        async def search(query: str, with_cache: PostingsCache | None) -> list[tuple[str, float]]:
+            hits = await bm25_search(pool, query, 25, SearchFilters(), Bm25Params(), CorpusStats(), cache=with_cache)
+            return _ranked(hits)
+
+        first = {q: await search(q, cache) for q in QUERIES}
+        assert cache.counts.hits == 0 and len(cache) > 0
+        assert all(len(b) >= 4 * POSTING.itemsize for b in cache._blocks.values())  # small blocks are not kept
+        for q in QUERIES:
+            assert await search(q, cache) == first[q] == await search(q, None)
+        assert cache.counts.hits >= len(cache)
+        # Removals and new writes rewrite blocks (new ids); the cache, still holding the old ones, answers
+        # exactly what the store does now, before and after compaction.
+        for d in docs[:5]:
+            assert await delete_document(pool, d.document_id)
+        for d in docs[50:]:
+            await store_document(pool, d)
+        for when in ("before compaction", "after compaction"):
+            for q in QUERIES:
+                expected = [(c, pytest.approx(s, rel=1e-6)) for c, s in (await _reference(pool, q, Bm25Params()))[:25]]
+                assert await search(q, cache) == await search(q, None) == expected, (when, q)
+            await compact(pool, block_postings=16)
+
+
+class _RemovesBetweenReads:
+    """A connection on which a document is removed and the index compacted between a search's listing of
+    its blocks and its read of them (what a concurrent compaction can do)."""
+
+    def __init__(self, pool: asyncpg.Pool, doc_id: str) -> None:
+        self.pool, self.doc_id, self.struck = pool, doc_id, False
+        self.statements: list[str] = []
+
+    async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        self.statements.append(sql)
+        if "block_id = ANY" in sql and not self.struck:
+            self.struck = True
+            assert await delete_document(self.pool, self.doc_id)
+            await compact(self.pool, block_postings=16)
+        return list(await self.pool.fetch(sql, *args))
+
+
+async def test_a_block_merged_away_between_the_two_reads_is_read_again(private_postgres: LocalPostgres) -> None:
+    async with _fresh_pool(private_postgres, "bm25_cache_race") as pool:
+        rng = random.Random(22)
+        docs = [_doc(i, rng) for i in range(40)]
+        for d in docs:
+            await store_document(pool, d)
+        await compact(pool, block_postings=16)
+        gone = await pool.fetch(
+            "SELECT b.chunk_key FROM bm25_chunks b JOIN chunks c USING (chunk_id) WHERE c.document_id = $1",
+            docs[7].document_id,
+        )
+        gone_keys = {r["chunk_key"] for r in gone}
+        assert set((await term_postings(pool, "patients trial cohort")).postings["key"].tolist()) & gone_keys
+        conn = _RemovesBetweenReads(pool, docs[7].document_id)
+        cache = PostingsCache(1 << 20, min_postings=1, posting_bytes=POSTING.itemsize)
+        got = await term_postings(conn, "patients trial cohort", cache)  # type: ignore[arg-type]
+        assert conn.struck  # the removal and compaction happened between the listing and the read
+        assert len(conn.statements) == 3 and "b.postings" in conn.statements[2]  # listing, read, read again
+        now = await term_postings(pool, "patients trial cohort")
+        assert got.df == now.df and got.counts == now.counts
+        assert sorted(got.postings.tolist()) == sorted(now.postings.tolist())
+        assert not set(got.postings["key"].tolist()) & gone_keys

@@ -12,6 +12,7 @@ from services.retriever.lexical_store import (
     POSTING,
     Bm25Scoring,
     CorpusCounts,
+    QueryPostings,
     TermPostings,
     best_keys,
     bm25_scores,
@@ -44,7 +45,7 @@ def test_scores_are_bm25f_summed_per_chunk() -> None:
     # term a in chunks 1 and 3, term b in chunk 3; fields: text tf, title tf, section tf, lengths.
     a = TermPostings(2, _postings((1, 2, 1, 0, 20, 4, 2), (3, 1, 0, 0, 30, 5, 0)))
     b = TermPostings(5, _postings((3, 0, 0, 2, 30, 5, 0)))
-    scores = bm25_scores([a, b], SCORING, np.array([], dtype=np.int64))
+    scores = bm25_scores(QueryPostings.of([a, b]), SCORING, np.array([], dtype=np.int64))
     assert scores[1] == pytest.approx(_by_hand(2 + 2.0 * 1, 20 + 2.0 * 4 + 0.5 * 2, 2))
     assert scores[3] == pytest.approx(_by_hand(1, 30 + 2.0 * 5, 2) + _by_hand(0.5 * 2, 30 + 2.0 * 5, 5))
     assert scores[0] == scores[2] == 0.0
@@ -53,7 +54,7 @@ def test_scores_are_bm25f_summed_per_chunk() -> None:
 def test_a_posting_without_weighted_occurrences_and_dead_chunks_score_nothing() -> None:
     t = TermPostings(1, _postings((2, 0, 0, 3, 10, 1, 3), (4, 1, 0, 0, 10, 1, 0), (5, 2, 0, 0, 10, 1, 0)))
     no_section = Bm25Scoring(0.9, 0.4, 1.0, 0.0, CorpusCounts(10, 4.0, 2.0, 20.0))
-    scores = bm25_scores([t], no_section, np.array([5], dtype=np.int64))
+    scores = bm25_scores(QueryPostings.of([t]), no_section, np.array([5], dtype=np.int64))
     assert scores[2] == 0.0  # only section occurrences, weighted 0
     assert scores[4] > 0
     assert scores[5] == 0.0  # removed chunk, postings not yet compacted away
@@ -97,6 +98,40 @@ def test_a_posting_is_rewritten_about_log2_cap_times_under_steady_appends() -> N
 def test_k1_zero_scores_presence_only() -> None:
     t = TermPostings(2, _postings((1, 3, 0, 0, 20, 4, 2), (2, 0, 0, 1, 20, 4, 2)))
     binary = Bm25Scoring(0.0, 0.4, 1.0, 0.0, CorpusCounts(10, 4.0, 2.0, 20.0))
-    scores = bm25_scores([t], binary, np.array([], dtype=np.int64))
+    scores = bm25_scores(QueryPostings.of([t]), binary, np.array([], dtype=np.int64))
     assert scores[1] == pytest.approx(math.log(1 + (10 - 2 + 0.5) / 2.5))  # idf, whatever the frequency
     assert scores[2] == 0.0 and not np.isnan(scores).any()  # only a section occurrence, weighted 0
+
+
+def test_scores_match_bm25f_computed_posting_by_posting_in_double_precision() -> None:
+    # Many terms over overlapping chunks, every field used: the one-pass single-precision scoring agrees with
+    # the formula applied posting by posting (to 1e-6 relative), and chunks with equal postings tie exactly.
+    rng = np.random.default_rng(7)
+    terms = []
+    for df in (400, 120, 35, 3):
+        p = np.zeros(df, dtype=POSTING)
+        p["key"] = np.sort(rng.choice(500, df, replace=False))
+        for field, high in (("tf_text", 6), ("tf_title", 3), ("tf_section", 2), ("len_title", 20), ("len_section", 9)):
+            p[field] = rng.integers(0, high, df)
+        p["len_text"] = rng.integers(1, 3000, df)
+        terms.append(TermPostings(df, p))
+    twin = terms[0].postings[0].copy()  # chunk 600: the same single posting as the first of term 0
+    twin["key"] = 600
+    terms.append(TermPostings(terms[0].df, np.array([twin], dtype=POSTING)))
+    scoring = Bm25Scoring(1.2, 0.75, 1.7, 0.3, CorpusCounts(1000, 6.0, 3.0, 400.0))
+    expected = np.zeros(601)
+    for t in terms:
+        for row in t.postings:
+            tf = int(row["tf_text"]) + 1.7 * int(row["tf_title"]) + 0.3 * int(row["tf_section"])
+            dl = int(row["len_text"]) + 1.7 * int(row["len_title"]) + 0.3 * int(row["len_section"])
+            if tf > 0:
+                norm = scoring.k1 * (1 - scoring.b + scoring.b * dl / scoring.avgdl)
+                expected[int(row["key"])] += scoring.idf(t.df) * tf * (scoring.k1 + 1) / (tf + norm)
+    scores = bm25_scores(QueryPostings.of(terms), scoring, np.array([], dtype=np.int64))
+    assert len(scores) == 601
+    np.testing.assert_allclose(scores, expected, rtol=1e-6, atol=0)
+    first = int(terms[0].postings[0]["key"])
+    alone = bm25_scores(
+        QueryPostings.of([TermPostings(terms[0].df, terms[0].postings[:1])]), scoring, np.array([], dtype=np.int64)
+    )
+    assert scores[600] == alone[first] > 0
