@@ -65,12 +65,13 @@ class RetrieverState:
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
         # Searches get their own pool: ingestion writes cannot starve them, and no search statement
-        # runs longer than the caller waits for its reply (statement_timeout = the request timeout).
+        # runs longer than the caller waits for its reply (statement_timeout = the request timeout). Two
+        # connections a request: a hybrid search's legs run at once.
         self._search_pool = await create_pool(
             self.settings.database,
             run_migrations=False,
             caller_timeout_s=self.settings.kafka.request_timeout_s,
-            max_size=self.settings.kafka.request_concurrency,
+            max_size=2 * self.settings.kafka.request_concurrency,
         )
         add_dead_letter_hook(fail_documents_hook(self._pool))
         embedder = get_embedder(self.settings.embedding)
