@@ -731,6 +731,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with _env(env_extra):
             source = load_source(Path(args.corpus) if args.corpus else None)
             result["corpus"] = source.name
+            from shared.settings import Settings
+
+            result["bm25_cache_mb"] = Settings().retrieval.bm25_cache_mb  # the retriever's postings cache
             basis, model = real_basis(source, min(args.real_vectors, len(source.abstracts)), Path(args.cache_dir))
             print(f"corpus: {source.name}, {len(source.abstracts)} abstracts; {len(basis)} real {model} vectors")
             result["model"] = model

@@ -18,7 +18,16 @@ import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import delete_document, store_document
-from services.retriever.lexical_store import POSTING, Bm25Scoring, bm25_rank, compact, term_postings
+from services.retriever.lexical_store import (
+    PLANNED_MARGIN,
+    POSTING,
+    Bm25Scoring,
+    bm25_rank,
+    compact,
+    passing_chunks,
+    planned_rows,
+    term_postings,
+)
 from services.retriever.postings_cache import PostingsCache
 from services.retriever.search import Bm25Params, CorpusStats, bm25_search
 from services.retriever.store import Scored
@@ -456,3 +465,38 @@ async def test_a_block_merged_away_between_the_two_reads_is_read_again(private_p
         assert got.df == now.df and got.counts == now.counts
         assert sorted(got.postings.tolist()) == sorted(now.postings.tolist())
         assert not set(got.postings["key"].tolist()) & gone_keys
+
+
+class _Recorder:
+    """A pool that records the statements run through it."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool, self.statements = pool, []  # type: list[str]
+
+    async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        self.statements.append(sql)
+        return list(await self.pool.fetch(sql, *args))
+
+    async def fetchval(self, sql: str, *args: object) -> object:
+        self.statements.append(sql)
+        return await self.pool.fetchval(sql, *args)
+
+
+async def test_a_filter_the_planner_expects_broad_is_not_read_to_be_counted(store: asyncpg.Pool) -> None:
+    await store.execute("ANALYZE chunks; ANALYZE documents")
+    chunks = await store.fetchval("SELECT count(*) FROM chunks")
+    broad = SearchFilters(year_from=2000)  # every document
+    assert await planned_rows(store, broad) > PLANNED_MARGIN * 10
+    recorder = _Recorder(store)
+    assert (await passing_chunks(recorder, broad, 10)).chunks is None  # type: ignore[arg-type]
+    assert len(recorder.statements) == 1 and recorder.statements[0].lstrip().startswith("EXPLAIN")
+    # Under the margin it is read and counted as before: exact either way.
+    assert (await passing_chunks(store, broad, chunks)).chunks is not None
+    rare = SearchFilters(year_from=RARE_YEAR, year_to=RARE_YEAR)
+    recorder = _Recorder(store)
+    passing = await passing_chunks(recorder, rare, 10)  # type: ignore[arg-type]
+    expected = await store.fetchval(
+        "SELECT count(*) FROM chunks c JOIN documents d USING (document_id) WHERE d.year = $1", RARE_YEAR
+    )
+    assert len(recorder.statements) == 2  # the estimate, then the read
+    assert 0 < expected <= 10 and passing.chunks is not None and len(passing.chunks) == expected
