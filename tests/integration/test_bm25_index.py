@@ -69,6 +69,15 @@ def _doc(i: int, rng: random.Random) -> ParsedDocument:
     )
 
 
+async def _stored(pool: asyncpg.Pool, seed: int, count: int, store: int | None = None) -> list[ParsedDocument]:
+    """``count`` generated documents (seeded), the first ``store`` of them (default all) stored one by one."""
+    rng = random.Random(seed)
+    docs = [_doc(i, rng) for i in range(count)]
+    for d in docs[:store]:
+        await store_document(pool, d)
+    return docs
+
+
 async def _pool(url: str) -> asyncpg.Pool:
     return await create_pool(DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": url}))
 
@@ -236,10 +245,7 @@ async def test_a_selective_filter_gets_k_results_either_way(store: asyncpg.Pool)
 
 async def test_statistics_follow_insert_replace_and_delete(private_postgres: LocalPostgres) -> None:
     async with _fresh_pool(private_postgres, "bm25_writes") as pool:
-        rng = random.Random(3)
-        docs = [_doc(i, rng) for i in range(30)]
-        for d in docs:
-            await store_document(pool, d)
+        docs = await _stored(pool, 3, 30)
         await _assert_statistics_consistent(pool)
         before = await pool.fetchval("SELECT df FROM bm25_terms WHERE term = 'zolpidem'")
         assert before is None
@@ -364,10 +370,7 @@ async def test_a_frequency_at_the_tsvector_limit_fits_its_byte(private_postgres:
 
 async def test_a_removal_rewrites_only_the_blocks_its_chunks_fall_in(private_postgres: LocalPostgres) -> None:
     async with _fresh_pool(private_postgres, "bm25_removal") as pool:
-        rng = random.Random(8)
-        docs = [_doc(i, rng) for i in range(40)]
-        for d in docs:
-            await store_document(pool, d)
+        docs = await _stored(pool, 8, 40)
         await compact(pool, block_postings=8)  # many full blocks per common term
         term = await pool.fetchval(
             "SELECT t.term_id FROM bm25_terms t JOIN chunks c ON c.document_id = $1 "
@@ -396,10 +399,7 @@ def _ranked(hits: list[Scored]) -> list[tuple[str, float]]:
 
 async def test_cached_blocks_answer_like_the_store_across_rewrites(private_postgres: LocalPostgres) -> None:
     async with _fresh_pool(private_postgres, "bm25_cache") as pool:
-        rng = random.Random(21)
-        docs = [_doc(i, rng) for i in range(60)]
-        for d in docs[:50]:
-            await store_document(pool, d)
+        docs = await _stored(pool, 21, 60, store=50)
         await compact(pool, block_postings=16)
         cache = PostingsCache(1 << 20, min_postings=4, posting_bytes=POSTING.itemsize)
 
@@ -445,10 +445,7 @@ class _RemovesBetweenReads:
 
 async def test_a_block_merged_away_between_the_two_reads_is_read_again(private_postgres: LocalPostgres) -> None:
     async with _fresh_pool(private_postgres, "bm25_cache_race") as pool:
-        rng = random.Random(22)
-        docs = [_doc(i, rng) for i in range(40)]
-        for d in docs:
-            await store_document(pool, d)
+        docs = await _stored(pool, 22, 40)
         await compact(pool, block_postings=16)
         gone = await pool.fetch(
             "SELECT b.chunk_key FROM bm25_chunks b JOIN chunks c USING (chunk_id) WHERE c.document_id = $1",
