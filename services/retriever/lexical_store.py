@@ -134,8 +134,7 @@ _TERM_BLOCKS_SQL = (
     _QUERY_TERMS
     + """
 SELECT q.term_id, q.df, b.postings
-FROM q JOIN bm25_blocks b ON b.term_id = q.term_id
-ORDER BY q.term_id"""
+FROM q JOIN bm25_blocks b ON b.term_id = q.term_id"""
 )
 
 # The blocks of the query's terms without their postings (a few dozen bytes a block, no TOAST read).
@@ -143,8 +142,7 @@ _TERM_BLOCK_IDS_SQL = (
     _QUERY_TERMS
     + """
 SELECT q.term_id, q.df, b.block_id, b.n, b.xmin::text AS version
-FROM q JOIN bm25_blocks b ON b.term_id = q.term_id
-ORDER BY q.term_id"""
+FROM q JOIN bm25_blocks b ON b.term_id = q.term_id"""
 )
 
 _BLOCKS_SQL = """
@@ -160,34 +158,41 @@ async def term_postings(
     it wants them)."""
     if cache is None or cache.max_bytes <= 0:
         rows = await conn.fetch(_TERM_BLOCKS_SQL, query)
-        parts = [(int(r["term_id"]), int(r["df"]), r["postings"]) for r in rows]
-    else:
-        blocks = await conn.fetch(_TERM_BLOCK_IDS_SQL, query)
-        held: dict[int, bytes] = {}
-        for b in blocks:
-            if cache.wants(b["n"]) and (blob := cache.get((b["block_id"], b["version"]))) is not None:
-                held[b["block_id"]] = blob
-        missing = [b for b in blocks if b["block_id"] not in held]
-        if missing:
-            terms = sorted({int(b["term_id"]) for b in missing})
-            read = await conn.fetch(_BLOCKS_SQL, terms, [b["block_id"] for b in missing])
-            fetched = {r["block_id"]: r["postings"] for r in read}
-            for b in missing:
-                if cache.wants(b["n"]) and b["block_id"] in fetched:
-                    cache.put((b["block_id"], b["version"]), fetched[b["block_id"]])
-            held.update(fetched)
-        # A block deleted between the two reads (compaction merged it): its postings are in a new block the
-        # first read did not see. Rare (compaction is brief); the search then reads the way without the cache.
-        if any(b["block_id"] not in held for b in blocks):
-            return await term_postings(conn, query)
-        parts = [(int(b["term_id"]), int(b["df"]), held[b["block_id"]]) for b in blocks]
-    df: dict[int, int] = {}
-    counts: dict[int, int] = {}
-    for term, term_df, blob in parts:  # in term order (a term's blocks together, in any order)
-        df[term] = term_df
-        counts[term] = counts.get(term, 0) + len(blob) // POSTING.itemsize
-    postings = np.frombuffer(b"".join(blob for _, _, blob in parts), dtype=POSTING)
-    return QueryPostings(tuple(df.values()), tuple(counts.values()), postings)
+        return _joined([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    blocks = await conn.fetch(_TERM_BLOCK_IDS_SQL, query)
+    held: dict[int, bytes] = {}
+    for b in blocks:
+        if cache.wants(b["n"]) and (blob := cache.get((b["block_id"], b["version"]))) is not None:
+            held[b["block_id"]] = blob
+    missing = [b for b in blocks if b["block_id"] not in held]
+    if missing:
+        terms = sorted({int(b["term_id"]) for b in missing})
+        read = await conn.fetch(_BLOCKS_SQL, terms, [b["block_id"] for b in missing])
+        fetched = {r["block_id"]: r["postings"] for r in read}
+        for b in missing:
+            if cache.wants(b["n"]) and b["block_id"] in fetched:
+                cache.put((b["block_id"], b["version"]), fetched[b["block_id"]])
+        held.update(fetched)
+    # A block deleted between the two reads (compaction merged it): its postings are in a new block the
+    # first read did not see. Rare (compaction is brief); the search then reads the way without the cache.
+    if any(b["block_id"] not in held for b in blocks):
+        return await term_postings(conn, query)
+    return _joined([b["term_id"] for b in blocks], [b["df"] for b in blocks], [held[b["block_id"]] for b in blocks])
+
+
+def _joined(term_ids: list[int], dfs: list[int], blobs: list[bytes]) -> QueryPostings:
+    """One buffer of the blocks, grouped by term (the rows come in any order; a term's blocks in any order)."""
+    if not blobs:
+        return QueryPostings((), (), np.zeros(0, dtype=POSTING))
+    terms = np.asarray(term_ids, dtype=np.int64)
+    if (terms[1:] < terms[:-1]).any():
+        order = np.argsort(terms, kind="stable")
+        terms, dfs, blobs = terms[order], [dfs[i] for i in order], [blobs[i] for i in order]
+    starts = np.flatnonzero(np.concatenate(([True], terms[1:] != terms[:-1])))
+    sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // POSTING.itemsize
+    counts = np.add.reduceat(sizes, starts)
+    postings = np.frombuffer(b"".join(blobs), dtype=POSTING)
+    return QueryPostings(tuple(int(dfs[i]) for i in starts), tuple(int(c) for c in counts), postings)
 
 
 async def dead_keys(conn: asyncpg.Connection | asyncpg.Pool) -> np.ndarray:

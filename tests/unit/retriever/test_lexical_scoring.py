@@ -14,6 +14,7 @@ from services.retriever.lexical_store import (
     CorpusCounts,
     QueryPostings,
     TermPostings,
+    _joined,
     best_keys,
     bm25_scores,
     merge_plan,
@@ -135,3 +136,23 @@ def test_scores_match_bm25f_computed_posting_by_posting_in_double_precision() ->
         QueryPostings.of([TermPostings(terms[0].df, terms[0].postings[:1])]), scoring, np.array([], dtype=np.int64)
     )
     assert scores[600] == alone[first] > 0
+
+
+def test_blocks_listed_in_any_order_are_grouped_by_term() -> None:
+    # Rows of a term's blocks may come interleaved with other terms' (no ORDER BY): each term's postings are
+    # weighted by its own df however the rows arrived.
+    a1, a2 = _postings((1, 1, 0, 0, 20, 4, 0)), _postings((3, 1, 0, 0, 20, 4, 0), (4, 2, 0, 0, 20, 4, 0))
+    b1 = _postings((2, 1, 0, 0, 20, 4, 0))
+    q = _joined([7, 5, 7], [2, 9, 2], [a1.tobytes(), b1.tobytes(), a2.tobytes()])
+    assert q.df == (9, 2) and q.counts == (1, 3)
+    scores = bm25_scores(q, SCORING, np.array([], dtype=np.int64))
+    expected = bm25_scores(
+        QueryPostings.of(
+            [TermPostings(9, b1), TermPostings(2, np.frombuffer(a1.tobytes() + a2.tobytes(), dtype=POSTING))]
+        ),
+        SCORING,
+        np.array([], dtype=np.int64),
+    )
+    np.testing.assert_array_equal(scores, expected)
+    assert scores[2] < scores[1]  # term 5 (df 9) weighs less than term 7 (df 2) for the same tf and length
+    assert len(_joined([], [], []).postings) == 0
