@@ -6,7 +6,8 @@ Tables (kept by statement-level triggers on ``chunks``; the analysis is the stor
 blocks await a merge) and ``bm25_dead`` (keys of removed chunks whose postings may still sit in blocks).
 
 A query reads the blocks of its terms in one statement (a few bytes a posting, no row or index tuple per
-posting), and scores every posting with numpy: Okapi BM25 with BM25F field weights and the current N and
+posting; with a :class:`PostingsCache`, it lists them and reads only those not held in memory), and scores
+every posting with numpy in one pass: Okapi BM25 with BM25F field weights and the current N and
 mean length, summed per chunk (:func:`bm25_scores`). That is exact BM25 over every posting, in time linear in
 the postings read (11 bytes each). The best chunks are then resolved to chunk ids through the filters,
 best first, until ``k`` pass (:func:`bm25_rank`).
