@@ -77,7 +77,7 @@ class PostingsCache:
 
     def put(self, key: BlockKey, blob: bytes) -> None:
         """Keep ``blob`` (least recently used blocks leave to make room); one larger than the cache is not kept."""
-        if len(blob) <= self.max_bytes and len(blob) >= self.min_postings * self._posting_bytes:
+        if len(blob) <= self.max_bytes and self.wants(len(blob) // self._posting_bytes):
             self._blocks[key] = blob
             POSTINGS_CACHE_BYTES.set(self.bytes_held)
 

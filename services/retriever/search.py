@@ -457,11 +457,12 @@ class HybridSearcher:
         # Both legs of a hybrid search under a restrictive filter share one read of what it passes.
         passing = await self.passing_set(filters, depth) if hybrid else None
         legs: list[Coroutine[Any, Any, list[Scored]]] = []
-        if mode in ("dense", "hybrid", "hybrid+rerank"):
+        with_dense, with_lexical = hybrid or mode == "dense", hybrid or mode == "lexical"
+        if with_dense:
             if query_vector is None:
                 raise ValueError(f"mode {mode!r} needs a query vector")
             legs.append(self.dense_search(query_vector, depth, filters, ef_search or self.ef_search, passing=passing))
-        if mode in ("lexical", "hybrid", "hybrid+rerank"):
+        if with_lexical:
             legs.append(self.lexical_search(lexical_query or query, depth, filters, passing=passing))
         # The legs run at once, each on its own connection: the database walks the HNSW graph while the
         # lexical leg's postings are read and scored (one failing cancels the other).
@@ -472,9 +473,9 @@ class HybridSearcher:
             for task in tasks:
                 task.cancel()
             raise
-        if mode in ("dense", "hybrid", "hybrid+rerank"):
+        if with_dense:
             dense = results[0]
-        if mode in ("lexical", "hybrid", "hybrid+rerank"):
+        if with_lexical:
             lexical = results[-1]
         ranked = self._fuse(mode, dense, lexical)
         if self.prf_docs > 0 and query_vector is not None and mode != "lexical" and ranked:
