@@ -149,6 +149,12 @@ class Backoff:
 Notify = Callable[[str], None]
 
 
+#: Idle seconds after which the client drops a kept-alive connection: below the gateway's (uvicorn's default
+#: ``timeout_keep_alive``, 5 s). With both at 5 s, a request sent after a ~5 s wait (a 429's Retry-After, a job
+#: poll) could go out on a connection the server was closing that instant and fail with a connection reset.
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 class GatewayClient:
     """A synchronous httpx client of the gateway, with the key, retries on 429 and readable errors."""
 
@@ -176,7 +182,13 @@ class GatewayClient:
         self.jitter = jitter
         self._random = random.Random()
         self.rate_limited = 0  # 429s waited out, for the summary
-        self.http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)
+        self.http = httpx.Client(
+            base_url=self.base_url,
+            timeout=timeout,
+            headers=headers,
+            transport=transport,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+        )
 
     def __enter__(self) -> GatewayClient:
         return self

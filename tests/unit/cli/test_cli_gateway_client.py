@@ -206,3 +206,16 @@ async def test_polling_backs_off_while_a_job_stands_still_and_speeds_up_when_it_
     assert status.done
     # stands still: 1, 2, 4, 8, 8; moves: back to 1, then 2
     assert slept == [1.0, 2.0, 4.0, 8.0, 8.0, 1.0, 2.0]
+
+
+def test_idle_connections_are_dropped_before_the_gateway_closes_them() -> None:
+    # A request after a ~5 s wait (Retry-After, a job poll) must not reuse a connection the gateway's server
+    # (uvicorn, keep-alive 5 s by default) is closing at that moment: that surfaced as "connection reset".
+    import uvicorn
+
+    from cli.gateway import KEEPALIVE_EXPIRY_S, GatewayClient
+
+    assert uvicorn.Config(app=lambda *a: None).timeout_keep_alive > KEEPALIVE_EXPIRY_S
+    with GatewayClient("http://127.0.0.1:9") as client:
+        pool = client.http._transport._pool  # type: ignore[attr-defined]  # httpx's connection pool
+        assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S
