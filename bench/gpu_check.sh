@@ -22,7 +22,10 @@
 # "64 256 512"), GPU_CHECK_N (texts; default all 5,183 abstracts), GPU_CHECK_REPEATS (default 3),
 # GPU_CHECK_DTYPES (default "fp32 fp16"), GPU_CHECK_CONSUME (service path consume batches, default
 # "256 1024 4096"), GPU_CHECK_PROCS (service processes sharing the GPU, default "1 2 3"). pydantic and
-# prometheus-client, which the service path needs, are carried in models/gpu/pylib.
+# pydantic-settings and prometheus-client, which the service path needs, are carried in
+# models/gpu/extras.tar.xz (unpacked under $TMPDIR there). GPU_CHECK_PROFILE=1
+# also runs the single-process service path under py-spy (in the same archive), GPU_CHECK_COPIES
+# (default 8) repeats the corpus in the service path so each rate is taken over seconds, not a fraction of one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=models/gpu
@@ -50,10 +53,25 @@ import subprocess, zipfile, tempfile
 wheels = Path(tempfile.mkdtemp())
 subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), "--only-binary=:all:",
                 "--python-version", "3.12", "--platform", "manylinux2014_x86_64", "--platform",
-                "manylinux_2_17_x86_64", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types",
-                "typing-inspection", "typing-extensions", "prometheus-client"], check=True)
+                "manylinux_2_17_x86_64", "--platform", "manylinux_2_5_x86_64", "pydantic==2.14.4",
+                "pydantic-core==2.50.5", "pydantic-settings==2.16.3", "python-dotenv", "annotated-types",
+                "typing-inspection", "typing-extensions", "prometheus-client", "py-spy"], check=True)
+# Packed with xz: the model (45 MiB) and the repository must fit the 64 MiB a device call carries.
+import tarfile
+staging = Path(tempfile.mkdtemp())
 for whl in wheels.glob("*.whl"):
-    zipfile.ZipFile(whl).extractall(bundle / "pylib")
+    if whl.name.startswith("py_spy"):  # the profiler: a binary, not a module (GPU_CHECK_PROFILE=1)
+        with zipfile.ZipFile(whl) as z:
+            name = next(n for n in z.namelist() if n.endswith("/scripts/py-spy"))
+            (staging / "bin").mkdir(exist_ok=True)
+            (staging / "bin" / "py-spy").write_bytes(z.read(name))
+            (staging / "bin" / "py-spy").chmod(0o755)
+        continue
+    zipfile.ZipFile(whl).extractall(staging / "pylib")
+with tarfile.open(bundle / "extras.tar.xz", "w:xz", preset=9) as tar:
+    for part in ("pylib", "bin"):
+        tar.add(staging / part, arcname=part)
+shutil.rmtree(staging)
 total = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
 print(f"wrote {bundle} ({total / 2**20:.1f} MiB); carry it: run(carry=['{bundle}'], command='bash bench/gpu_check.sh')")
 EOF
@@ -66,7 +84,12 @@ PY=${PYTHON:-python3}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi failed"
-"$PY" -c "import pydantic" 2>/dev/null || export PYTHONPATH="$PWD/$BUNDLE/pylib${PYTHONPATH:+:$PYTHONPATH}"
+EXTRAS=${TMPDIR:-/tmp}/evidentia_gpu_extras
+if [[ -f "$BUNDLE/extras.tar.xz" && ! -d "$EXTRAS" ]]; then
+  "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \
+    "$BUNDLE/extras.tar.xz" "$EXTRAS"
+fi
+"$PY" -c "import pydantic_settings" 2>/dev/null || export PYTHONPATH="$EXTRAS/pylib${PYTHONPATH:+:$PYTHONPATH}"
 
 "$PY" - "$BUNDLE" <<'EOF'
 import json, os, sys, time
@@ -126,6 +149,19 @@ EOF
 echo
 echo "== the service's batching path, no Kafka (fp16, token ids as the parser ships them)"
 "$PY" bench/gpu_service_path.py "$BUNDLE/all-MiniLM-L6-v2" "$BUNDLE/corpus.jsonl.gz"
+
+if [[ "${GPU_CHECK_PROFILE:-0}" == "1" && -x "$EXTRAS/bin/py-spy" ]]; then
+  # Where one process's time goes: py-spy over the single-process service path (per thread; then only the
+  # samples that hold the GIL). Raw stacks go to GPU_CHECK_PROFILE_DIR (default: the current folder).
+  dir=${GPU_CHECK_PROFILE_DIR:-.}
+  for mode in threads gil; do
+    echo "== py-spy ($mode) over the single-process service path -> $dir/spy_$mode.txt"
+    extra=(--threads); [[ $mode == gil ]] && extra=(--gil --threads)
+    GPU_CHECK_PROCS=1 GPU_CHECK_CONSUME=1024 "$EXTRAS/bin/py-spy" record -r 250 --format raw "${extra[@]}" \
+      -o "$dir/spy_$mode.txt" -- "$PY" bench/gpu_service_path.py "$BUNDLE/all-MiniLM-L6-v2" "$BUNDLE/corpus.jsonl.gz" \
+      || echo "py-spy failed (ptrace not allowed here?)"
+  done
+fi
 
 echo
 echo "== end to end through Kafka"

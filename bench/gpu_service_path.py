@@ -4,9 +4,11 @@ What the service does per consumed batch, minus the broker: ``ChunkCreated`` JSO
 the parser ships) decoded on the event loop, submitted to the service's :class:`EmbedPipeline`
 (model thread: ``encode_vectors`` -> fast path; serialiser thread: ``ChunkEmbedded`` JSON), and
 "published" to an in-memory sink that only counts. Prints passages/s per consume batch size, with
-the model's busy share (encode seconds / wall seconds), then with ``GPU_CHECK_PROCS`` (default "1 2 3")
+the model's busy share (encode seconds / wall seconds) and the share of the wall spent decoding
+events on the event loop, then with ``GPU_CHECK_PROCS`` (default "1 2 3")
 2 and 3 such processes sharing the device, each with its share of the texts, started together (total
-passages/s: one process's host work is the limit on a GPU). Needs numpy, torch, sentence-transformers and
+passages/s: one process's host work is the limit on a GPU). ``GPU_CHECK_COPIES`` (default 8) repeats
+the texts so each rate is taken over seconds. Needs numpy, torch, sentence-transformers and
 pydantic (carried as wheels in models/gpu/pylib when the machine lacks it).
 
     python bench/gpu_service_path.py models/gpu/all-MiniLM-L6-v2 models/gpu/corpus.jsonl.gz
@@ -50,15 +52,23 @@ async def service_path(
         depth=2,
     )
     await pipe.start()
+    decode_s = 0.0
     start = time.perf_counter()
     for i in range(0, len(records), consume):
+        t0 = time.perf_counter()
         events = [ChunkCreated.model_validate_json(r) for r in records[i : i + consume]]
+        decode_s += time.perf_counter() - t0
         await pipe.submit(Batch(events=events, offsets={}))
     await pipe.drain()
     wall = time.perf_counter() - start
     await pipe.stop()
     assert sent == len(records), (sent, len(records))
-    return {"passages_per_s": round(len(records) / wall), "model_busy": round(pipe.stats.encode_s / wall, 3)}
+    return {
+        "passages_per_s": round(len(records) / wall),
+        "model_busy": round(pipe.stats.encode_s / wall, 3),
+        "decode_share": round(decode_s / wall, 3),
+        "encoder_idle_share": round(pipe.stats.encoder_idle_s / wall, 3),
+    }
 
 
 def _embedder(folder: str, device: str, batch: int) -> SentenceTransformerEmbedder:
@@ -123,8 +133,10 @@ def main() -> None:
     procs_list = [int(c) for c in os.environ.get("GPU_CHECK_PROCS", "1 2 3").split()]
     device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
     emb = _embedder(folder, device, batch)
+    copies = int(os.environ.get("GPU_CHECK_COPIES", "8"))
     texts = load_texts(Path(corpus), n)
     ids = emb.passage_token_ids(texts)
+    texts, ids = texts * copies, ids * copies  # each rate over seconds of work, not a fraction of one
     records = [
         ChunkCreated(
             chunk_id=f"c{i}",
