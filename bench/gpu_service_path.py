@@ -8,7 +8,10 @@ the model's busy share (encode seconds / wall seconds) and the share of the wall
 events on the event loop, then with ``GPU_CHECK_PROCS`` (default "1 2 3")
 2 and 3 such processes sharing the device, each with its share of the texts, started together (total
 passages/s: one process's host work is the limit on a GPU). ``GPU_CHECK_COPIES`` (default 8) repeats
-the texts so each rate is taken over seconds. Needs numpy, torch, sentence-transformers and
+the texts so each rate is taken over seconds. ``GPU_CHECK_SWITCH_MS`` (default "5") and
+``GPU_CHECK_MODEL_BATCHES`` (default ``GPU_CHECK_MODEL_BATCH``, 512) vary the single-process runs: the
+interpreter's GIL switch interval and the model batch; ``GPU_CHECK_DECODE`` ("loop", "model-thread", "single")
+where the events are decoded. Needs numpy, torch, sentence-transformers and
 pydantic (carried as wheels in models/gpu/pylib when the machine lacks it).
 
     python bench/gpu_service_path.py models/gpu/all-MiniLM-L6-v2 models/gpu/corpus.jsonl.gz
@@ -17,6 +20,7 @@ pydantic (carried as wheels in models/gpu/pylib when the machine lacks it).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import sys
@@ -37,28 +41,46 @@ from shared.events import ChunkCreated  # noqa: E402
 
 
 async def service_path(
-    emb: SentenceTransformerEmbedder, records: list[bytes], consume: int, batch: int
+    emb: SentenceTransformerEmbedder, records: list[bytes], consume: int, batch: int, decode_in: str = "loop"
 ) -> dict[str, float]:
+    """One run; ``decode_in`` "loop" decodes each batch's events on the event loop (as the service does),
+    "model-thread" hands the raw records to the model's thread, which decodes them before encoding, "single"
+    also serialises there (one thread does the whole batch)."""
     sent = 0
 
     async def publish(payloads: list[Payload]) -> None:
         nonlocal sent
         sent += len(payloads)
 
-    pipe: EmbedPipeline[ChunkCreated] = EmbedPipeline(
-        lambda ev: encode_vectors(emb, ev, batch),
-        publish,
-        serialize=lambda ev, vec: serialize_vectors(emb.name, emb.dim, ev, vec),
-        depth=2,
-    )
+    decoded: dict[int, list[ChunkCreated]] = {}
+
+    def encode(items: list[Any]) -> Any:
+        if decode_in == "loop":
+            return encode_vectors(emb, items, batch)
+        events = [ChunkCreated.model_validate_json(r) for r in items]
+        if decode_in == "single":  # the model's thread does all of it: no other thread wants the GIL
+            return serialize_vectors(emb.name, emb.dim, events, encode_vectors(emb, events, batch))
+        decoded[id(items)] = events
+        return encode_vectors(emb, events, batch)
+
+    def serialize(items: list[Any], vectors: Any) -> list[Payload]:
+        if decode_in == "single":
+            return list(vectors)
+        events = items if decode_in == "loop" else decoded.pop(id(items))
+        return serialize_vectors(emb.name, emb.dim, events, vectors)
+
+    pipe: EmbedPipeline[Any] = EmbedPipeline(encode, publish, serialize=serialize, depth=2)
     await pipe.start()
     decode_s = 0.0
     start = time.perf_counter()
     for i in range(0, len(records), consume):
         t0 = time.perf_counter()
-        events = [ChunkCreated.model_validate_json(r) for r in records[i : i + consume]]
+        if decode_in == "loop":
+            items: list[Any] = [ChunkCreated.model_validate_json(r) for r in records[i : i + consume]]
+        else:
+            items = records[i : i + consume]
         decode_s += time.perf_counter() - t0
-        await pipe.submit(Batch(events=events, offsets={}))
+        await pipe.submit(Batch(events=items, offsets={}))
     await pipe.drain()
     wall = time.perf_counter() - start
     await pipe.stop()
@@ -151,10 +173,16 @@ def main() -> None:
         .encode()
         for i, (t, x) in enumerate(zip(texts, ids, strict=True))
     ]
+    # The interpreter's GIL switch interval (default 5 ms): how long the thread driving the GPU may wait for
+    # the GIL each time a torch call hands it back, while the event loop decodes events.
+    switches = [float(x) for x in os.environ.get("GPU_CHECK_SWITCH_MS", "5").split()]
+    model_batches = [int(b) for b in os.environ.get("GPU_CHECK_MODEL_BATCHES", str(batch)).split()]
+    decodes = os.environ.get("GPU_CHECK_DECODE", "loop").split()
     if 1 in procs_list:
         asyncio.run(service_path(emb, records[: 4 * batch], consumes[0], batch))  # warm-up
-        for consume in consumes:
-            row = asyncio.run(service_path(emb, records, consume, batch))
+        for switch_ms, decode_in, model_batch, consume in itertools.product(switches, decodes, model_batches, consumes):
+            sys.setswitchinterval(switch_ms / 1000)
+            row = asyncio.run(service_path(emb, records, consume, model_batch, decode_in))
             print(
                 json.dumps(
                     {
@@ -162,12 +190,15 @@ def main() -> None:
                         "processes": 1,
                         "texts": len(records),
                         "consume_batch": consume,
-                        "model_batch": batch,
+                        "model_batch": model_batch,
+                        "switch_ms": switch_ms,
+                        "decode_in": decode_in,
                         **row,
                     }
                 ),
                 flush=True,
             )
+        sys.setswitchinterval(0.005)
     del emb
     consume = 1024 if 1024 in consumes else consumes[0]
     for procs in [p for p in procs_list if p > 1]:  # replicas sharing the device, as pods sharing a GPU would

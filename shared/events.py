@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from shared import tracing
 from shared.models import CitationMetrics, ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, Source
@@ -231,12 +231,15 @@ class ChunkCreated(Event):
         ),
     )
 
+    # The packed ids as decoded while validating: the embedder reads them without a second decode.
+    _unpacked_ids: npt.NDArray[np.uint32] | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _packed_ids(self) -> ChunkCreated:
         if self.token_ids_u32 is not None:
             if self.token_ids is not None:
                 raise ValueError("give the token ids once: `token_ids` or `token_ids_u32`")
-            unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
+            self._unpacked_ids = unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
         return self
 
     @staticmethod
@@ -244,10 +247,12 @@ class ChunkCreated(Event):
         """``token_ids_u32`` of token ids."""
         return pack_array(ids, "<u4")
 
-    def input_ids(self) -> npt.NDArray[np.int64] | None:
-        """The shipped token ids (either form), or None when there are none."""
+    def input_ids(self) -> npt.NDArray[np.uint32] | npt.NDArray[np.int64] | None:
+        """The shipped token ids (either form: uint32 when packed, read-only), or None when there are none."""
         if self.token_ids_u32:
-            return unpack_array(self.token_ids_u32, "<u4", "token_ids_u32").astype(np.int64)
+            if self._unpacked_ids is None:  # built without validation (model_construct): decode now
+                self._unpacked_ids = unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
+            return self._unpacked_ids
         if self.token_ids:
             return np.asarray(self.token_ids, dtype=np.int64)
         return None

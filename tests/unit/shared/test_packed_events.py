@@ -85,9 +85,17 @@ def test_token_ids_read_the_same_packed_or_listed() -> None:
     none = decode(ChunkCreated, _created())
     for event in (packed, listed):
         ids = event.input_ids()
-        assert ids is not None and ids.dtype == np.int64
+        assert ids is not None and np.issubdtype(ids.dtype, np.integer)
         assert ids.tolist() == IDS  # ids above 65,535 survive (uint32)
     assert none.input_ids() is None
+
+
+def test_packed_ids_are_decoded_once_and_also_without_validation() -> None:
+    packed = decode(ChunkCreated, _created(token_ids_u32=ChunkCreated.pack_ids(IDS)))
+    assert packed.input_ids() is packed.input_ids()  # decoded while validating, not again per read
+    built = ChunkCreated.model_construct(**packed.model_dump())  # no validator ran
+    ids = built.input_ids()
+    assert ids is not None and ids.tolist() == IDS
 
 
 @pytest.mark.parametrize(
