@@ -17,9 +17,9 @@ import binascii
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -239,7 +239,10 @@ class ChunkCreated(Event):
         if self.token_ids_u32 is not None:
             if self.token_ids is not None:
                 raise ValueError("give the token ids once: `token_ids` or `token_ids_u32`")
-            self._unpacked_ids = unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
+            # Straight into pydantic's private store: its __setattr__ would cost as much as the decode.
+            cast(dict[str, Any], self.__pydantic_private__)["_unpacked_ids"] = unpack_array(
+                self.token_ids_u32, "<u4", "token_ids_u32"
+            )
         return self
 
     @staticmethod
@@ -256,6 +259,46 @@ class ChunkCreated(Event):
         if self.token_ids:
             return np.asarray(self.token_ids, dtype=np.int64)
         return None
+
+
+class PackedVector(NamedTuple):
+    """One event's own fields in :meth:`ChunkEmbedded.packed_json_batch` (``embedding_f32``: base64, ASCII bytes)."""
+
+    trace_id: str
+    chunk_id: str
+    document_id: str
+    embedding_f32: bytes
+    job_id: str | None = None
+
+
+_VECTOR_SLOT = PackedVector._fields.index("embedding_f32")
+_json_str: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+"""A str as JSON, what ``json.dumps(..., ensure_ascii=False)`` writes (non-ASCII kept, as pydantic does)."""
+
+
+def _template(
+    cls: type[ChunkEmbedded], model: str, dim: int, created_at: datetime, with_job: bool
+) -> tuple[bytes, list[int]]:
+    """Pydantic's JSON of one event with a placeholder in each per-event field, as a ``bytes % values`` form:
+    ``(form, slots)``, slots as indices into :class:`PackedVector` in the order the form takes them."""
+    names = [name for name in PackedVector._fields if with_job or name != "job_id"]
+    marks = {name: _json_str(f"\x00{name}\x00") for name in names}
+    text = cls.model_construct(
+        schema_version=2,
+        created_at=created_at,
+        model=model,
+        dim=dim,
+        embedding=None,
+        **cast(dict[str, Any], {name: f"\x00{name}\x00" for name in names}),
+    ).model_dump_json(exclude_none=True)
+    located = sorted((text.index(mark), name) for name, mark in marks.items())
+    parts: list[bytes] = []
+    start = 0
+    for at, name in located:
+        parts.append(text[start:at].encode().replace(b"%", b"%%"))
+        start = at + len(marks[name])
+    parts.append(text[start:].encode().replace(b"%", b"%%"))
+    return b"%b".join(parts), [PackedVector._fields.index(name) for _, name in located]
 
 
 class ChunkEmbedded(Event):
@@ -306,6 +349,35 @@ class ChunkEmbedded(Event):
     def pack(cls, vector: npt.ArrayLike) -> str:
         """``embedding_f32`` of a vector: base64 of its little-endian float32 bytes."""
         return pack_array(vector, "<f4")
+
+    @classmethod
+    def packed_json_batch(
+        cls, *, model: str, dim: int, created_at: datetime, items: Sequence[PackedVector]
+    ) -> list[bytes]:
+        """Version-2 JSON of events that share ``model``, ``dim`` and ``created_at``: byte for byte what
+        ``model_construct(...).model_dump_json(exclude_none=True)`` writes (tested), in a fraction of its time.
+
+        The embedder's hot path (about 9 us an event through pydantic, a fifth of its host work on a GPU).
+        Pydantic renders one event per batch with placeholders; each event then only fills in its ids
+        (JSON-escaped) and its vector (base64 needs no escaping). The caller has checked the vectors
+        (shape, finite) for the whole batch, as for ``model_construct``.
+        """
+        templates: dict[bool, tuple[bytes, list[int]]] = {}
+        out: list[bytes] = []
+        for item in items:
+            with_job = item.job_id is not None
+            if with_job not in templates:
+                templates[with_job] = _template(cls, model, dim, created_at, with_job)
+            form, slots = templates[with_job]
+            values: tuple[Any, ...] = item
+            out.append(
+                form
+                % tuple(
+                    b'"' + values[slot] + b'"' if slot == _VECTOR_SLOT else _json_str(values[slot]).encode()
+                    for slot in slots
+                )
+            )
+        return out
 
     def vector(self) -> npt.NDArray[np.float32]:
         """The vector as float32, whichever form it came in."""

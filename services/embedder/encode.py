@@ -18,7 +18,7 @@ import numpy as np
 from services.embedder.pipeline import Payload
 from shared import metrics
 from shared.embedding.base import Embedder
-from shared.events import ChunkCreated, ChunkEmbedded
+from shared.events import ChunkCreated, ChunkEmbedded, PackedVector
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,14 @@ def encode_vectors(embedder: Embedder, events: Sequence[ChunkCreated], batch_siz
     return vectors
 
 
-def pack_rows(rows: np.ndarray) -> list[str]:
-    """``ChunkEmbedded.pack`` of each row of a C-contiguous little-endian float32 matrix, in one base64 call
-    when a row is a whole number of 3-byte groups (384-d, 768-d: base64 of the whole buffer is then the
-    rows' base64 strings end to end, none padded); row by row otherwise (e.g. 1024-d)."""
+def pack_rows(rows: np.ndarray) -> list[bytes]:
+    """``ChunkEmbedded.pack`` of each row of a C-contiguous little-endian float32 matrix (as ASCII bytes), in one
+    base64 call when a row is a whole number of 3-byte groups (384-d, 768-d: base64 of the whole buffer is then
+    the rows' base64 strings end to end, none padded); row by row otherwise (e.g. 1024-d)."""
     row_bytes = rows.shape[1] * 4 if rows.ndim == 2 else 0
     if not len(rows) or row_bytes % 3:
-        return [ChunkEmbedded.pack(row) for row in rows]
-    text = base64.b64encode(rows.tobytes()).decode("ascii")
+        return [base64.b64encode(row.tobytes()) for row in rows]
+    text = base64.b64encode(rows.tobytes())
     width = row_bytes // 3 * 4
     return [text[i : i + width] for i in range(0, len(text), width)]
 
@@ -131,21 +131,12 @@ def serialize_vectors(
         if rows.shape != (len(events), dim) or not np.isfinite(rows).all():
             raise ValueError(f"vectors of shape {rows.shape} (want {(len(events), dim)}) or not all finite")
         # Checked above as a whole: built without re-validating (and re-decoding) each packed vector.
-        for e, packed_row in zip(events, pack_rows(rows), strict=True):
-            out = ChunkEmbedded.model_construct(
-                schema_version=2,
-                trace_id=e.trace_id,
-                created_at=now,
-                chunk_id=e.chunk_id,
-                document_id=e.document_id,
-                model=model,
-                dim=dim,
-                embedding=None,
-                embedding_f32=packed_row,
-                job_id=e.job_id,
-            )
-            payloads.append((e.document_id.encode(), out.model_dump_json(exclude_none=True).encode()))
-        return payloads
+        items = [
+            PackedVector(e.trace_id, e.chunk_id, e.document_id, packed_row, e.job_id)
+            for e, packed_row in zip(events, pack_rows(rows), strict=True)
+        ]
+        bodies = ChunkEmbedded.packed_json_batch(model=model, dim=dim, created_at=now, items=items)
+        return [(e.document_id.encode(), body) for e, body in zip(events, bodies, strict=True)]
     for e, values in zip(events, vectors.tolist(), strict=True):
         out = ChunkEmbedded(
             schema_version=1,

@@ -275,7 +275,7 @@ def test_encode_events_of_nothing_is_nothing(minilm: BaseEmbedder, n: int) -> No
 def test_rows_packed_at_once_equal_rows_packed_one_by_one(dim: int) -> None:
     rows = np.random.default_rng(dim).standard_normal((7, dim)).astype("<f4")
     packed = pack_rows(rows)
-    assert packed == [ChunkEmbedded.pack(row) for row in rows]
+    assert packed == [ChunkEmbedded.pack(row).encode() for row in rows]
     for text, row in zip(packed, rows, strict=True):
-        assert np.array_equal(ChunkEmbedded.model_construct(embedding_f32=text).vector(), row)
+        assert np.array_equal(ChunkEmbedded.model_construct(embedding_f32=text.decode()).vector(), row)
     assert pack_rows(np.zeros((0, dim), dtype="<f4")) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared.broker import PoisonEvent, decode
-from shared.events import ChunkCreated, ChunkEmbedded
+from shared.events import ChunkCreated, ChunkEmbedded, PackedVector
 
 RNG = np.random.default_rng(7)
 VEC = RNG.standard_normal(8).astype(np.float32)
@@ -109,3 +110,38 @@ def test_packed_ids_are_decoded_once_and_also_without_validation() -> None:
 def test_malformed_packed_token_ids_are_a_poison_event(fields: dict[str, Any], reason: str) -> None:
     with pytest.raises(PoisonEvent, match=reason):
         decode(ChunkCreated, _created(**fields))
+
+
+@pytest.mark.parametrize("dim", [384, 1024])
+@pytest.mark.parametrize("model", ["sentence-transformers/all-MiniLM-L6-v2", 'odd "100%" modèle\\'])
+def test_batch_json_is_what_pydantic_writes_for_each_event(model: str, dim: int) -> None:
+    rng = np.random.default_rng(dim)
+    ids = ["pubmed:1:0", 'quote " back \\ slash', "100% ünïcode ✓", "ctrl \x01\n\t", "%b %s %%"]
+    items = [
+        PackedVector(
+            trace_id=f"t{i}-{name}",
+            chunk_id=name,
+            document_id=f"doc {name}",
+            embedding_f32=ChunkEmbedded.pack(rng.standard_normal(dim)).encode(),
+            job_id=None if i % 2 else f"job {name}",
+        )
+        for i, name in enumerate(ids)
+    ]
+    now = datetime.now(UTC)
+    bodies = ChunkEmbedded.packed_json_batch(model=model, dim=dim, created_at=now, items=items)
+    assert len(bodies) == len(items)
+    for item, body in zip(items, bodies, strict=True):
+        expected = ChunkEmbedded.model_construct(
+            schema_version=2,
+            trace_id=item.trace_id,
+            created_at=now,
+            chunk_id=item.chunk_id,
+            document_id=item.document_id,
+            model=model,
+            dim=dim,
+            embedding=None,
+            embedding_f32=item.embedding_f32.decode(),
+            job_id=item.job_id,
+        )
+        assert body == expected.model_dump_json(exclude_none=True).encode()
+        assert ChunkEmbedded.model_validate_json(body) == ChunkEmbedded.model_validate(expected.model_dump())
