@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared import tracing
 from shared.models import CitationMetrics, ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, Source
@@ -231,18 +231,12 @@ class ChunkCreated(Event):
         ),
     )
 
-    # The packed ids as decoded while validating: the embedder reads them without a second decode.
-    _unpacked_ids: npt.NDArray[np.uint32] | None = PrivateAttr(default=None)
-
     @model_validator(mode="after")
     def _packed_ids(self) -> ChunkCreated:
         if self.token_ids_u32 is not None:
             if self.token_ids is not None:
                 raise ValueError("give the token ids once: `token_ids` or `token_ids_u32`")
-            # Straight into pydantic's private store: its __setattr__ would cost as much as the decode.
-            cast(dict[str, Any], self.__pydantic_private__)["_unpacked_ids"] = unpack_array(
-                self.token_ids_u32, "<u4", "token_ids_u32"
-            )
+            unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
         return self
 
     @staticmethod
@@ -251,11 +245,13 @@ class ChunkCreated(Event):
         return pack_array(ids, "<u4")
 
     def input_ids(self) -> npt.NDArray[np.uint32] | npt.NDArray[np.int64] | None:
-        """The shipped token ids (either form: uint32 when packed, read-only), or None when there are none."""
+        """The shipped token ids (either form: uint32 when packed, read-only), or None when there are none.
+
+        Decoded again here (checked once while validating): keeping the decoded array on the event costs
+        more than the decode (pydantic's private attributes are set and read through Python hooks).
+        """
         if self.token_ids_u32:
-            if self._unpacked_ids is None:  # built without validation (model_construct): decode now
-                self._unpacked_ids = unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
-            return self._unpacked_ids
+            return unpack_array(self.token_ids_u32, "<u4", "token_ids_u32")
         if self.token_ids:
             return np.asarray(self.token_ids, dtype=np.int64)
         return None
