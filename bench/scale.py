@@ -269,12 +269,8 @@ def _chunk_id(source_id: str, ordinal: int) -> str:
     return f"pubmed:{source_id}#{source_id[-12:]:0>12}#{ordinal}"
 
 
-async def bulk_write(pool: Any, index: Any, docs: list[GeneratedDoc]) -> tuple[float, float]:
-    """Documents + chunks in one statement each (the lexical index follows by the store's triggers), then
-    the vectors through the retriever's ``upsert_vectors`` (HNSW maintained). (lexical s, vector s)."""
-    from services.retriever.store import upsert_vectors
-
-    t0 = time.perf_counter()
+async def store_chunks(pool: Any, docs: list[GeneratedDoc]) -> None:
+    """Documents + chunks in one statement each (the lexical index follows by the store's triggers)."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
             _DOCS_SQL,
@@ -287,27 +283,46 @@ async def bulk_write(pool: Any, index: Any, docs: list[GeneratedDoc]) -> tuple[f
             ["|".join(d.mesh) for d in docs],
             [d.retracted for d in docs],
         )
-        ids = [_chunk_id(d.source_id, o) for d in docs for o in range(len(d.chunks))]
         await conn.execute(
             _CHUNKS_SQL,
-            ids,
+            [_chunk_id(d.source_id, o) for d in docs for o in range(len(d.chunks))],
             [f"pubmed:{d.source_id}" for d in docs for _ in d.chunks],
             [o for d in docs for o in range(len(d.chunks))],
             [d.title for d in docs for _ in d.chunks],
             [c for d in docs for c in d.chunks],
         )
-    t1 = time.perf_counter()
+
+
+async def store_vectors(pool: Any, index: Any, docs: list[GeneratedDoc], concurrency: int = 1) -> None:
+    """The documents' vectors through the retriever's ``upsert_vectors`` in its consumer's batches of 512
+    (HNSW maintained; ``concurrency`` statements at once, the retriever's
+    ``EVIDENTIA_DATABASE_VECTOR_WRITE_CONCURRENCY``)."""
+    from services.retriever.store import upsert_vectors
+
+    ids = [_chunk_id(d.source_id, o) for d in docs for o in range(len(d.chunks))]
     vectors = np.concatenate([d.vectors for d in docs])
     doc_ids = [f"pubmed:{d.source_id}" for d in docs for _ in d.chunks]
     for i in range(0, len(ids), 512):
-        await upsert_vectors(pool, index, ids[i : i + 512], doc_ids[i : i + 512], vectors[i : i + 512])
+        await upsert_vectors(
+            pool, index, ids[i : i + 512], doc_ids[i : i + 512], vectors[i : i + 512], concurrency=concurrency
+        )
+
+
+async def bulk_write(pool: Any, index: Any, docs: list[GeneratedDoc], concurrency: int = 1) -> tuple[float, float]:
+    """:func:`store_chunks` then :func:`store_vectors`: (lexical s, vector s)."""
+    t0 = time.perf_counter()
+    await store_chunks(pool, docs)
+    t1 = time.perf_counter()
+    await store_vectors(pool, index, docs, concurrency)
     return t1 - t0, time.perf_counter() - t1
 
 
-async def production_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc]) -> dict[str, float]:
+async def production_write_rate(
+    pool: Any, index: Any, docs: list[GeneratedDoc], concurrency: int = 1
+) -> dict[str, float]:
     """The production write path: the parser's ``store_document`` per document (chunks + lexical index),
-    then the retriever's ``upsert_vectors`` in batches of 512 (the retriever's consumer batch), then the
-    retriever's compaction of the blocks they appended."""
+    then the retriever's ``upsert_vectors`` in batches of 512 (the retriever's consumer batch; ``concurrency``
+    statements at once), then the retriever's compaction of the blocks they appended."""
     from services.parser.store import store_document
     from services.retriever.lexical_store import compact
     from services.retriever.store import upsert_vectors
@@ -338,7 +353,12 @@ async def production_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc])
     for i in range(0, len(stored), 512):
         part = stored[i : i + 512]
         await upsert_vectors(
-            pool, index, [c for c, _, _ in part], [d for _, d, _ in part], np.stack([v for *_, v in part])
+            pool,
+            index,
+            [c for c, _, _ in part],
+            [d for _, d, _ in part],
+            np.stack([v for *_, v in part]),
+            concurrency=concurrency,
         )
     t2 = time.perf_counter()
     await compact(pool)  # the retriever's background merge of the blocks these writes appended
@@ -353,7 +373,9 @@ async def production_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc])
     }
 
 
-async def bulk_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc], batch_docs: int = 250) -> dict[str, float]:
+async def bulk_write_rate(
+    pool: Any, index: Any, docs: list[GeneratedDoc], batch_docs: int = 250, concurrency: int = 1
+) -> dict[str, float]:
     """Batched writes into the live store (indexes in place): documents and chunks ``batch_docs`` documents a
     statement (the lexical index by the triggers), vectors through ``upsert_vectors``, then compaction."""
     from services.retriever.lexical_store import compact
@@ -361,7 +383,7 @@ async def bulk_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc], batch
     t0 = time.perf_counter()
     lexical_s = vector_s = 0.0
     for i in range(0, len(docs), batch_docs):
-        lx, vx = await bulk_write(pool, index, docs[i : i + batch_docs])
+        lx, vx = await bulk_write(pool, index, docs[i : i + batch_docs], concurrency)
         lexical_s += lx
         vector_s += vx
     t1 = time.perf_counter()
@@ -375,6 +397,31 @@ async def bulk_write_rate(pool: Any, index: Any, docs: list[GeneratedDoc], batch
         "compaction_s": round(t2 - t1, 2),
         "write_chunks_per_s": round(n / (t2 - t0), 1),
     }
+
+
+async def pipelined_write_rate(
+    pool: Any, index: Any, docs: list[GeneratedDoc], batch_docs: int = 250, concurrency: int = 1
+) -> dict[str, float]:
+    """The same batched writes as the services run them, at once: the parser stores batch k+1 while the
+    retriever stores batch k's vectors (different services on the same database), then compaction. All in,
+    chunks/s from the first statement to the end of the compaction."""
+    from services.retriever.lexical_store import compact
+
+    t0 = time.perf_counter()
+    pending: asyncio.Task[None] | None = None
+    for i in range(0, len(docs), batch_docs):
+        part = docs[i : i + batch_docs]
+        await store_chunks(pool, part)
+        if pending is not None:
+            await pending
+        pending = asyncio.create_task(store_vectors(pool, index, part, concurrency))
+    if pending is not None:
+        await pending
+    t1 = time.perf_counter()
+    await compact(pool)
+    t2 = time.perf_counter()
+    n = sum(len(d.chunks) for d in docs)
+    return {"chunks": n, "compaction_s": round(t2 - t1, 2), "write_chunks_per_s": round(n / (t2 - t0), 1)}
 
 
 # ----------------------------------------------------------------------------------------- measuring
@@ -552,11 +599,22 @@ async def through_gateway(url: str, queries: list[str], clients_list: list[int],
 # ----------------------------------------------------------------------------------------- the stack
 
 
+def shared_buffers(max_chunks: int, override: str | None = None) -> str:
+    """PostgreSQL's ``shared_buffers`` for a store of ``max_chunks``: room for the HNSW graph and the hot
+    lexical blocks (2 KB a chunk), at least PostgreSQL's default 128 MB, at most a quarter of the RAM. With
+    the default 128 MB, a 10^6-chunk store's HNSW graph (~1.3 GB) is read through the OS cache page by page
+    and an insert into it takes several times longer (docs/benchmarks.md)."""
+    if override:
+        return override
+    ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    return f"{max(128, min(2 * max_chunks // 1024, ram_mb // 4))}MB"
+
+
 @contextmanager
-def database(root: Path) -> Iterator[str]:
+def database(root: Path, settings: dict[str, str] | None = None) -> Iterator[str]:
     from devstack.postgres import LocalPostgres
 
-    pg = LocalPostgres(root / "postgres", port=free_port())
+    pg = LocalPostgres(root / "postgres", port=free_port(), server_settings=settings)
     pg.start()
     try:
         yield pg.url
@@ -698,13 +756,17 @@ async def measure(
         out["filters"] = await filtered(pool, index, encoder, gen.source, queries, args.filter_duration)
         # The production write path, on fresh documents past the generated ones (then removed again).
         docs = [gen.doc(i) for i in range(next_doc + 1_000_000, next_doc + 1_000_000 + args.write_docs)]
-        out["write"] = await production_write_rate(pool, index, docs)
+        out["vector_write_concurrency"] = db.vector_write_concurrency
+        out["write"] = await production_write_rate(pool, index, docs, db.vector_write_concurrency)
         print(f"    write path: {out['write']}", flush=True)
         bulk = [gen.doc(i) for i in range(next_doc + 2_000_000, next_doc + 2_000_000 + args.write_docs)]
-        out["write_bulk"] = await bulk_write_rate(pool, index, bulk)
+        out["write_bulk"] = await bulk_write_rate(pool, index, bulk, concurrency=db.vector_write_concurrency)
         print(f"    bulk write path: {out['write_bulk']}", flush=True)
+        piped = [gen.doc(i) for i in range(next_doc + 3_000_000, next_doc + 3_000_000 + args.write_docs)]
+        out["write_pipelined"] = await pipelined_write_rate(pool, index, piped, concurrency=db.vector_write_concurrency)
+        print(f"    pipelined write path: {out['write_pipelined']}", flush=True)
         await pool.execute(
-            "DELETE FROM documents WHERE source_id = ANY($1::text[])", [d.source_id for d in docs + bulk]
+            "DELETE FROM documents WHERE source_id = ANY($1::text[])", [d.source_id for d in docs + bulk + piped]
         )
         t = time.perf_counter()
         await compact(pool)  # the removed chunks' postings leave the blocks
@@ -739,7 +801,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["model"] = model
             result["real_vectors"] = len(basis)
             gen = Generator(source, basis)
-            with database(root) as url:
+            pg_settings = {"shared_buffers": shared_buffers(max(args.chunks_list), args.shared_buffers)}
+            result["postgres_settings"] = pg_settings
+            print(f"PostgreSQL: {pg_settings}", flush=True)
+            with database(root, pg_settings) as url:
                 for n in args.chunks_list:
                     print(f"size {n}: building", flush=True)
                     built = asyncio.run(grow(url, gen, model, basis.shape[1], n, args.batch_docs, not args.incremental))
@@ -794,6 +859,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queries", type=int, default=60)
     p.add_argument("--write-docs", type=int, default=500, help="Documents (2 chunks each) through the write path.")
     p.add_argument("--batch-docs", type=int, default=1000, help="Documents per bulk-load statement.")
+    p.add_argument(
+        "--shared-buffers",
+        default=None,
+        help="PostgreSQL shared_buffers (default: 2 KB a chunk of the largest size, 128 MB to RAM/4).",
+    )
     p.add_argument("--root", default=None, help="Keep PostgreSQL here (reused: a later run grows the same store).")
     p.add_argument(
         "--incremental",

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -87,8 +88,11 @@ class LocalPostgres:
         password: str = "evidentia",
         database: str = "evidentia",
         extensions: tuple[str, ...] = ("vector",),
+        server_settings: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
+        # Server settings given at start (``-c name=value``), e.g. {"shared_buffers": "2GB"} for a large store.
+        self.server_settings = dict(server_settings or {})
         self.host = host
         self.port = port
         self.user = user
@@ -299,6 +303,10 @@ class LocalPostgres:
             if not self.is_initialised():
                 self._initdb()
             options = f"-h {self.host} -p {self.port} -k {self.socket_dir}"
+            for name, value in self.server_settings.items():
+                if not re.fullmatch(r"[a-z_.]+", name) or not re.fullmatch(r"[A-Za-z0-9_.]+", value):
+                    raise DevstackError(f"unexpected PostgreSQL setting {name}={value!r}")
+                options += f" -c {name}={value}"
             result = self._run(
                 "pg_ctl",
                 ["-D", str(self.pgdata), "-w", "-t", str(int(timeout)), "-o", options,

@@ -168,6 +168,13 @@ class DatabaseSettings(BaseSettings):
     hnsw_m: int = Field(16, ge=2, description="HNSW `m` of new vector indexes.")
     hnsw_ef_construction: int = Field(64, ge=4, description="HNSW `ef_construction` of new vector indexes.")
     hnsw_ef_search: int = Field(100, ge=1, description="Default HNSW `ef_search` of a query.")
+    vector_write_concurrency: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="Statements that store one consumed batch's vectors at once, each on its own connection "
+        "(HNSW inserts are CPU-bound in PostgreSQL and scale with this up to its cores).",
+    )
     vector_precision: VectorPrecision = Field(
         "half",
         description="How new vector indexes store their vectors: `half` (pgvector `halfvec`, 2 bytes a "

@@ -191,6 +191,7 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
                 [e.chunk_id for e in group],
                 [e.document_id for e in group],
                 np.stack([e.vector() for e in group]),
+                concurrency=state.settings.database.vector_write_concurrency,
             )
         except Exception as exc:
             if is_transient(exc):

@@ -5,6 +5,8 @@ Only PostgreSQL is started (a throw-away cluster in a temp dir on a free port), 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -248,3 +250,63 @@ async def test_hybrid_reads_a_filters_chunks_once_for_both_legs(
     assert dense == {s.chunk_id: s.score for s in dense_alone if s.chunk_id in dense}
     assert set(dense) == {s.chunk_id for s in dense_alone}
     assert lexical == {s.chunk_id: s.score for s in lexical_alone}
+
+
+class _CountingPool:
+    """A pool that counts its connections in use at once; each of the first ``parties`` holders waits, with
+    its connection, until all of them hold one (so statements that did not run at once fail the test)."""
+
+    def __init__(self, pool: asyncpg.Pool, parties: int) -> None:
+        self._pool = pool
+        self._barrier = asyncio.Barrier(parties)
+        self._parties = parties
+        self.acquired = 0
+        self.in_use = 0
+        self.most_in_use = 0
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        async with self._pool.acquire() as conn:
+            self.acquired += 1
+            self.in_use += 1
+            self.most_in_use = max(self.most_in_use, self.in_use)
+            try:
+                if self.acquired <= self._parties:
+                    await asyncio.wait_for(self._barrier.wait(), timeout=20)
+                yield conn
+            finally:
+                self.in_use -= 1
+
+
+@pytest.mark.parametrize(("concurrency", "rows", "writers"), [(3, 400, 3), (3, 100, 1), (1, 400, 1)])
+async def test_vectors_are_stored_by_several_statements_at_once(
+    store: tuple,  # type: ignore[type-arg]
+    concurrency: int,
+    rows: int,
+    writers: int,
+) -> None:
+    pool, _, _ = store
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": "postgresql://unused"})
+    index = await create_index(pool, f"concurrency-model-{concurrency}-{rows}", DIM, db, activate=False)
+    chunks = await pool.fetch("SELECT chunk_id, document_id FROM chunks ORDER BY chunk_id LIMIT $1", rows)
+    ids = [r["chunk_id"] for r in chunks]
+    vectors = np.random.default_rng(rows).normal(size=(len(ids), DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    # A redelivered row (same chunk, same vector) and a chunk that no longer exists ride along.
+    ids_in = [*ids, ids[0], "pubmed:gone#0"]
+    docs_in = [*(r["document_id"] for r in chunks), chunks[0]["document_id"], "pubmed:gone"]
+    vectors_in = np.vstack([vectors, vectors[:1], vectors[:1]])
+    counting = _CountingPool(pool, writers)
+    written = await upsert_vectors(
+        counting,  # type: ignore[arg-type]
+        index,
+        ids_in,
+        docs_in,
+        vectors_in,
+        concurrency=concurrency,
+    )
+    assert written == len(ids)  # each existing chunk once; the missing chunk skipped
+    assert (counting.acquired, counting.most_in_use) == (writers, writers)  # at once, a connection each
+    stored = await vectors_of(pool, index, ids)
+    assert set(stored) == set(ids)
+    np.testing.assert_allclose(np.stack([stored[c] for c in ids]), vectors, atol=1e-3)  # half precision
