@@ -614,7 +614,10 @@ def shared_buffers(max_chunks: int, override: str | None = None) -> str:
 def database(root: Path, settings: dict[str, str] | None = None) -> Iterator[str]:
     from devstack.postgres import LocalPostgres
 
-    pg = LocalPostgres(root / "postgres", port=free_port(), server_settings=settings)
+    # pg_prewarm (--prewarm) must be created by a superuser: the devstack creates it at start.
+    pg = LocalPostgres(
+        root / "postgres", port=free_port(), server_settings=settings, extensions=("vector", "pg_prewarm")
+    )
     pg.start()
     try:
         yield pg.url
@@ -735,6 +738,17 @@ async def grow(
         await pool.close()
 
 
+async def prewarm_graph(pool: Any, index: Any) -> dict[str, Any]:
+    """Read the HNSW graph into shared_buffers (``pg_prewarm``), as a server that has been taking writes
+    for a while holds it: the write figures are then those of the steady state, not of a cold graph."""
+    try:
+        t = time.perf_counter()
+        blocks = await pool.fetchval("SELECT pg_prewarm($1::regclass)", f"{index.table_name}_hnsw")
+        return {"hnsw_blocks": int(blocks), "seconds": round(time.perf_counter() - t, 1)}
+    except Exception as exc:  # no pg_prewarm in this PostgreSQL: the figures are then from a cold graph
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 async def measure(
     url: str, gen: Generator, model: str, dim: int, next_doc: int, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -754,6 +768,9 @@ async def measure(
         encoder = QueryEncoder(gen.basis)
         out["in_process"] = await in_process(pool, index, encoder, queries, args.clients_list, args.duration)
         out["filters"] = await filtered(pool, index, encoder, gen.source, queries, args.filter_duration)
+        if args.prewarm:
+            out["prewarm"] = await prewarm_graph(pool, index)
+            print(f"    prewarm: {out['prewarm']}", flush=True)
         # The production write path, on fresh documents past the generated ones (then removed again).
         docs = [gen.doc(i) for i in range(next_doc + 1_000_000, next_doc + 1_000_000 + args.write_docs)]
         out["vector_write_concurrency"] = db.vector_write_concurrency
@@ -859,6 +876,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queries", type=int, default=60)
     p.add_argument("--write-docs", type=int, default=500, help="Documents (2 chunks each) through the write path.")
     p.add_argument("--batch-docs", type=int, default=1000, help="Documents per bulk-load statement.")
+    p.add_argument(
+        "--prewarm",
+        action="store_true",
+        help="Read the HNSW graph into shared_buffers (pg_prewarm) before the write paths: steady-state writes.",
+    )
     p.add_argument(
         "--shared-buffers",
         default=None,
