@@ -28,10 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from embed_throughput import load_texts  # noqa: E402
+from gpu_service_path import gpu_check_embedder  # noqa: E402
 
 from services.embedder.encode import encode_vectors  # noqa: E402
-from shared.embedding.base import EmbedderConfig  # noqa: E402
-from shared.embedding.sentence_transformers import SentenceTransformerEmbedder  # noqa: E402
 from shared.events import ChunkCreated  # noqa: E402
 
 
@@ -52,16 +51,7 @@ def main() -> None:
     device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
     batch = int(os.environ.get("GPU_CHECK_MODEL_BATCH", "512"))
     copies = int(os.environ.get("GPU_CHECK_COPIES", "8"))
-    emb = SentenceTransformerEmbedder(
-        EmbedderConfig(
-            name="sentence-transformers/all-MiniLM-L6-v2",
-            source=folder,
-            device=device,
-            fp16=device.startswith("cuda"),
-            batch_size=batch,
-        )
-    )
-    emb.warm_up()
+    emb = gpu_check_embedder(folder, device, batch)
     texts = load_texts(Path(corpus), 100_000)
     lists = emb.passage_token_ids(texts) * copies
     arrays = [np.asarray(x, dtype=np.uint32) for x in lists]

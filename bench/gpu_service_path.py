@@ -93,7 +93,8 @@ async def service_path(
     }
 
 
-def _embedder(folder: str, device: str, batch: int) -> SentenceTransformerEmbedder:
+def gpu_check_embedder(folder: str, device: str, batch: int) -> SentenceTransformerEmbedder:
+    """The GPU check's MiniLM from ``folder`` on ``device`` (fp16 on CUDA), loaded."""
     emb = SentenceTransformerEmbedder(
         EmbedderConfig(
             name="sentence-transformers/all-MiniLM-L6-v2",
@@ -111,7 +112,7 @@ def _replica(
     folder: str, device: str, batch: int, consume: int, records: list[bytes], ready: Any, go: Any, out: Any
 ) -> None:
     """One service process of several sharing the device: warm up, wait for the others, run, report."""
-    emb = _embedder(folder, device, batch)
+    emb = gpu_check_embedder(folder, device, batch)
     asyncio.run(service_path(emb, records[: 4 * batch], consume, batch))  # warm-up
     ready.put(os.getpid())
     go.wait()
@@ -154,7 +155,7 @@ def main() -> None:
     consumes = [int(c) for c in os.environ.get("GPU_CHECK_CONSUME", "256 1024 4096").split()]
     procs_list = [int(c) for c in os.environ.get("GPU_CHECK_PROCS", "1 2 3").split()]
     device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
-    emb = _embedder(folder, device, batch)
+    emb = gpu_check_embedder(folder, device, batch)
     copies = int(os.environ.get("GPU_CHECK_COPIES", "8"))
     texts = load_texts(Path(corpus), n)
     ids = emb.passage_token_ids(texts)
