@@ -93,6 +93,9 @@ class LocalPostgres:
         self.data_dir = Path(data_dir).expanduser().resolve()
         # Server settings given at start (``-c name=value``), e.g. {"shared_buffers": "2GB"} for a large store.
         self.server_settings = dict(server_settings or {})
+        for name, value in self.server_settings.items():
+            if not re.fullmatch(r"[a-z_.]+", name) or not re.fullmatch(r"[A-Za-z0-9_.]+", value):
+                raise DevstackError(f"unexpected PostgreSQL setting {name}={value!r}")
         self.host = host
         self.port = port
         self.user = user
@@ -279,6 +282,11 @@ class LocalPostgres:
         finally:
             pwfile.unlink(missing_ok=True)
 
+    def server_options(self) -> str:
+        """The postmaster's options (``pg_ctl -o``): address, port, socket folder and the server settings."""
+        options = f"-h {self.host} -p {self.port} -k {self.socket_dir}"
+        return options + "".join(f" -c {name}={value}" for name, value in self.server_settings.items())
+
     def start(self, *, timeout: float = 60.0) -> bool:
         """Start the server (running ``initdb`` the first time) and provision role, database, extensions.
 
@@ -302,14 +310,9 @@ class LocalPostgres:
             self._wait_for_dead_postmaster()
             if not self.is_initialised():
                 self._initdb()
-            options = f"-h {self.host} -p {self.port} -k {self.socket_dir}"
-            for name, value in self.server_settings.items():
-                if not re.fullmatch(r"[a-z_.]+", name) or not re.fullmatch(r"[A-Za-z0-9_.]+", value):
-                    raise DevstackError(f"unexpected PostgreSQL setting {name}={value!r}")
-                options += f" -c {name}={value}"
             result = self._run(
                 "pg_ctl",
-                ["-D", str(self.pgdata), "-w", "-t", str(int(timeout)), "-o", options,
+                ["-D", str(self.pgdata), "-w", "-t", str(int(timeout)), "-o", self.server_options(),
                  "-l", str(self.log_file), "start"],
                 as_server_user=True, check=False, timeout=timeout + 10,
             )  # fmt: skip

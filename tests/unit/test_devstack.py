@@ -87,6 +87,17 @@ def test_postgres_url_defaults(tmp_path: Path) -> None:
     assert LocalPostgres(tmp_path, port=6000).url.endswith("@127.0.0.1:6000/evidentia")
 
 
+def test_postgres_server_settings_reach_the_postmaster_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    pg = LocalPostgres(tmp_path / "pg", port=55999, server_settings={"shared_buffers": "2GB", "work_mem": "64MB"})
+    options = pg.server_options()
+    assert options.startswith("-h 127.0.0.1 -p 55999 -k ")
+    assert options.endswith(" -c shared_buffers=2GB -c work_mem=64MB")
+    assert LocalPostgres(tmp_path / "plain").server_options().count(" -c ") == 0
+    for bad in ({"shared_buffers": "1GB -c fsync=off"}, {"Shared Buffers": "1GB"}, {"work_mem": "64MB'"}):
+        with pytest.raises(DevstackError, match="unexpected PostgreSQL setting"):
+            LocalPostgres(tmp_path / "bad", server_settings=bad)
+
+
 def test_cli_status_of_an_empty_stack_says_stopped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     kafka_port, controller_port, pg_port = free_ports(3)
     argv = ["all", "status", "--dir", str(tmp_path), "--kafka-port", str(kafka_port)]
