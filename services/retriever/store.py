@@ -294,8 +294,9 @@ async def upsert_vectors(
     statement on its own connection at once: PostgreSQL inserts into the HNSW graph on one core per
     statement (at 10^6 vectors, 600 a second for one statement, 1,150 for two on two cores;
     docs/benchmarks.md). One chunk's rows always go to the same part, in chunk id order, so two parts never
-    wait on each other's rows. Each part commits on its own: if one fails, the others may be stored (an
-    upsert: storing them again, on a retry, changes nothing).
+    wait on each other's rows. Each part commits on its own: if one fails, the others are cancelled or may
+    already be stored (an upsert: storing them again, on a retry, changes nothing), and its error is raised
+    as it was (not wrapped in a group).
     """
     if not chunk_ids:
         return 0
@@ -306,8 +307,12 @@ async def upsert_vectors(
     groups: list[list[tuple[str, str, np.ndarray]]] = [[] for _ in range(parts)]
     for row in sorted(rows, key=lambda r: r[0]):
         groups[zlib.crc32(row[0].encode()) % parts].append(row)
-    written = await asyncio.gather(*(_upsert_rows(pool, index, g) for g in groups if g))
-    return sum(written)
+    try:
+        async with asyncio.TaskGroup() as writers:  # a part that fails cancels the others: none outlives the call
+            tasks = [writers.create_task(_upsert_rows(pool, index, g)) for g in groups if g]
+    except BaseExceptionGroup as failed:  # the caller (bisecting, retrying) sees the first error as it was
+        raise failed.exceptions[0] from None
+    return sum(task.result() for task in tasks)
 
 
 async def _upsert_rows(pool: asyncpg.Pool, index: VectorIndex, rows: list[tuple[str, str, np.ndarray]]) -> int:

@@ -310,3 +310,26 @@ async def test_vectors_are_stored_by_several_statements_at_once(
     stored = await vectors_of(pool, index, ids)
     assert set(stored) == set(ids)
     np.testing.assert_allclose(np.stack([stored[c] for c in ids]), vectors, atol=1e-3)  # half precision
+
+
+async def test_a_part_that_fails_raises_its_own_error_and_leaves_no_writer_behind(
+    store: tuple,  # type: ignore[type-arg]
+) -> None:
+    pool, _, _ = store
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": "postgresql://unused"})
+    index = await create_index(pool, "concurrency-model-failing", DIM, db, activate=False)
+    chunks = await pool.fetch("SELECT chunk_id, document_id FROM chunks ORDER BY chunk_id LIMIT 200")
+    vectors = np.random.default_rng(3).normal(size=(len(chunks), DIM)).astype(np.float32)
+    vectors[17] = np.inf  # pgvector refuses it: the part holding chunk 17 fails
+    in_use_before = pool.get_size() - pool.get_idle_size()
+    with pytest.raises(asyncpg.DataError):  # the statement's own error, as store_isolating expects it
+        await upsert_vectors(
+            pool,
+            index,
+            [r["chunk_id"] for r in chunks],
+            [r["document_id"] for r in chunks],
+            vectors,
+            concurrency=2,
+        )
+    assert pool.get_size() - pool.get_idle_size() == in_use_before  # every part's connection is back
+    assert chunks[17]["chunk_id"] not in await vectors_of(pool, index, [chunks[17]["chunk_id"]])
