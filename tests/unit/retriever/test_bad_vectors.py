@@ -67,8 +67,15 @@ async def test_one_vector_the_database_refuses_does_not_dead_letter_its_batch(mo
     calls: list[int] = []
 
     async def upsert(
-        pool: Any, index: VectorIndex, chunk_ids: list[str], doc_ids: list[str], vectors: np.ndarray
+        pool: Any,
+        index: VectorIndex,
+        chunk_ids: list[str],
+        doc_ids: list[str],
+        vectors: np.ndarray,
+        *,
+        concurrency: int = 1,
     ) -> int:
+        assert concurrency == 2  # the setting's default reaches the store
         calls.append(len(chunk_ids))
         if "c37" in chunk_ids:
             raise asyncpg.DataError("vector has a value out of range")
