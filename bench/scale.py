@@ -293,19 +293,20 @@ async def store_chunks(pool: Any, docs: list[GeneratedDoc]) -> None:
         )
 
 
-async def store_vectors(pool: Any, index: Any, docs: list[GeneratedDoc], concurrency: int = 1) -> None:
-    """The documents' vectors through the retriever's ``upsert_vectors`` in its consumer's batches of 512
-    (HNSW maintained; ``concurrency`` statements at once, the retriever's
+async def store_vectors(
+    pool: Any, index: Any, docs: list[GeneratedDoc], concurrency: int = 1, batch: int = 512
+) -> None:
+    """The documents' vectors through the retriever's ``upsert_vectors`` in batches of ``batch`` (its consumer's
+    512 by default; HNSW maintained; ``concurrency`` statements at once, the retriever's
     ``EVIDENTIA_DATABASE_VECTOR_WRITE_CONCURRENCY``)."""
     from services.retriever.store import upsert_vectors
 
     ids = [_chunk_id(d.source_id, o) for d in docs for o in range(len(d.chunks))]
     vectors = np.concatenate([d.vectors for d in docs])
     doc_ids = [f"pubmed:{d.source_id}" for d in docs for _ in d.chunks]
-    for i in range(0, len(ids), 512):
-        await upsert_vectors(
-            pool, index, ids[i : i + 512], doc_ids[i : i + 512], vectors[i : i + 512], concurrency=concurrency
-        )
+    for i in range(0, len(ids), batch):
+        part = slice(i, i + batch)
+        await upsert_vectors(pool, index, ids[part], doc_ids[part], vectors[part], concurrency=concurrency)
 
 
 async def bulk_write(pool: Any, index: Any, docs: list[GeneratedDoc], concurrency: int = 1) -> tuple[float, float]:

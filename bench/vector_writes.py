@@ -19,15 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 import scale  # noqa: E402
 
 
 async def run(url: str, gen: Any, model: str, dim: int, args: argparse.Namespace) -> None:
-    from services.retriever.store import ensure_active_index, upsert_vectors
+    from services.retriever.store import ensure_active_index
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 
@@ -47,15 +45,10 @@ async def run(url: str, gen: Any, model: str, dim: int, args: argparse.Namespace
             for i in range(0, len(docs), 256):
                 await scale.store_chunks(pool, docs[i : i + 256])
             store_s = time.perf_counter() - t
-            ids = [scale._chunk_id(d.source_id, o) for d in docs for o in range(len(d.chunks))]
-            doc_ids = [f"pubmed:{d.source_id}" for d in docs for _ in d.chunks]
-            vectors = np.concatenate([d.vectors for d in docs])
             t = time.perf_counter()
-            for i in range(0, len(ids), args.batch):
-                part = slice(i, i + args.batch)
-                await upsert_vectors(pool, index, ids[part], doc_ids[part], vectors[part], concurrency=concurrency)
+            await scale.store_vectors(pool, index, docs, concurrency, args.batch)
             vector_s = time.perf_counter() - t
-            n = len(ids)
+            n = sum(len(d.chunks) for d in docs)
             print(
                 f"step {step + 1}: concurrency {concurrency}, {n} chunks: store {n / store_s:.0f}/s, "
                 f"vectors {n / vector_s:.0f}/s",

@@ -347,6 +347,19 @@ class ChunkEmbedded(Event):
         return pack_array(vector, "<f4")
 
     @classmethod
+    def pack_rows(cls, rows: npt.ArrayLike) -> list[bytes]:
+        """:meth:`pack` of each row of a matrix, as ASCII bytes, in one base64 call when a row is a whole
+        number of 3-byte groups (384-d, 768-d: base64 of the whole buffer is then the rows' base64 strings end
+        to end, none padded); row by row otherwise (e.g. 1024-d)."""
+        matrix = np.ascontiguousarray(rows, dtype="<f4")
+        row_bytes = matrix.shape[1] * 4 if matrix.ndim == 2 else 0
+        if not len(matrix) or row_bytes % 3:
+            return [cls.pack(row).encode() for row in matrix]
+        text = base64.b64encode(matrix.tobytes())
+        width = row_bytes // 3 * 4
+        return [text[i : i + width] for i in range(0, len(text), width)]
+
+    @classmethod
     def packed_json_batch(
         cls, *, model: str, dim: int, created_at: datetime, items: Sequence[PackedVector]
     ) -> list[bytes]:

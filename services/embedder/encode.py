@@ -6,7 +6,6 @@ Only numpy, pydantic (the events) and the embedding package: the GPU check runs 
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -102,18 +101,6 @@ def encode_vectors(embedder: Embedder, events: Sequence[ChunkCreated], batch_siz
     return vectors
 
 
-def pack_rows(rows: np.ndarray) -> list[bytes]:
-    """``ChunkEmbedded.pack`` of each row of a C-contiguous little-endian float32 matrix (as ASCII bytes), in one
-    base64 call when a row is a whole number of 3-byte groups (384-d, 768-d: base64 of the whole buffer is then
-    the rows' base64 strings end to end, none padded); row by row otherwise (e.g. 1024-d)."""
-    row_bytes = rows.shape[1] * 4 if rows.ndim == 2 else 0
-    if not len(rows) or row_bytes % 3:
-        return [base64.b64encode(row.tobytes()) for row in rows]
-    text = base64.b64encode(rows.tobytes())
-    width = row_bytes // 3 * 4
-    return [text[i : i + width] for i in range(0, len(text), width)]
-
-
 def serialize_vectors(
     model: str, dim: int, events: Sequence[ChunkCreated], vectors: np.ndarray, *, packed: bool = True
 ) -> list[Payload]:
@@ -134,7 +121,7 @@ def serialize_vectors(
         # Checked above as a whole: built without re-validating (and re-decoding) each packed vector.
         items = [
             PackedVector(e.trace_id, e.chunk_id, e.document_id, packed_row, e.job_id)
-            for e, packed_row in zip(events, pack_rows(rows), strict=True)
+            for e, packed_row in zip(events, ChunkEmbedded.pack_rows(rows), strict=True)
         ]
         bodies = ChunkEmbedded.packed_json_batch(model=model, dim=dim, created_at=now, items=items)
         return [(e.document_id.encode(), body) for e, body in zip(events, bodies, strict=True)]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.embedder.encode import encode_events, pack_rows
+from services.embedder.encode import encode_events
 from services.embedder.handlers import next_offsets, reindex_group
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
 from shared.embedding.base import BaseEmbedder
@@ -274,8 +274,8 @@ def test_encode_events_of_nothing_is_nothing(minilm: BaseEmbedder, n: int) -> No
 @pytest.mark.parametrize("dim", [384, 768, 1024, 5])
 def test_rows_packed_at_once_equal_rows_packed_one_by_one(dim: int) -> None:
     rows = np.random.default_rng(dim).standard_normal((7, dim)).astype("<f4")
-    packed = pack_rows(rows)
+    packed = ChunkEmbedded.pack_rows(rows)
     assert packed == [ChunkEmbedded.pack(row).encode() for row in rows]
     for text, row in zip(packed, rows, strict=True):
         assert np.array_equal(ChunkEmbedded.model_construct(embedding_f32=text.decode()).vector(), row)
-    assert pack_rows(np.zeros((0, dim), dtype="<f4")) == []
+    assert ChunkEmbedded.pack_rows(np.zeros((0, dim), dtype="<f4")) == []
