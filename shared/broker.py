@@ -101,6 +101,24 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT_ERRORS) and not isinstance(exc, POISON_ERRORS)
 
 
+#: Errors that name something in the event's own data: a poison payload, or a value the database refuses
+#: (SQLSTATE class 22, "data exception": a vector value out of range, text it cannot store; class 23, an
+#: integrity constraint the row breaks). Only these are worth bisecting a batch over to find the record.
+DATA_ERRORS: tuple[type[BaseException], ...] = (
+    *POISON_ERRORS,
+    asyncpg.DataError,
+    asyncpg.IntegrityConstraintViolationError,
+)
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """Whether ``exc`` blames the data being processed (:data:`DATA_ERRORS`), not an outage or the code: a
+    batch handler may then split its batch to set the one bad record aside. Any other error is raised to
+    the dead-letter policy, which retries the whole batch (an outage without limit, anything else up to
+    ``max_delivery_attempts`` times) instead of dead-lettering every record one by one."""
+    return isinstance(exc, DATA_ERRORS) and not is_transient(exc)
+
+
 def records_of(msg: StreamMessage[Any]) -> list[ConsumerRecord[Any, Any]]:
     raw = msg.raw_message
     if isinstance(raw, ConsumerRecord):

@@ -31,7 +31,7 @@ from shared import metrics
 from shared.broker import (
     add_dead_letter_hook,
     decode_records,
-    is_transient,
+    is_data_error,
     publish_dead_letters,
     records_of,
     reply,
@@ -181,8 +181,10 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
     async def store_isolating(
         index: VectorIndex, pairs: list[tuple[ConsumerRecord[Any, Any], ChunkEmbedded]]
     ) -> list[ChunkEmbedded]:
-        """Upsert the vectors; if the database refuses the group for a reason in the data, bisect it so only
-        the records it refuses alone are dead-lettered. Outages (transient errors) are raised: retried."""
+        """Upsert the vectors; if the database refuses the group for a reason in the data (:func:`is_data_error`),
+        bisect it so only the records it refuses alone are dead-lettered. Any other error (an outage, a
+        statement timeout, a dropped table, a bug) is raised: the dead-letter policy retries the whole batch,
+        never dead-letters each of its records at once for a fault that is not in them."""
         group = [e for _, e in pairs]
         try:
             written = await upsert_vectors(
@@ -194,7 +196,7 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
                 concurrency=state.settings.database.vector_write_concurrency,
             )
         except Exception as exc:
-            if is_transient(exc):
+            if not is_data_error(exc):
                 raise
             if len(pairs) == 1:
                 await publish_dead_letters(broker, "retriever", [pairs[0][0]], exc, 1)

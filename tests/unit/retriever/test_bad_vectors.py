@@ -108,3 +108,62 @@ async def test_one_vector_the_database_refuses_does_not_dead_letter_its_batch(mo
     assert sorted(letter.payload_json["chunk_id"] for letter in letters) == ["c37", "c99"]
     assert {letter.error_type for letter in letters} == {"DataError", "PoisonEvent"}
     assert len(calls) < 20, "bisection: a handful of upserts, not one per vector"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        asyncpg.UndefinedTableError('relation "chunk_vectors_i" does not exist'),
+        asyncpg.QueryCanceledError("canceling statement due to statement timeout"),
+        TypeError("a bug in the store"),
+    ],
+    ids=["dropped table", "statement timeout", "bug"],
+)
+async def test_a_fault_not_in_the_data_retries_the_batch_instead_of_dead_lettering_each_record(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """Only errors that blame the data are bisected: anything else failing the whole batch used to be
+    bisected down to single records and dead-letter every one of them on the first attempt (64 letters for
+    one dropped table). Now the dead-letter policy retries the batch, which is stored once the fault clears."""
+    calls: list[int] = []
+    stored: list[str] = []
+
+    async def upsert(
+        pool: Any, index: VectorIndex, chunk_ids: list[str], doc_ids: list[str], vectors: np.ndarray, **_: Any
+    ) -> int:
+        calls.append(len(chunk_ids))
+        if len(calls) <= 2:  # the fault strikes the first two deliveries, then clears
+            raise error
+        stored.extend(chunk_ids)
+        return len(chunk_ids)
+
+    monkeypatch.setattr(handlers, "upsert_vectors", upsert)
+    broker = broker_with(attempts=3)
+    letters: list[DeadLetter] = []
+    handlers.register(broker, FakeState())  # type: ignore[arg-type]
+
+    @broker.subscriber("chunks.embedded.dlq", group_id="d")
+    async def dlq(msg: KafkaMessage) -> None:
+        letters.append(DeadLetter.model_validate_json(msg.body))
+
+    async with TestKafkaBroker(broker) as br:
+        await br.publish_batch(*[_event(i).model_dump_json().encode() for i in range(64)], topic="chunks.embedded")
+    assert calls == [64, 64, 64], "the whole batch each time: no bisection for a fault outside the data"
+    assert sorted(stored) == sorted(f"c{i}" for i in range(64))
+    assert letters == []
+
+
+def test_only_errors_in_the_data_count_as_data_errors() -> None:
+    from shared.broker import is_data_error
+
+    assert is_data_error(asyncpg.DataError("vector has a value out of range"))
+    assert is_data_error(asyncpg.NotNullViolationError("null value in column"))
+    assert is_data_error(PoisonEvent("bad payload"))
+    for other in (
+        asyncpg.UndefinedTableError("gone"),
+        asyncpg.QueryCanceledError("timeout"),
+        asyncpg.DiskFullError("no space left on device"),
+        ConnectionResetError("peer"),
+        TypeError("bug"),
+    ):
+        assert not is_data_error(other), other
