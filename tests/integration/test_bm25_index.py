@@ -18,10 +18,12 @@ import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import delete_document, store_document
+from services.retriever import lexical_store
 from services.retriever.lexical_store import (
     PLANNED_MARGIN,
     POSTING,
     Bm25Scoring,
+    PassingSet,
     bm25_rank,
     compact,
     passing_chunks,
@@ -241,6 +243,37 @@ async def test_a_selective_filter_gets_k_results_either_way(store: asyncpg.Pool)
     assert [h.chunk_id for h in await bm25_search(store, query, 5, filters, p, CorpusStats())] == [
         c for c, _ in expected[:5]
     ]
+
+
+async def test_passes_sized_by_a_share_are_exact_whether_the_share_is_right_or_wrong(
+    store: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check passes are sized by the planner's share (:func:`next_pass`): a right share finds the k
+    results in one pass; a share far too high (a first pass too short) or far too low (one too long) still
+    gives exactly the results of the filter applied to every chunk (the passes' sizes: unit tests)."""
+    query = "patients trial cohort"
+    filters = SearchFilters(year_from=RARE_YEAR, year_to=RARE_YEAR)
+    expected = [c for c, _ in (await _reference(store, query, Bm25Params(), year=RARE_YEAR))[:5]]
+    p = Bm25Params()
+    counts = await CorpusStats().get(store)
+    scoring = Bm25Scoring(p.k1, p.b, p.title_weight, p.section_weight, counts)
+    passing_rare = await store.fetchval(
+        "SELECT count(*) FROM chunks c JOIN documents d USING (document_id) WHERE d.year = $1", RARE_YEAR
+    )
+    passes: list[int] = []
+    real_best_keys = lexical_store.best_keys
+
+    def counted(scores: np.ndarray, count: int) -> np.ndarray:
+        passes.append(count)
+        return real_best_keys(scores, count)
+
+    monkeypatch.setattr(lexical_store, "best_keys", counted)
+    for planned in (float(passing_rare), float(counts.chunks), 1.0):
+        passes.clear()
+        hits = await bm25_rank(store, query, 5, filters, scoring, passing=PassingSet(None, planned))
+        assert [h.chunk_id for h in hits] == expected, planned
+        if planned == passing_rare:
+            assert len(passes) == 1, passes  # the right share: one pass
 
 
 async def test_statistics_follow_insert_replace_and_delete(private_postgres: LocalPostgres) -> None:

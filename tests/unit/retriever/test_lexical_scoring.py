@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from services.retriever.lexical_store import (
+    PASS_GROWTH,
+    PASS_MARGIN,
     POSTING,
     Bm25Scoring,
     CorpusCounts,
@@ -18,6 +20,7 @@ from services.retriever.lexical_store import (
     best_keys,
     bm25_scores,
     merge_plan,
+    next_pass,
 )
 
 
@@ -156,3 +159,23 @@ def test_blocks_listed_in_any_order_are_grouped_by_term() -> None:
     np.testing.assert_array_equal(scores, expected)
     assert scores[2] < scores[1]  # term 5 (df 9) weighs less than term 7 (df 2) for the same tf and length
     assert len(_joined([], [], []).postings) == 0
+
+
+def test_the_first_filter_pass_is_sized_by_the_planners_share() -> None:
+    assert next_pass(100, 0, 0) == 256  # no estimate: the least pass
+    assert next_pass(300, 0, 0) == 600
+    # A filter expected to pass 5 % of the chunks: 100 / 0.05 candidates, and a margin, in one pass.
+    assert next_pass(100, 0, 0, share=0.05) == math.ceil(100 / 0.05 * PASS_MARGIN)
+    assert next_pass(10, 0, 0, share=0.5) == 256  # never below the least pass
+    assert next_pass(100, 0, 0, share=3.0) == 256  # a share over 1 (an estimate off) counts as 1
+
+
+def test_later_passes_follow_the_rate_seen_so_far() -> None:
+    # 14 of the first 256 passed (5.5 %): the 86 missing need ~1,570 more, with the margin ~1,970.
+    assert next_pass(100, 14, 256) == 256 + math.ceil(86 * 256 / 14 * PASS_MARGIN)
+    # One missing after 2,000: a short pass, not another multiple of what was read.
+    assert next_pass(100, 99, 2_000) == 2_000 + 256
+    # Nothing passed yet: no rate, the read grows by PASS_GROWTH.
+    assert next_pass(100, 0, 256) == 256 * PASS_GROWTH
+    for k, found, resolved in [(100, 1, 256), (20, 3, 448), (1_000, 999, 50_000)]:
+        assert next_pass(k, found, resolved) > resolved  # every pass reads new candidates
