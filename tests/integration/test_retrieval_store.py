@@ -333,3 +333,19 @@ async def test_a_part_that_fails_raises_its_own_error_and_leaves_no_writer_behin
         )
     assert pool.get_size() - pool.get_idle_size() == in_use_before  # every part's connection is back
     assert chunks[17]["chunk_id"] not in await vectors_of(pool, index, [chunks[17]["chunk_id"]])
+
+
+async def test_a_vector_row_takes_its_chunks_document_whatever_the_event_says(
+    store: tuple,  # type: ignore[type-arg]
+) -> None:
+    """Dense search checks a candidate's document through the vector row's own document id (no chunk
+    look-up); the row takes it from the stored chunk, so an event naming another document cannot move a
+    chunk out of (or into) a filter."""
+    pool, _, _ = store
+    db = DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": "postgresql://unused"})
+    index = await create_index(pool, "document-of-chunk-model", DIM, db, activate=False)
+    chunks = await pool.fetch("SELECT chunk_id, document_id FROM chunks ORDER BY chunk_id LIMIT 3")
+    vectors = np.random.default_rng(5).normal(size=(3, DIM)).astype(np.float32)
+    await upsert_vectors(pool, index, [r["chunk_id"] for r in chunks], ["pubmed:somebody-else"] * 3, vectors)
+    stored = await pool.fetch(f"SELECT chunk_id, document_id FROM {index.table_name} ORDER BY chunk_id")
+    assert [(r["chunk_id"], r["document_id"]) for r in stored] == [(r["chunk_id"], r["document_id"]) for r in chunks]
