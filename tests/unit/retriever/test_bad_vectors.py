@@ -4,12 +4,13 @@ is bisected, so one bad vector is dead-lettered alone instead of with its whole 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import numpy as np
 import pytest
-from faststream.kafka import KafkaMessage, TestKafkaBroker
+from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 
 import services.retriever.handlers as handlers
 from services.retriever.store import VectorIndex
@@ -62,6 +63,22 @@ class FakeState:
         return self.index
 
 
+def _retriever(
+    monkeypatch: pytest.MonkeyPatch, upsert: Callable[..., Awaitable[int]], *, attempts: int
+) -> tuple[KafkaBroker, list[DeadLetter]]:
+    """A broker with the retriever's handlers storing through ``upsert``, and the dead letters it sends."""
+    monkeypatch.setattr(handlers, "upsert_vectors", upsert)
+    broker = broker_with(attempts=attempts)
+    letters: list[DeadLetter] = []
+    handlers.register(broker, FakeState())  # type: ignore[arg-type]
+
+    @broker.subscriber("chunks.embedded.dlq", group_id="d")
+    async def dlq(msg: KafkaMessage) -> None:
+        letters.append(DeadLetter.model_validate_json(msg.body))
+
+    return broker, letters
+
+
 async def test_one_vector_the_database_refuses_does_not_dead_letter_its_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     stored: list[str] = []
     calls: list[int] = []
@@ -82,15 +99,7 @@ async def test_one_vector_the_database_refuses_does_not_dead_letter_its_batch(mo
         stored.extend(chunk_ids)
         return len(chunk_ids)
 
-    monkeypatch.setattr(handlers, "upsert_vectors", upsert)
-    broker = broker_with(attempts=1)
-    letters: list[DeadLetter] = []
-    handlers.register(broker, FakeState())  # type: ignore[arg-type]
-
-    @broker.subscriber("chunks.embedded.dlq", group_id="d")
-    async def dlq(msg: KafkaMessage) -> None:
-        letters.append(DeadLetter.model_validate_json(msg.body))
-
+    broker, letters = _retriever(monkeypatch, upsert, attempts=1)
     events = [_event(i) for i in range(64)]
     nan_v1 = json.dumps(
         {
@@ -137,15 +146,7 @@ async def test_a_fault_not_in_the_data_retries_the_batch_instead_of_dead_letteri
         stored.extend(chunk_ids)
         return len(chunk_ids)
 
-    monkeypatch.setattr(handlers, "upsert_vectors", upsert)
-    broker = broker_with(attempts=3)
-    letters: list[DeadLetter] = []
-    handlers.register(broker, FakeState())  # type: ignore[arg-type]
-
-    @broker.subscriber("chunks.embedded.dlq", group_id="d")
-    async def dlq(msg: KafkaMessage) -> None:
-        letters.append(DeadLetter.model_validate_json(msg.body))
-
+    broker, letters = _retriever(monkeypatch, upsert, attempts=3)
     async with TestKafkaBroker(broker) as br:
         await br.publish_batch(*[_event(i).model_dump_json().encode() for i in range(64)], topic="chunks.embedded")
     assert calls == [64, 64, 64], "the whole batch each time: no bisection for a fault outside the data"
