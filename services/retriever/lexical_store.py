@@ -279,6 +279,8 @@ PASS_GROWTH = 8
 #: A pass sized from a pass rate (the planner's, or the one seen so far) reads this much more than the rate
 #: says it needs: a rate read off a few hundred candidates is rough, and a pass too short costs a round trip.
 PASS_MARGIN = 1.25
+#: A first pass sized by the planner's share reads at most this many times the pass taken without it.
+FIRST_PASS_MAX_GROWTH = 4
 
 
 def next_pass(k: int, found: int, resolved: int, *, share: float | None = None) -> int:
@@ -287,16 +289,20 @@ def next_pass(k: int, found: int, resolved: int, *, share: float | None = None) 
 
     Sized by a pass rate, so that one more pass usually finds the rest: the rate seen so far, or before the
     first pass the planner's expected ``share`` of chunks passing (``None``: unknown); ``PASS_MARGIN`` times
-    what the rate says is missing, at least :data:`FIRST_PASS`. With no rate to go by (nothing passed yet,
-    no estimate) the number read grows ``PASS_GROWTH``-fold. Passes of fixed growth (256, 2,048, 16,384)
-    read up to eight times too many: at 10^6 chunks a hybrid search under a year range passing 5.6 % of the
-    chunks resolved 3,007 candidates on average and up to 16,384 (a third pass), 2,191 in one pass sized
-    this way (docs/benchmarks.md)."""
+    what the rate says is missing, at least :data:`FIRST_PASS`. The planner's share sizes the first pass
+    to at most ``FIRST_PASS_MAX_GROWTH`` times the pass taken without it: its estimates of some filters
+    (array overlaps such as MeSH, expressions) are guesses, and one that takes a filter passing nearly every
+    chunk for a rare one would read thousands of candidates where a hundred suffice; the rate seen then
+    sizes the next pass. With no rate to go by (nothing passed yet, no estimate) the number read grows
+    ``PASS_GROWTH``-fold. Passes of fixed growth (256, 2,048, 16,384) read up to eight times too many: at
+    10^6 chunks a hybrid search under a year range passing 5.6 % of the chunks resolved 3,007 candidates on
+    average and up to 16,384 (a third pass) (docs/benchmarks.md)."""
     missing = k - found
     if resolved == 0:
+        base = max(FIRST_PASS, 2 * k)
         if share is None or share <= 0:
-            return max(FIRST_PASS, 2 * k)
-        return max(FIRST_PASS, math.ceil(k / min(share, 1.0) * PASS_MARGIN))
+            return base
+        return min(FIRST_PASS_MAX_GROWTH * base, max(base, math.ceil(k / min(share, 1.0) * PASS_MARGIN)))
     if found == 0:
         return max(FIRST_PASS, resolved * PASS_GROWTH)
     return resolved + max(FIRST_PASS, math.ceil(missing * resolved / found * PASS_MARGIN))
@@ -341,8 +347,8 @@ async def passing_chunks(conn: asyncpg.Connection | asyncpg.Pool, filters: Searc
         return PassingSet(None, planned)
     where, params = where_clause(filters, 2)
     rows = await conn.fetch(_PASSING_SQL.format(where=where), cap + 1, *params)
-    if len(rows) > cap:
-        return PassingSet(None, max(planned, float(cap + 1)))
+    if len(rows) > cap:  # the estimate was off by more than the margin: no share to size passes by
+        return PassingSet(None)
     return PassingSet({int(r["chunk_key"]): str(r["chunk_id"]) for r in rows})
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from services.retriever.lexical_store import (
+    FIRST_PASS_MAX_GROWTH,
     PASS_GROWTH,
     PASS_MARGIN,
     POSTING,
@@ -164,10 +165,15 @@ def test_blocks_listed_in_any_order_are_grouped_by_term() -> None:
 def test_the_first_filter_pass_is_sized_by_the_planners_share() -> None:
     assert next_pass(100, 0, 0) == 256  # no estimate: the least pass
     assert next_pass(300, 0, 0) == 600
-    # A filter expected to pass 5 % of the chunks: 100 / 0.05 candidates, and a margin, in one pass.
-    assert next_pass(100, 0, 0, share=0.05) == math.ceil(100 / 0.05 * PASS_MARGIN)
-    assert next_pass(10, 0, 0, share=0.5) == 256  # never below the least pass
+    # A filter expected to pass 20 % of the chunks: 20 / 0.2 candidates and a margin would do; at least 256.
+    assert next_pass(20, 0, 0, share=0.2) == 256
+    # Expected to pass 5 %: k / 0.05 candidates and a margin, in one pass.
+    assert next_pass(20, 0, 0, share=0.05) == math.ceil(20 / 0.05 * PASS_MARGIN)
     assert next_pass(100, 0, 0, share=3.0) == 256  # a share over 1 (an estimate off) counts as 1
+    # The planner's share never makes the first pass more than FIRST_PASS_MAX_GROWTH times the plain one: an
+    # estimate far too low (MeSH overlaps are guesses) must not read thousands where 256 would do.
+    assert next_pass(100, 0, 0, share=0.05) == FIRST_PASS_MAX_GROWTH * 256
+    assert next_pass(100, 0, 0, share=1e-6) == FIRST_PASS_MAX_GROWTH * 256
 
 
 def test_later_passes_follow_the_rate_seen_so_far() -> None:
