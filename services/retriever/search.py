@@ -43,10 +43,10 @@ from services.retriever.store import (
     Scored,
     VectorIndex,
     hit_rows,
+    is_restrictive,
     nearest_chunks,
     nearest_of_chunks,
     vectors_of,
-    where_clause,
 )
 from shared.models import (
     NEUTRAL_EVIDENCE_WEIGHT,
@@ -93,11 +93,6 @@ def filter_first_max(k: int, chunks: int) -> int:
     reads about ``k / s`` candidates: they break even at ``s * N = sqrt(k * N)`` chunks (10,000 for k = 100
     at 10^6 chunks), never below ``FILTER_FIRST_MAX_CHUNKS``."""
     return max(FILTER_FIRST_MAX_CHUNKS, int(math.sqrt(max(k, 1) * max(chunks, 0))))
-
-
-def is_restrictive(filters: SearchFilters) -> bool:
-    """Whether ``filters`` restrict more than the defaults (the retracted flag, priority > 0) do."""
-    return bool(where_clause(filters, 1)[1])
 
 
 async def dense_search(
