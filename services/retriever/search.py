@@ -47,6 +47,7 @@ from services.retriever.store import (
     nearest_chunks,
     nearest_of_chunks,
     vectors_of,
+    with_mesh_descendants,
 )
 from shared.models import (
     NEUTRAL_EVIDENCE_WEIGHT,
@@ -445,6 +446,7 @@ class HybridSearcher:
         """``query`` is matched lexically unless ``lexical_query`` is given; the reranker reads
         ``rerank_query`` (default ``query``)."""
         start = time.perf_counter()
+        filters = await with_mesh_descendants(self.pool, filters)
         hybrid = mode in ("hybrid", "hybrid+rerank")
         depth = max(top_k, self.fusion_depth) if hybrid else max(top_k, top_n)
         dense: list[Scored] = []

@@ -19,6 +19,7 @@ from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
 from services.retriever import lexical_store
 from services.retriever import search as search_module
+from services.retriever.lexical_store import planned_rows
 from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
 from services.retriever.store import (
     Scored,
@@ -29,6 +30,8 @@ from services.retriever.store import (
     nearest_chunks_sql,
     upsert_vectors,
     vectors_of,
+    where_clause,
+    with_mesh_descendants,
 )
 from shared.db import create_pool
 from shared.models import Chunk, MeshHeading, ParsedDocument, SearchFilters
@@ -373,3 +376,21 @@ async def test_a_broad_filter_is_searched_by_walking_the_hnsw_index(store: tuple
         plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, query, 100, *params))
     assert f"{index.table_name}_hnsw" in plan, plan
     assert "Sort" not in plan.replace("Sort Key", ""), plan
+
+
+async def test_mesh_descendants_looked_up_once_pass_the_same_chunks(store: tuple) -> None:  # type: ignore[type-arg]
+    pool, _, _ = store
+    count_sql = "SELECT count(*) FROM chunks c JOIN documents d ON d.document_id = c.document_id WHERE "
+    for names in (["Heart Diseases"], ["heart diseases", "Oncology"], ["Myocardial Infarction"], ["Unknown"]):
+        nested = SearchFilters(mesh=names)
+        listed = await with_mesh_descendants(pool, nested)
+        assert listed.mesh_descendants is False and listed.mesh[: len(names)] == names
+        counts = [await pool.fetchval(count_sql + w, *p) for w, p in (where_clause(f, 1) for f in (nested, listed))]
+        assert counts[0] == counts[1], (names, counts)
+    listed = await with_mesh_descendants(pool, SearchFilters(mesh=["Heart Diseases"]))
+    assert "Myocardial Infarction" in listed.mesh  # below it in the tree
+    plain = SearchFilters(mesh=["Heart Diseases"], mesh_descendants=False)
+    assert await with_mesh_descendants(pool, plain) is plain
+    # The planner reads the listed array's share from the column's statistics instead of guessing.
+    await pool.execute("ANALYZE documents")
+    assert await planned_rows(pool, listed) > await planned_rows(pool, SearchFilters(mesh=["Heart Diseases"]))
