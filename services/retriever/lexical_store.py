@@ -391,7 +391,7 @@ async def bm25_rank(
         hits = []
         resolved = 0
         while True:
-            # The first `want` of one fixed order, ties at the end included.
+            # The best candidates in one fixed order, as many as the pass wants, ties at the end included.
             ranked = best_keys(scores, next_pass(k, len(hits), resolved, share=share))
             batch = ranked[resolved:]
             if not len(batch):
