@@ -481,6 +481,7 @@ async def in_process(
         index,
         settings.retrieval,
         ef_search=settings.database.hnsw_ef_search,
+        ivfflat_probes=settings.database.ivfflat_probes,
         stats=CorpusStats(),
         postings_cache=cache,
     )
@@ -527,6 +528,7 @@ async def filtered(
         index,
         settings.retrieval,
         ef_search=settings.database.hnsw_ef_search,
+        ivfflat_probes=settings.database.ivfflat_probes,
         stats=CorpusStats(),
         postings_cache=PostingsCache.from_settings(settings.retrieval),
     )
@@ -685,10 +687,12 @@ def rss_mb(stack: Any) -> float | None:
 async def grow(
     url: str, gen: Generator, model: str, dim: int, target_chunks: int, batch_docs: int, bulk: bool
 ) -> dict[str, Any]:
-    """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the HNSW
-    index dropped during the load and built once after it), then compact the lexical index's blocks."""
+    """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the vector
+    table's HNSW or IVFFlat index dropped during the load and built once after it, as the retriever's
+    maintenance builds it: ``EVIDENTIA_DATABASE_VECTOR_INDEX``), then compact the lexical index's blocks."""
+    from services.retriever.ann_index import ann_indexes, maintain_ann_index
     from services.retriever.lexical_store import compact
-    from services.retriever.store import ensure_active_index, hnsw_index_sql
+    from services.retriever.store import ensure_active_index
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 
@@ -701,8 +705,10 @@ async def grow(
         lexical_s = vector_s = 0.0
         j = have
         if bulk and 2 * j < target_chunks:
-            # Bulk load: the HNSW graph is built once at the end (timed: the index build).
-            await pool.execute(f"DROP INDEX IF EXISTS {index.table_name}_hnsw")
+            # Bulk load: the vector index is built once at the end (timed: the index build).
+            async with pool.acquire() as conn:
+                for ann in await ann_indexes(conn, index.table_name):
+                    await conn.execute(f'DROP INDEX IF EXISTS "{ann.name}"')
         t0 = time.perf_counter()
         while 2 * j < target_chunks:
             n = min(batch_docs, (target_chunks - 2 * j + 1) // 2)
@@ -715,11 +721,11 @@ async def grow(
                 print(f"    built {2 * j} chunks ({time.perf_counter() - t0:.0f}s)", flush=True)
         added = 2 * (j - have)
         built: dict[str, Any] = {}
-        async with pool.acquire() as conn:
-            await conn.execute("SET maintenance_work_mem = '1GB'")
-            t = time.perf_counter()
-            await conn.execute(hnsw_index_sql(index.table_name, db, index.precision))
-            built["hnsw_index_build_s"] = round(time.perf_counter() - t, 1)
+        await pool.execute("ANALYZE " + index.table_name)  # the row count that sizes IVFFlat lists
+        t = time.perf_counter()
+        done = await maintain_ann_index(pool, index, db, maintenance_work_mem="1GB")
+        built["vector_index_build_s"] = round(time.perf_counter() - t, 1)
+        built["vector_index_built"] = done.build if done else None
         t = time.perf_counter()
         report = await compact(pool)  # what the retriever does in the background: merge the load's blocks
         built["lexical_compaction_s"] = round(time.perf_counter() - t, 1)
@@ -745,12 +751,17 @@ async def grow(
 
 
 async def prewarm_graph(pool: Any, index: Any) -> dict[str, Any]:
-    """Read the HNSW graph into shared_buffers (``pg_prewarm``), as a server that has been taking writes
+    """Read the vector index into shared_buffers (``pg_prewarm``), as a server that has been taking writes
     for a while holds it: the write figures are then those of the steady state, not of a cold graph."""
+    from services.retriever.ann_index import ann_indexes
+
     try:
         t = time.perf_counter()
-        blocks = await pool.fetchval("SELECT pg_prewarm($1::regclass)", f"{index.table_name}_hnsw")
-        return {"hnsw_blocks": int(blocks), "seconds": round(time.perf_counter() - t, 1)}
+        blocks = 0
+        async with pool.acquire() as conn:
+            for ann in await ann_indexes(conn, index.table_name):
+                blocks += int(await conn.fetchval("SELECT pg_prewarm($1::regclass)", ann.name))
+        return {"index_blocks": blocks, "seconds": round(time.perf_counter() - t, 1)}
     except Exception as exc:  # no pg_prewarm in this PostgreSQL: the figures are then from a cold graph
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -804,6 +815,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     env_extra: dict[str, str] = {}
+    if args.vector_index:  # the bench's own statements and the services it starts alike
+        env_extra["EVIDENTIA_DATABASE_VECTOR_INDEX"] = args.vector_index
     result: dict[str, Any] = {
         "sizes": [],
         "corpus": None,
@@ -891,6 +904,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--shared-buffers",
         default=None,
         help="PostgreSQL shared_buffers (default: 2 KB a chunk of the largest size, 128 MB to RAM/4).",
+    )
+    p.add_argument(
+        "--vector-index",
+        choices=("hnsw", "ivfflat"),
+        default=None,
+        help="The vector table's index (EVIDENTIA_DATABASE_VECTOR_INDEX; default: the setting's, hnsw). A kept "
+        "store is moved to it before it is measured.",
     )
     p.add_argument("--root", default=None, help="Keep PostgreSQL here (reused: a later run grows the same store).")
     p.add_argument(

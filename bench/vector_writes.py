@@ -2,7 +2,8 @@
 
 Against a store that ``bench/scale.py --root DIR`` built (reused, not grown): documents past the generated ones
 are stored (documents + chunks, timed apart as "store"), then their vectors through the retriever's
-``upsert_vectors`` in batches of ``--batch`` with ``concurrency`` statements at once; one line per step of
+``upsert_vectors`` in batches of ``--batch`` with ``concurrency`` statements at once, each with the CPU time
+PostgreSQL spent on it a chunk (every PostgreSQL process on this machine); one line per step of
 ``--plan``, in order (the graph warms as the steps run: give the same step twice to see it). Everything it
 wrote is deleted at the end (which leaves dead tuples for the next VACUUM of the HNSW index).
 
@@ -22,6 +23,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 import scale  # noqa: E402
+from vector_index import postgres_cpu_s  # noqa: E402
 
 
 async def run(url: str, gen: Any, model: str, dim: int, args: argparse.Namespace) -> None:
@@ -41,17 +43,18 @@ async def run(url: str, gen: Any, model: str, dim: int, args: argparse.Namespace
             docs = [gen.doc(i) for i in range(first, first + args.docs)]
             first += args.docs
             written += [d.source_id for d in docs]
-            t = time.perf_counter()
+            cpu0, t = postgres_cpu_s(), time.perf_counter()
             for i in range(0, len(docs), 256):
                 await scale.store_chunks(pool, docs[i : i + 256])
-            store_s = time.perf_counter() - t
+            store_s, cpu1 = time.perf_counter() - t, postgres_cpu_s()
             t = time.perf_counter()
             await scale.store_vectors(pool, index, docs, concurrency, args.batch)
-            vector_s = time.perf_counter() - t
+            vector_s, cpu2 = time.perf_counter() - t, postgres_cpu_s()
             n = sum(len(d.chunks) for d in docs)
             print(
-                f"step {step + 1}: concurrency {concurrency}, {n} chunks: store {n / store_s:.0f}/s, "
-                f"vectors {n / vector_s:.0f}/s",
+                f"step {step + 1}: concurrency {concurrency}, {n} chunks: store {n / store_s:.0f}/s "
+                f"({(cpu1 - cpu0) * 1000 / n:.2f} ms of PostgreSQL CPU a chunk), vectors {n / vector_s:.0f}/s "
+                f"({(cpu2 - cpu1) * 1000 / n:.2f} ms)",
                 flush=True,
             )
     finally:
@@ -62,7 +65,11 @@ async def run(url: str, gen: Any, model: str, dim: int, args: argparse.Namespace
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="A store built by bench/scale.py --root.")
-    p.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/beir_scifact"))
+    p.add_argument(
+        "--corpus",
+        default=str(Path(__file__).resolve().parents[2] / "shared/data/beir_scifact"),
+        help="The corpus the store was built from ('' for the bundled one).",
+    )
     p.add_argument("--real-vectors", type=int, default=400)
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "evidentia" / "scale"))
     p.add_argument("--plan", default="1,1,1,2,2", help="Statements at once, one step each, in order.")
@@ -72,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shared-buffers", default=None, help="PostgreSQL shared_buffers (default: as scale.py's).")
     args = p.parse_args(argv)
     args.plan_list = [int(x) for x in args.plan.split(",")]
-    source = scale.load_source(Path(args.corpus))
+    source = scale.load_source(Path(args.corpus) if args.corpus else None)
     basis, model = scale.real_basis(source, min(args.real_vectors, len(source.abstracts)), Path(args.cache_dir))
     gen = scale.Generator(source, basis)
     settings = {"shared_buffers": scale.shared_buffers(args.store_chunks, args.shared_buffers)}

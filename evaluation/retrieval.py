@@ -40,6 +40,7 @@ import numpy as np
 
 from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
+from services.retriever.ann_index import maintain_ann_index
 from services.retriever.lexical_store import PassingSet
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher
@@ -472,8 +473,9 @@ async def indexed_store(
                     pool, index, [r["chunk_id"] for r in part], [r["document_id"] for r in part], vectors[i : i + 2000]
                 )
             await pool.execute("ANALYZE")
+            await maintain_ann_index(pool, index, db)  # the configured HNSW or IVFFlat index, as a retriever keeps it
             timings["index"] = time.perf_counter() - t
-            progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s HNSW)")
+            progress(f"indexed ({timings['embed_passages']:.1f}s embedding, {timings['index']:.1f}s {db.vector_index})")
             yield IndexedStore(pool, index, embedder, cache, len(docs), len(rows), timings)
         finally:
             await pool.close()
@@ -547,6 +549,7 @@ async def evaluate(
             index,
             settings.retrieval,
             ef_search=max(settings.database.hnsw_ef_search, 200),
+            ivfflat_probes=settings.database.ivfflat_probes,
             stats=CorpusStats(ttl_s=1e9),
         )
         searcher.legs = legs

@@ -154,6 +154,12 @@ class KafkaSettings(BaseSettings):
 #: How a vector index stores its vectors: ``half`` (pgvector ``halfvec``) or ``single`` (``vector``).
 VectorPrecision = Literal["half", "single"]
 
+#: The approximate nearest-neighbour index of a vector table: pgvector ``hnsw`` or ``ivfflat``.
+AnnMethod = Literal["hnsw", "ivfflat"]
+
+#: IVFFlat lists searched a query by default (``EVIDENTIA_DATABASE_IVFFLAT_PROBES``).
+DEFAULT_IVFFLAT_PROBES = 32
+
 
 class DatabaseSettings(BaseSettings):
     model_config = _config("EVIDENTIA_DATABASE_")
@@ -168,6 +174,45 @@ class DatabaseSettings(BaseSettings):
     hnsw_m: int = Field(16, ge=2, description="HNSW `m` of new vector indexes.")
     hnsw_ef_construction: int = Field(64, ge=4, description="HNSW `ef_construction` of new vector indexes.")
     hnsw_ef_search: int = Field(100, ge=1, description="Default HNSW `ef_search` of a query.")
+    vector_index: AnnMethod = Field(
+        "hnsw",
+        description="The vector table's approximate index: `hnsw` (a graph: best recall per millisecond, "
+        "~3 ms of database CPU a stored vector at 10^6) or `ivfflat` (lists of vectors around k-means centres: "
+        "~0.05 ms a stored vector, trained on the stored vectors once there are `ivfflat_min_rows` and again "
+        "as they grow; exact search before). The retriever builds the configured one in the background "
+        "(`CREATE INDEX CONCURRENTLY`) and then drops the other.",
+    )
+    ivfflat_lists: int = Field(
+        0,
+        ge=0,
+        description="IVFFlat lists; 0: from the rows at training time (rows / 1,000 up to 10^6 rows, their "
+        "square root past it).",
+    )
+    ivfflat_probes: int = Field(
+        DEFAULT_IVFFLAT_PROBES,
+        ge=1,
+        description="IVFFlat lists searched a query: the quality knob. On SciFact (107 lists) 4 % of the lists "
+        "cost 0.073 hybrid nDCG@10 against HNSW, 37 % kept it within 0.003; at 10^6 vectors (1,000 lists) 32 "
+        "probes take ~21 ms, 350 ~156 ms (docs/benchmarks.md, issue #14 sixth round).",
+    )
+    ivfflat_min_rows: int = Field(
+        20_000,
+        ge=1,
+        description="Vectors before an IVFFlat index is trained (fewer: searched exactly, or by the HNSW index "
+        "a store switching method still has).",
+    )
+    ivfflat_retrain_growth: float = Field(
+        2.0,
+        gt=1.0,
+        description="With automatic lists: the IVFFlat index is trained again (concurrently) once the lists "
+        "its rows call for reach this multiple of the lists it was trained with.",
+    )
+    ann_maintain_every_s: float = Field(
+        300.0,
+        gt=0,
+        description="How often a retriever checks that the vector table has the configured index, trained "
+        "for its size (one replica at a time builds it).",
+    )
     vector_write_concurrency: int = Field(
         2,
         ge=1,

@@ -14,6 +14,7 @@ from aiokafka import ConsumerRecord
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
+from services.retriever.ann_index import maintain_forever
 from services.retriever.lexical_store import compact_forever
 from services.retriever.postings_cache import PostingsCache
 from services.retriever.queries import render
@@ -61,6 +62,7 @@ class RetrieverState:
         self._stats = CorpusStats()
         self._postings_cache = PostingsCache.from_settings(settings.retrieval)
         self._compactor: asyncio.Task[None] | None = None
+        self._ann_maintainer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
@@ -87,12 +89,17 @@ class RetrieverState:
         self._compactor = asyncio.create_task(
             compact_forever(self._pool, self.settings.retrieval.bm25_compact_every_s), name="bm25-compaction"
         )
+        # The vector table gets the configured HNSW or IVFFlat index, trained for its size (one replica at a time).
+        self._ann_maintainer = asyncio.create_task(
+            maintain_forever(self._pool, self._index, self.settings.database), name="vector-index-maintenance"
+        )
 
     async def stop(self) -> None:
-        if self._compactor is not None:
-            self._compactor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._compactor
+        for task in (self._compactor, self._ann_maintainer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for pool in (self._search_pool, self._pool):
             if pool is not None:
                 await pool.close()
@@ -134,6 +141,7 @@ class RetrieverState:
             ef_search=self.settings.database.hnsw_ef_search,
             stats=self._stats,
             postings_cache=self._postings_cache,
+            ivfflat_probes=self.settings.database.ivfflat_probes,
         )
 
 

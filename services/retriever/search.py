@@ -57,6 +57,7 @@ from shared.models import (
     SearchFilters,
     SearchHit,
 )
+from shared.settings import DEFAULT_IVFFLAT_PROBES
 
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
@@ -106,16 +107,18 @@ async def dense_search(
     *,
     first_max: int = FILTER_FIRST_MAX_CHUNKS,
     passing: PassingSet | None = None,
+    probes: int = DEFAULT_IVFFLAT_PROBES,
 ) -> list[Scored]:
-    """Nearest chunks by cosine similarity (1 - cosine distance): pgvector HNSW with iterative scans, or,
-    under a filter that passes at most ``first_max`` chunks (:func:`filter_first_max`), exact over them.
-    ``passing``: the filter already resolved by the caller (:func:`passing_chunks`), used as it is."""
+    """Nearest chunks by cosine similarity (1 - cosine distance): the table's pgvector index (HNSW searched
+    ``ef_search`` deep or IVFFlat ``probes`` lists) with iterative scans, or, under a filter that passes at
+    most ``first_max`` chunks (:func:`filter_first_max`), exact over them. ``passing``: the filter already
+    resolved by the caller (:func:`passing_chunks`), used as it is."""
     if passing is None and is_restrictive(filters):
         passing = await passing_chunks(pool, filters, first_max)
     if passing is not None and passing.chunks is not None:
         rows = await nearest_of_chunks(pool, index, query_vector, k, list(passing.chunks.values()))
     else:
-        rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search)
+        rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search, probes=probes)
     # relaxed_order may return near-ties out of order: sort by the exact score.
     out = [Scored(chunk_id, score) for chunk_id, score in rows]
     return sorted(out, key=lambda s: -s.score)
@@ -340,6 +343,7 @@ class HybridSearcher:
         priority_boost: float = 0.0,
         evidence: EvidenceBlend | None = None,
         postings_cache: PostingsCache | None = None,
+        ivfflat_probes: int = DEFAULT_IVFFLAT_PROBES,
     ):
         self.pool = pool
         self.index = index
@@ -360,6 +364,8 @@ class HybridSearcher:
         """Blend of evidence weight and recency into the ranking score (:func:`evidence_blended`; default off)."""
         self.postings_cache = postings_cache
         """Common terms' posting blocks held in memory for the lexical leg (None: every search reads them)."""
+        self.ivfflat_probes = ivfflat_probes
+        """IVFFlat lists a dense search reads when the vector table's index is IVFFlat (HNSW: ``ef_search``)."""
 
     @classmethod
     def from_settings(
@@ -371,6 +377,7 @@ class HybridSearcher:
         ef_search: int = 100,
         stats: CorpusStats | None = None,
         postings_cache: PostingsCache | None = None,
+        ivfflat_probes: int = DEFAULT_IVFFLAT_PROBES,
     ) -> Self:
         """A searcher configured by the retrieval settings (fusion, BM25, PRF, MMR) over ``pool`` and ``index``."""
         return cls(
@@ -390,6 +397,7 @@ class HybridSearcher:
             priority_boost=settings.priority_boost,
             evidence=EvidenceBlend(settings.evidence_weight, settings.recency_weight, settings.recency_half_life_years),
             postings_cache=postings_cache,
+            ivfflat_probes=ivfflat_probes,
         )
 
     async def dense_search(
@@ -407,7 +415,15 @@ class HybridSearcher:
         needs_bound = passing is None and is_restrictive(filters)
         first_max = filter_first_max(k, (await self.stats.get(self.pool)).chunks) if needs_bound else 0
         return await dense_search(
-            self.pool, self.index, query_vector, k, filters, ef_search, first_max=first_max, passing=passing
+            self.pool,
+            self.index,
+            query_vector,
+            k,
+            filters,
+            ef_search,
+            first_max=first_max,
+            passing=passing,
+            probes=self.ivfflat_probes,
         )
 
     async def lexical_search(

@@ -25,7 +25,7 @@ import asyncpg
 import numpy as np
 
 from shared.models import SearchFilters
-from shared.settings import DatabaseSettings, VectorPrecision
+from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings, VectorPrecision
 
 
 @dataclass(frozen=True)
@@ -198,13 +198,31 @@ async def live_index_for(pool: asyncpg.Pool, model: str, dim: int) -> VectorInde
     return _row(row) if row else None
 
 
-def hnsw_index_sql(table: str, db: DatabaseSettings, precision: VectorPrecision | None = None) -> str:
+def hnsw_index_sql(
+    table: str, db: DatabaseSettings, precision: VectorPrecision | None = None, *, concurrently: bool = False
+) -> str:
     """The HNSW index of a vector table (cosine distance, ``m``/``ef_construction`` from the settings) whose
     vectors have ``precision`` (default: the precision of new indexes, ``db.vector_precision``)."""
     opclass = cosine_opclass(precision or db.vector_precision)
+    how = "CONCURRENTLY " if concurrently else ""
     return (
-        f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding {opclass}) "
+        f"CREATE INDEX {how}IF NOT EXISTS {table}_hnsw ON {table} USING hnsw (embedding {opclass}) "
         f"WITH (m = {int(db.hnsw_m)}, ef_construction = {int(db.hnsw_ef_construction)})"
+    )
+
+
+def ivfflat_index_name(table: str, lists: int) -> str:
+    """An IVFFlat index's name: its table's and its lists (a retrained index is built beside the old one)."""
+    return f"{table[:48]}_ivf{int(lists)}"
+
+
+def ivfflat_index_sql(table: str, precision: VectorPrecision, lists: int, *, concurrently: bool = False) -> str:
+    """The IVFFlat index (cosine distance, ``lists`` k-means centres trained on the rows stored now) of a
+    vector table whose vectors have ``precision``."""
+    how = "CONCURRENTLY " if concurrently else ""
+    return (
+        f"CREATE INDEX {how}IF NOT EXISTS {ivfflat_index_name(table, lists)} ON {table} "
+        f"USING ivfflat (embedding {cosine_opclass(precision)}) WITH (lists = {int(lists)})"
     )
 
 
@@ -240,7 +258,9 @@ async def create_index(
                         created_at  timestamptz NOT NULL DEFAULT now())"""
             )
             await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
-            await conn.execute(hnsw_index_sql(table, db, precision))
+            if db.vector_index == "hnsw":
+                await conn.execute(hnsw_index_sql(table, db, precision))
+            # IVFFlat: trained on stored vectors later (services/retriever/ann_index.py); exact search until then.
             await conn.execute(
                 "INSERT INTO vector_indexes (name, model, dim, table_name, state, precision) "
                 "VALUES ($1,$2,$3,$4,'building',$5)",
@@ -378,16 +398,17 @@ async def complete_documents(pool: asyncpg.Pool, index: VectorIndex, document_id
 
 
 async def vector_table_bytes(pool: asyncpg.Pool, index: VectorIndex) -> dict[str, int]:
-    """The disk size of ``index``'s table: ``total`` (rows, TOAST, HNSW and B-tree indexes), ``table`` (rows and
-    TOAST) and ``hnsw`` (the HNSW index)."""
+    """The disk size of ``index``'s table: ``total`` (rows, TOAST, ANN and B-tree indexes), ``table`` (rows and
+    TOAST) and ``ann`` (its HNSW or IVFFlat indexes, 0 while it has none)."""
     row = await pool.fetchrow(
-        "SELECT pg_total_relation_size($1::regclass) AS total, pg_table_size($1::regclass) AS table, "
-        "pg_relation_size($2::regclass) AS hnsw",
+        """SELECT pg_total_relation_size($1::regclass) AS total, pg_table_size($1::regclass) AS table,
+                  (SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0)
+                   FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+                   WHERE i.indrelid = $1::regclass AND a.amname IN ('hnsw', 'ivfflat')) AS ann""",
         index.table_name,
-        f"{index.table_name}_hnsw",
     )
     assert row is not None
-    return {k: int(row[k]) for k in ("total", "table", "hnsw")}
+    return {k: int(row[k]) for k in ("total", "table", "ann")}
 
 
 async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
@@ -433,20 +454,24 @@ async def nearest_chunks(
     k: int,
     filters: SearchFilters,
     ef_search: int,
+    *,
+    probes: int = DEFAULT_IVFFLAT_PROBES,
 ) -> list[tuple[str, float]]:
-    """(chunk id, 1 - cosine distance) of the nearest chunks passing ``filters``, by HNSW with iterative
-    scans (``relaxed_order``: near-ties may come out of order). Run with :func:`nearest_chunks_settings`."""
+    """(chunk id, 1 - cosine distance) of the nearest chunks passing ``filters``, by the table's HNSW or IVFFlat
+    index with iterative scans (``relaxed_order``: near-ties may come out of order), or exactly while it has
+    neither. Run with :func:`nearest_chunks_settings`."""
     sql, params = nearest_chunks_sql(index, filters)
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(nearest_chunks_settings(ef_search, k, filtered=is_restrictive(filters)))
+        await conn.execute(nearest_chunks_settings(ef_search, k, filtered=is_restrictive(filters), probes=probes))
         rows = await conn.fetch(sql, query_vector.astype(np.float32), k, *params)
     return [(r["chunk_id"], float(r["score"])) for r in rows]
 
 
-def nearest_chunks_settings(ef_search: int, k: int, *, filtered: bool) -> str:
-    """The transaction's settings for :func:`nearest_chunks_sql`: ``ef_search`` (at least ``k``), iterative
-    scans, and, under a ``filtered`` search (:func:`is_restrictive`), no sort, so the plan walks the HNSW
-    index whatever the planner guesses of the filter.
+def nearest_chunks_settings(ef_search: int, k: int, *, filtered: bool, probes: int = DEFAULT_IVFFLAT_PROBES) -> str:
+    """The transaction's settings for :func:`nearest_chunks_sql`: ``ef_search`` (at least ``k``) for an HNSW
+    index, ``probes`` lists for an IVFFlat one (each access method reads its own; the table has one of them,
+    :mod:`services.retriever.ann_index`), iterative scans, and, under a ``filtered`` search
+    (:func:`is_restrictive`), no sort, so the plan walks the index whatever the planner guesses of the filter.
 
     A filtered search comes here only when the filter passes more chunks than the filter-first bound (fewer
     are searched exactly over their chunks, :func:`nearest_of_chunks`), for which the index walk is the
@@ -456,7 +481,10 @@ def nearest_chunks_settings(ef_search: int, k: int, *, filtered: bool) -> str:
     index). Unfiltered, its choice stands: exact (a sort) on a small store, the index on a large one."""
     sort = "; SET LOCAL enable_sort = off" if filtered else ""
     ef = max(int(ef_search), int(k))
-    return f"SET LOCAL hnsw.ef_search = {ef}; SET LOCAL hnsw.iterative_scan = relaxed_order{sort}"
+    return (
+        f"SET LOCAL hnsw.ef_search = {ef}; SET LOCAL hnsw.iterative_scan = relaxed_order; "
+        f"SET LOCAL ivfflat.probes = {int(probes)}; SET LOCAL ivfflat.iterative_scan = relaxed_order{sort}"
+    )
 
 
 async def nearest_of_chunks(

@@ -1,0 +1,168 @@
+"""The vector table's approximate nearest-neighbour index, kept as configured (issue 14).
+
+``EVIDENTIA_DATABASE_VECTOR_INDEX`` picks pgvector's ``hnsw`` (the default) or ``ivfflat``:
+
+- **HNSW** is a graph: the best recall for a query's time, but every stored vector walks the graph to find
+  its neighbours and rewrites theirs; at 10^6 vectors that is ~3 ms of database CPU a vector, which caps a
+  2-core database at a few hundred stored chunks a second.
+- **IVFFlat** keeps the vectors in lists around k-means centres: a stored vector is compared with the
+  centres only (~0.05 ms) and a query reads the ``probes`` lists nearest to it. Its centres are trained on
+  the vectors stored when it is built, so it is built only once the table holds ``ivfflat_min_rows`` (a
+  new store is searched exactly meanwhile) and built again, beside the old one, once the lists its rows call
+  for reach ``ivfflat_retrain_growth`` times those it has (automatic lists: pgvector's advice of rows / 1,000
+  up to 10^6 rows and their square root past it).
+
+:func:`maintain_ann_index` compares the table's indexes with the settings and builds what is missing with
+``CREATE INDEX CONCURRENTLY`` (writes and searches go on), then drops what the new index replaces; an index
+a failed build left invalid is dropped first. The retriever runs it in the background
+(:func:`maintain_forever`, one replica at a time by an advisory lock), so switching the setting and
+restarting the retrievers moves a store from one method to the other. The query side needs no switch: a
+search sets both methods' parameters and PostgreSQL uses the index the table has
+(:func:`services.retriever.store.nearest_chunks_settings`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from services.retriever.store import VectorIndex, hnsw_index_sql, ivfflat_index_name, ivfflat_index_sql
+from shared.settings import AnnMethod, DatabaseSettings
+
+log = logging.getLogger(__name__)
+
+#: One replica at a time changes a vector table's indexes (lexical compaction holds (4542054, 15)).
+_MAINTAIN_LOCK = (4542054, 16)
+
+
+@dataclass(frozen=True)
+class AnnIndex:
+    """An HNSW or IVFFlat index on a vector table, as the catalogue has it."""
+
+    name: str
+    method: AnnMethod
+    valid: bool
+    lists: int | None = None
+
+
+@dataclass(frozen=True)
+class AnnPlan:
+    """What :func:`maintain_ann_index` does: drop ``drop_first`` (invalid leftovers), build ``build`` (SQL),
+    then drop ``drop_after`` (what the built or already present index replaces)."""
+
+    drop_first: list[str] = field(default_factory=list)
+    build: str | None = None
+    drop_after: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.drop_first or self.build or self.drop_after)
+
+
+def auto_lists(rows: int) -> int:
+    """IVFFlat lists for ``rows`` vectors, as pgvector advises: rows / 1,000 up to 10^6 rows, sqrt(rows) past it."""
+    return max(1, rows // 1000) if rows <= 1_000_000 else math.isqrt(rows)
+
+
+def plan(index: VectorIndex, db: DatabaseSettings, rows: int, present: list[AnnIndex]) -> AnnPlan:
+    """The changes that bring ``index``'s table (``rows`` vectors, ``present`` indexes) to the configured method."""
+    table = index.table_name
+    invalid = [i.name for i in present if not i.valid]
+    valid = [i for i in present if i.valid]
+    if db.vector_index == "hnsw":
+        others = [i.name for i in valid if i.method != "hnsw"]
+        if any(i.method == "hnsw" for i in valid):
+            return AnnPlan(invalid, None, others)
+        return AnnPlan(invalid, hnsw_index_sql(table, db, index.precision, concurrently=True), others)
+    ivf = [i for i in valid if i.method == "ivfflat"]
+    if rows < db.ivfflat_min_rows:
+        return AnnPlan(invalid)  # too few vectors to train on: exact search, or the HNSW index left from before
+    wanted = db.ivfflat_lists or auto_lists(rows)
+    current = max(ivf, key=lambda i: i.lists or 0) if ivf else None
+    if current is not None and current.lists is not None:
+        due = current.lists != wanted if db.ivfflat_lists else wanted >= db.ivfflat_retrain_growth * current.lists
+        if not due:
+            return AnnPlan(invalid, None, [i.name for i in valid if i is not current])
+    keep = ivfflat_index_name(table, wanted)
+    return AnnPlan(
+        invalid,
+        ivfflat_index_sql(table, index.precision, wanted, concurrently=True),
+        [i.name for i in valid if i.name != keep],
+    )
+
+
+async def ann_indexes(conn: asyncpg.Connection, table: str) -> list[AnnIndex]:
+    """The HNSW and IVFFlat indexes on ``table`` (IVFFlat with its lists)."""
+    rows = await conn.fetch(
+        """SELECT c.relname, a.amname, i.indisvalid, c.reloptions
+           FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+           WHERE i.indrelid = $1::regclass AND a.amname IN ('hnsw', 'ivfflat')""",
+        table,
+    )
+    out = []
+    for r in rows:
+        options = dict(o.split("=", 1) for o in r["reloptions"] or [])
+        lists = int(options.get("lists", 100)) if r["amname"] == "ivfflat" else None  # 100: pgvector's default
+        out.append(AnnIndex(r["relname"], r["amname"], bool(r["indisvalid"]), lists))
+    return out
+
+
+async def _rows(conn: asyncpg.Connection, table: str) -> int:
+    """The table's rows: the planner's count when the table has been analysed, else counted."""
+    estimate = await conn.fetchval("SELECT reltuples::bigint FROM pg_class WHERE oid = $1::regclass", table)
+    if estimate is not None and estimate >= 0:
+        return int(estimate)
+    return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))
+
+
+async def maintain_ann_index(
+    pool: asyncpg.Pool, index: VectorIndex, db: DatabaseSettings, *, maintenance_work_mem: str | None = None
+) -> AnnPlan | None:
+    """Bring ``index``'s table to the configured index (:func:`plan`); returns what was done, or None when
+    another replica holds the maintenance lock. Builds run concurrently with writes and searches and without
+    a statement timeout (an HNSW build over 10^6 vectors takes many minutes)."""
+    async with pool.acquire() as conn:
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *_MAINTAIN_LOCK):
+            return None
+        try:
+            await conn.execute("SET statement_timeout = 0")
+            if maintenance_work_mem:
+                await conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
+            todo = plan(index, db, await _rows(conn, index.table_name), await ann_indexes(conn, index.table_name))
+            for name in todo.drop_first:
+                await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+            if todo.build:
+                log.info("building the vector index", extra={"table": index.table_name, "sql": todo.build})
+                await conn.execute(todo.build)
+            for name in todo.drop_after:
+                await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+            if not todo.empty:
+                log.info(
+                    "vector index maintained",
+                    extra={
+                        "table": index.table_name,
+                        "built": todo.build,
+                        "dropped": todo.drop_first + todo.drop_after,
+                    },
+                )
+            return todo
+        finally:
+            await conn.execute("RESET statement_timeout; RESET maintenance_work_mem")
+            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_MAINTAIN_LOCK)
+
+
+async def maintain_forever(pool: asyncpg.Pool, index: VectorIndex, db: DatabaseSettings) -> None:
+    """:func:`maintain_ann_index` now and every ``db.ann_maintain_every_s`` seconds until cancelled; a failure
+    is logged and retried next time."""
+    while True:
+        try:
+            await maintain_ann_index(pool, index, db)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("vector index maintenance failed; retried in %.0f s", db.ann_maintain_every_s)
+        await asyncio.sleep(db.ann_maintain_every_s)
