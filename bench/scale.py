@@ -690,7 +690,7 @@ async def grow(
     """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the vector
     table's HNSW or IVFFlat index dropped during the load and built once after it, as the retriever's
     maintenance builds it: ``EVIDENTIA_DATABASE_VECTOR_INDEX``), then compact the lexical index's blocks."""
-    from services.retriever.ann_index import ann_indexes, maintain_ann_index
+    from services.retriever.ann_index_store import ann_indexes, maintain_ann_index
     from services.retriever.lexical_store import compact
     from services.retriever.store import ensure_active_index
     from shared.db import create_pool
@@ -753,7 +753,7 @@ async def grow(
 async def prewarm_graph(pool: Any, index: Any) -> dict[str, Any]:
     """Read the vector index into shared_buffers (``pg_prewarm``), as a server that has been taking writes
     for a while holds it: the write figures are then those of the steady state, not of a cold graph."""
-    from services.retriever.ann_index import ann_indexes
+    from services.retriever.ann_index_store import ann_indexes
 
     try:
         t = time.perf_counter()

@@ -105,7 +105,7 @@ def _stats(latencies: list[float], recalls: list[float]) -> dict[str, float]:
 
 
 async def sweep(url: str, gen: scale.Generator, args: argparse.Namespace) -> dict[str, Any]:
-    from services.retriever.ann_index import ann_indexes
+    from services.retriever.ann_index_store import ann_indexes
     from services.retriever.store import active_index, nearest_chunks
     from shared.db import create_pool
     from shared.models import SearchFilters

@@ -40,7 +40,7 @@ import numpy as np
 
 from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
-from services.retriever.ann_index import maintain_ann_index
+from services.retriever.ann_index_store import maintain_ann_index
 from services.retriever.lexical_store import PassingSet
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher

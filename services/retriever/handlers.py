@@ -14,7 +14,7 @@ from aiokafka import ConsumerRecord
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from services.retriever.ann_index import maintain_forever
+from services.retriever.ann_index_store import maintain_forever
 from services.retriever.lexical_store import compact_forever
 from services.retriever.postings_cache import PostingsCache
 from services.retriever.queries import render

@@ -260,7 +260,7 @@ async def create_index(
             await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
             if db.vector_index == "hnsw":
                 await conn.execute(hnsw_index_sql(table, db, precision))
-            # IVFFlat: trained on stored vectors later (services/retriever/ann_index.py); exact search until then.
+            # IVFFlat: trained on stored vectors later (services/retriever/ann_index_store.py); exact search until then.
             await conn.execute(
                 "INSERT INTO vector_indexes (name, model, dim, table_name, state, precision) "
                 "VALUES ($1,$2,$3,$4,'building',$5)",
@@ -470,7 +470,7 @@ async def nearest_chunks(
 def nearest_chunks_settings(ef_search: int, k: int, *, filtered: bool, probes: int = DEFAULT_IVFFLAT_PROBES) -> str:
     """The transaction's settings for :func:`nearest_chunks_sql`: ``ef_search`` (at least ``k``) for an HNSW
     index, ``probes`` lists for an IVFFlat one (each access method reads its own; the table has one of them,
-    :mod:`services.retriever.ann_index`), iterative scans, and, under a ``filtered`` search
+    :mod:`services.retriever.ann_index_store`), iterative scans, and, under a ``filtered`` search
     (:func:`is_restrictive`), no sort, so the plan walks the index whatever the planner guesses of the filter.
 
     A filtered search comes here only when the filter passes more chunks than the filter-first bound (fewer

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.ann_index import ann_indexes, maintain_ann_index
+from services.retriever.ann_index_store import ann_indexes, maintain_ann_index
 from services.retriever.store import (
     VectorIndex,
     create_index,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.retriever.ann_index import AnnIndex, auto_lists, plan
+from services.retriever.ann_index_store import AnnIndex, auto_lists, plan
 from services.retriever.store import VectorIndex, ivfflat_index_name, nearest_chunks_settings
 from shared.settings import DatabaseSettings
 
