@@ -30,13 +30,17 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from services.retriever.store import VectorIndex, hnsw_index_sql, ivfflat_index_name, ivfflat_index_sql
+from services.retriever.store import (
+    ANN_MAINTENANCE_LOCK,
+    VectorIndex,
+    advisory_session,
+    hnsw_index_sql,
+    ivfflat_index_name,
+    ivfflat_index_sql,
+)
 from shared.settings import AnnMethod, DatabaseSettings
 
 log = logging.getLogger(__name__)
-
-#: One replica at a time changes a vector table's indexes (lexical compaction holds (4542054, 15)).
-_MAINTAIN_LOCK = (4542054, 16)
 
 
 @dataclass(frozen=True)
@@ -125,13 +129,13 @@ async def maintain_ann_index(
     """Bring ``index``'s table to the configured index (:func:`plan`); returns what was done, or None when
     another replica holds the maintenance lock. Builds run concurrently with writes and searches and without
     a statement timeout (an HNSW build over 10^6 vectors takes many minutes)."""
-    async with pool.acquire() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *_MAINTAIN_LOCK):
+    async with advisory_session(pool, ANN_MAINTENANCE_LOCK) as conn:
+        if conn is None:
             return None
+        await conn.execute("SET statement_timeout = 0")
+        if maintenance_work_mem:
+            await conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
         try:
-            await conn.execute("SET statement_timeout = 0")
-            if maintenance_work_mem:
-                await conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
             todo = plan(index, db, await _rows(conn, index.table_name), await ann_indexes(conn, index.table_name))
             for name in todo.drop_first:
                 await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
@@ -152,7 +156,6 @@ async def maintain_ann_index(
             return todo
         finally:
             await conn.execute("RESET statement_timeout; RESET maintenance_work_mem")
-            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_MAINTAIN_LOCK)
 
 
 async def maintain_forever(pool: asyncpg.Pool, index: VectorIndex, db: DatabaseSettings) -> None:

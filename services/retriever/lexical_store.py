@@ -30,7 +30,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.postings_cache import PostingsCache
-from services.retriever.store import Scored, where_clause
+from services.retriever.store import COMPACTION_LOCK, Scored, advisory_session, where_clause
 from shared.models import SearchFilters
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,6 @@ POSTING = np.dtype(
 
 #: The lexical writers' lock (``bm25_add``/``bm25_remove`` take it for their transaction); compaction too.
 _WRITER_LOCK = "SELECT pg_advisory_xact_lock(4542054, 14)"
-#: One compacting replica at a time (a session lock, tried, never waited for).
-_COMPACTOR_LOCK = (4542054, 15)
 
 
 @dataclass(frozen=True)
@@ -527,24 +525,21 @@ async def compact(
     """Merge the pending terms' blocks until none is pending (or ``max_batches`` ran), one batch a
     transaction; one compacting session at a time (another that holds the lock: nothing is done here)."""
     total = CompactionReport(0, 0, 0, 0)
-    async with pool.acquire() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *_COMPACTOR_LOCK):
+    async with advisory_session(pool, COMPACTION_LOCK) as conn:
+        if conn is None:
             return total
-        try:
-            batches = 0
-            while max_batches is None or batches < max_batches:
-                report = await compact_batch(conn, terms=terms_per_batch, block_postings=block_postings)
-                if report is None:
-                    break
-                batches += 1
-                total = CompactionReport(
-                    total.terms + report.terms,
-                    total.blocks_read + report.blocks_read,
-                    total.blocks_written + report.blocks_written,
-                    total.dead_dropped + report.dead_dropped,
-                )
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_COMPACTOR_LOCK)
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            report = await compact_batch(conn, terms=terms_per_batch, block_postings=block_postings)
+            if report is None:
+                break
+            batches += 1
+            total = CompactionReport(
+                total.terms + report.terms,
+                total.blocks_read + report.blocks_read,
+                total.blocks_written + report.blocks_written,
+                total.dead_dropped + report.dead_dropped,
+            )
     return total
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,25 @@ import numpy as np
 
 from shared.models import SearchFilters
 from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings, VectorPrecision
+
+#: The retriever's background jobs, one replica at a time each (session advisory locks, tried, never waited
+#: for). The lexical writers' transaction lock is (4542054, 14) (migration 220 and ``lexical_store``).
+COMPACTION_LOCK = (4542054, 15)
+ANN_MAINTENANCE_LOCK = (4542054, 16)
+
+
+@asynccontextmanager
+async def advisory_session(pool: asyncpg.Pool, key: tuple[int, int]) -> AsyncIterator[asyncpg.Connection | None]:
+    """A connection that holds the session advisory lock ``key`` for the block (released after it), or None
+    when another session holds it: the job is then another replica's."""
+    async with pool.acquire() as conn:
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *key):
+            yield None
+            return
+        try:
+            yield conn
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *key)
 
 
 @dataclass(frozen=True)

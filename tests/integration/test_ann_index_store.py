@@ -15,7 +15,10 @@ import pytest
 from services.parser.store import store_document
 from services.retriever.ann_index_store import ann_indexes, maintain_ann_index
 from services.retriever.store import (
+    ANN_MAINTENANCE_LOCK,
+    COMPACTION_LOCK,
     VectorIndex,
+    advisory_session,
     create_index,
     ivfflat_index_sql,
     nearest_chunks,
@@ -155,11 +158,23 @@ async def test_a_build_cut_short_is_dropped_and_built_again(store: tuple) -> Non
     assert await _methods(pool, index) == [("ivfflat", True, 4)]
     # one replica at a time: while another holds the lock, nothing is done
     async with pool.acquire() as other:
-        await other.execute("SELECT pg_advisory_lock(4542054, 16)")
+        await other.execute("SELECT pg_advisory_lock($1, $2)", *ANN_MAINTENANCE_LOCK)
         try:
             assert await asyncio.wait_for(maintain_ann_index(pool, index, _db("postgresql://x")), 10) is None
         finally:
-            await other.execute("SELECT pg_advisory_unlock(4542054, 16)")
+            await other.execute("SELECT pg_advisory_unlock($1, $2)", *ANN_MAINTENANCE_LOCK)
     assert await _methods(pool, index) == [("ivfflat", True, 4)]
     await maintain_ann_index(pool, index, _db("postgresql://x"))  # back to HNSW for the module's other tests
     assert await _methods(pool, index) == [("hnsw", True, None)]
+
+
+async def test_an_advisory_session_is_one_replicas_at_a_time_and_released_after(store: tuple) -> None:  # type: ignore[type-arg]
+    pool, _, _ = store
+    key = COMPACTION_LOCK  # the lexical compaction's; the vector index maintenance's is covered above
+    async with advisory_session(pool, key) as held:
+        assert held is not None
+        async with advisory_session(pool, key) as second:
+            assert second is None  # another session (another replica) holds it
+    async with pool.acquire() as other:
+        assert await other.fetchval("SELECT pg_try_advisory_lock($1, $2)", *key)  # released after the block
+        await other.execute("SELECT pg_advisory_unlock($1, $2)", *key)
