@@ -514,8 +514,33 @@ def filter_sets(source: Source) -> dict[str, dict[str, Any]]:
     }
 
 
+async def doc_values(pool: Any) -> tuple[Any, dict[str, Any]]:
+    """The doc values as the retriever keeps them (None when ``EVIDENTIA_RETRIEVAL_DOC_VALUES`` is off), read
+    whole before anything is timed; and what reading them took."""
+    from services.retriever.doc_values_store import DocValuesFollower
+    from shared.settings import Settings
+
+    if not Settings().retrieval.doc_values:
+        return None, {"enabled": False}
+    follower = DocValuesFollower(pool)
+    started = time.perf_counter()
+    await follower.start_loading()
+    values = await follower.current()
+    took = time.perf_counter() - started
+    held = {"enabled": True, "load_s": round(took, 2), "chunks": len(values) if values else 0}
+    held["bytes"] = values.nbytes if values else 0
+    print(f"    doc values read in {took:.1f} s: {held['chunks']} chunks, {held['bytes']} bytes", flush=True)
+    return follower, held
+
+
 async def filtered(
-    pool: Any, index: Any, encoder: QueryEncoder, source: Source, queries: list[str], duration: float
+    pool: Any,
+    index: Any,
+    encoder: QueryEncoder,
+    source: Source,
+    queries: list[str],
+    duration: float,
+    values: Any = None,
 ) -> dict[str, dict[str, Any]]:
     from services.retriever.postings_cache import PostingsCache
     from services.retriever.search import CorpusStats, HybridSearcher
@@ -531,6 +556,7 @@ async def filtered(
         ivfflat_probes=settings.database.ivfflat_probes,
         stats=CorpusStats(),
         postings_cache=PostingsCache.from_settings(settings.retrieval),
+        doc_values=values,
     )
     out: dict[str, dict[str, Any]] = {}
     for label, spec in filter_sets(source).items():
@@ -784,7 +810,8 @@ async def measure(
         queries = gen.source.queries[: args.queries]
         encoder = QueryEncoder(gen.basis)
         out["in_process"] = await in_process(pool, index, encoder, queries, args.clients_list, args.duration)
-        out["filters"] = await filtered(pool, index, encoder, gen.source, queries, args.filter_duration)
+        follower, out["doc_values"] = await doc_values(pool)
+        out["filters"] = await filtered(pool, index, encoder, gen.source, queries, args.filter_duration, follower)
         if args.prewarm:
             out["prewarm"] = await prewarm_graph(pool, index)
             print(f"    prewarm: {out['prewarm']}", flush=True)

@@ -60,6 +60,9 @@ POSTINGS_CACHE_BLOCKS = Counter(
 POSTINGS_CACHE_BYTES = Gauge(
     "evidentia_retriever_postings_cache_bytes", "Bytes of posting blocks the retriever holds in memory."
 )
+DOC_VALUES_BYTES = Gauge(
+    "evidentia_retriever_doc_values_bytes", "Bytes of chunks' filter columns (doc values) the retriever holds."
+)
 EMBED_SECONDS = Histogram(
     "evidentia_embed_batch_seconds",
     "Seconds the model spent encoding one batch.",

@@ -410,6 +410,23 @@ class RetrievalSettings(BaseSettings):
             "written, so what is held is never stale."
         ),
     )
+    doc_values: bool = Field(
+        True,
+        description=(
+            "Hold every chunk's document filter columns (year, study type, evidence level, source, retracted, "
+            "priority; ~15 bytes a chunk) in each retriever's memory, kept current by a change feed on "
+            "`documents`: under a broad filter the lexical leg drops the chunks that fail before it picks the best, "
+            "instead of checking its best candidates in the database until enough pass (see docs/retrieval.md)."
+        ),
+    )
+    doc_values_follow_every_s: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "How often a retriever reads the documents' change feed in the background (a filtered search also "
+            "reads it first, so its values are always current; this keeps those reads small)."
+        ),
+    )
     bm25_compact_every_s: float = Field(
         5.0,
         gt=0,

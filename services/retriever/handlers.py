@@ -15,6 +15,7 @@ from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
 from services.retriever.ann_index_store import maintain_forever
+from services.retriever.doc_values_store import DocValuesFollower, follow_forever
 from services.retriever.lexical_store import compact_forever
 from services.retriever.postings_cache import PostingsCache
 from services.retriever.queries import render
@@ -63,6 +64,8 @@ class RetrieverState:
         self._postings_cache = PostingsCache.from_settings(settings.retrieval)
         self._compactor: asyncio.Task[None] | None = None
         self._ann_maintainer: asyncio.Task[None] | None = None
+        self._doc_values: DocValuesFollower | None = None
+        self._doc_values_follower: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._pool = await create_pool(self.settings.database)
@@ -93,9 +96,18 @@ class RetrieverState:
         self._ann_maintainer = asyncio.create_task(
             maintain_forever(self._pool, self._index, self.settings.database), name="vector-index-maintenance"
         )
+        # Chunks' filter columns, read in the background and kept current by the documents' change feed.
+        if self.settings.retrieval.doc_values:
+            self._doc_values = DocValuesFollower(self._pool)
+            self._doc_values_follower = asyncio.create_task(
+                follow_forever(self._doc_values, self.settings.retrieval.doc_values_follow_every_s),
+                name="doc-values",
+            )
 
     async def stop(self) -> None:
-        for task in (self._compactor, self._ann_maintainer):
+        if self._doc_values is not None:
+            await self._doc_values.stop()
+        for task in (self._compactor, self._ann_maintainer, self._doc_values_follower):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -142,6 +154,7 @@ class RetrieverState:
             stats=self._stats,
             postings_cache=self._postings_cache,
             ivfflat_probes=self.settings.database.ivfflat_probes,
+            doc_values=self._doc_values,
         )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from services.retriever.doc_values import DocValues, holds_all
 from services.retriever.postings_cache import PostingsCache
 from services.retriever.store import COMPACTION_LOCK, Scored, advisory_session, where_clause
 from shared.models import SearchFilters
@@ -360,13 +361,17 @@ async def bm25_rank(
     filter_first_max: int = 0,
     passing: PassingSet | None = None,
     cache: PostingsCache | None = None,
+    doc_values: DocValues | None = None,
 ) -> list[Scored]:
     """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). Every posting of the
     query's terms is scored (exact); the best chunks are then checked against the filters in passes sized
     by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter that passes at most
     ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the scores of those
     alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`), is used as it
-    is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`)."""
+    is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
+    :class:`~services.retriever.doc_values_store.DocValuesFollower`): chunks that fail the filter for certain
+    are dropped before the best are checked, and a filter they hold whole is not resolved first (dropping its
+    failing chunks does the same, without reading them)."""
     if scoring.counts.chunks == 0 or k <= 0:
         return []
     async with pool.acquire() as conn:
@@ -375,7 +380,8 @@ async def bm25_rank(
             return []
         scores = bm25_scores(postings, scoring, await dead_keys(conn))
         where, fparams = where_clause(filters, 2)
-        if passing is None and filter_first_max > 0:
+        held = doc_values is not None and holds_all(filters)
+        if passing is None and filter_first_max > 0 and not held:
             passing = await passing_chunks(conn, filters, filter_first_max)
         if passing is not None and passing.chunks is not None:
             ids = passing.chunks
@@ -384,7 +390,9 @@ async def bm25_rank(
             hits = [Scored(ids[int(key)], float(scores[key])) for key in keys if scores[key] > 0]
             return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
         share = None
-        if passing is not None and passing.planned is not None:
+        if doc_values is not None:
+            scores *= doc_values.may_pass(len(scores), filters)
+        if passing is not None and passing.planned is not None and not held:
             share = passing.planned / max(scoring.counts.chunks, 1)
         hits = []
         resolved = 0

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import asyncpg
 import numpy as np
 
+from services.retriever.doc_values import narrows
+from services.retriever.doc_values_store import DocValuesFollower
 from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
 from services.retriever.lexical_store import (
     Bm25Scoring,
@@ -191,15 +193,24 @@ async def bm25_search(
     *,
     passing: PassingSet | None = None,
     cache: PostingsCache | None = None,
+    doc_values: DocValuesFollower | None = None,
 ) -> list[Scored]:
     """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over every posting of the query's terms.
 
     The query is analysed like the stored text (``to_tsvector('english')``); scores are corpus-wide BM25
     (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
-    that many pass and match a query term). ``passing``: the filter already resolved (:func:`passing_chunks`)."""
+    that many pass and match a query term). ``passing``: the filter already resolved (:func:`passing_chunks`);
+    ``doc_values``: the filter columns held in memory, used (brought up to date first) under a filter that
+    narrows a held column (:func:`~services.retriever.doc_values.narrows`) and is not resolved first."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
-    first = filter_first_max(k, scoring.counts.chunks) if is_restrictive(filters) else 0
-    return await bm25_rank(pool, query, k, filters, scoring, filter_first_max=first, passing=passing, cache=cache)
+    restrictive = is_restrictive(filters)
+    first = filter_first_max(k, scoring.counts.chunks) if restrictive else 0
+    values = None
+    if doc_values is not None and narrows(filters) and (passing is None or passing.chunks is None):
+        values = await doc_values.current(pool)
+    return await bm25_rank(
+        pool, query, k, filters, scoring, filter_first_max=first, passing=passing, cache=cache, doc_values=values
+    )
 
 
 async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
@@ -344,6 +355,7 @@ class HybridSearcher:
         evidence: EvidenceBlend | None = None,
         postings_cache: PostingsCache | None = None,
         ivfflat_probes: int = DEFAULT_IVFFLAT_PROBES,
+        doc_values: DocValuesFollower | None = None,
     ):
         self.pool = pool
         self.index = index
@@ -366,6 +378,8 @@ class HybridSearcher:
         """Common terms' posting blocks held in memory for the lexical leg (None: every search reads them)."""
         self.ivfflat_probes = ivfflat_probes
         """IVFFlat lists a dense search reads when the vector table's index is IVFFlat (HNSW: ``ef_search``)."""
+        self.doc_values = doc_values
+        """Chunks' filter columns held in memory for the lexical leg under broad filters (None: checked in SQL)."""
 
     @classmethod
     def from_settings(
@@ -378,6 +392,7 @@ class HybridSearcher:
         stats: CorpusStats | None = None,
         postings_cache: PostingsCache | None = None,
         ivfflat_probes: int = DEFAULT_IVFFLAT_PROBES,
+        doc_values: DocValuesFollower | None = None,
     ) -> Self:
         """A searcher configured by the retrieval settings (fusion, BM25, PRF, MMR) over ``pool`` and ``index``."""
         return cls(
@@ -398,6 +413,7 @@ class HybridSearcher:
             evidence=EvidenceBlend(settings.evidence_weight, settings.recency_weight, settings.recency_half_life_years),
             postings_cache=postings_cache,
             ivfflat_probes=ivfflat_probes,
+            doc_values=doc_values,
         )
 
     async def dense_search(
@@ -431,7 +447,15 @@ class HybridSearcher:
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` by BM25 that pass ``filters``, best first."""
         return await bm25_search(
-            self.pool, query, k, filters, self.bm25, self.stats, passing=passing, cache=self.postings_cache
+            self.pool,
+            query,
+            k,
+            filters,
+            self.bm25,
+            self.stats,
+            passing=passing,
+            cache=self.postings_cache,
+            doc_values=self.doc_values,
         )
 
     async def passing_set(self, filters: SearchFilters, k: int) -> PassingSet | None:

@@ -1,0 +1,215 @@
+"""Reading and following the retriever's doc values (:mod:`services.retriever.doc_values`).
+
+:class:`DocValuesFollower` reads every chunk's filter columns once, in the background (at 10^6 chunks ~3 s,
+a few seconds of one database core; searches meanwhile check candidates in SQL as before), then follows the
+documents' change feed (migration ``223_document_changes.sql``) before each search that uses the values: one
+indexed read of the changes past its horizon (usually none), then the current columns of the changed
+documents' chunks. So the values a search uses are those of every transaction committed before the search
+began; a transaction still in flight is read again until it has finished.
+
+The feed's rows are pruned by age (:data:`CHANGES_KEPT_S`, by :func:`follow_forever`, which also reads the
+changes every few seconds so that a quiet retriever's reads stay small); a follower whose horizon falls
+behind what was pruned (stalled that long), or that sees a TRUNCATE, reads everything again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import asyncpg
+import numpy as np
+
+from services.retriever.doc_values import DocValues, Rows
+from shared.metrics import DOC_VALUES_BYTES
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+log = logging.getLogger(__name__)
+
+#: Change-feed rows older than this are pruned: a follower reads the feed every few seconds, so only one that
+#: stalled longer than this has to read everything again (a bulk load of 500 documents a second leaves ~300k
+#: rows in ten minutes).
+CHANGES_KEPT_S = 600.0
+#: After a failed read of everything, the next is not tried for this long (searches check filters in SQL).
+RETRY_LOAD_AFTER_S = 30.0
+#: Rows fetched at a time while reading every chunk's columns.
+LOAD_BATCH = 50_000
+
+_COLUMNS_SQL = """
+SELECT b.chunk_key, d.year, d.study_type, d.evidence_level, d.source, d.retracted, d.priority
+FROM bm25_chunks b
+JOIN chunks c ON c.chunk_id = b.chunk_id
+JOIN documents d ON d.document_id = c.document_id"""
+
+_KEYS_SQL = "SELECT coalesce(max(chunk_key), -1) + 1 FROM bm25_chunks"
+_HORIZON_SQL = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
+
+# One statement, one snapshot: the horizon and the changes it covers are read together.
+_CHANGES_SQL = """
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon,
+       coalesce((SELECT below >= $1::text::xid8 FROM document_changes_pruned), false) AS pruned_past,
+       EXISTS (SELECT 1 FROM document_changes WHERE xid >= $1::text::xid8 AND document_id IS NULL) AS truncated,
+       ARRAY(SELECT DISTINCT document_id FROM document_changes
+             WHERE xid >= $1::text::xid8 AND document_id IS NOT NULL) AS documents"""
+
+_PRUNE_SQL = """
+WITH gone AS (DELETE FROM document_changes WHERE changed_at < now() - make_interval(secs => $1) RETURNING xid)
+INSERT INTO document_changes_pruned (below)
+SELECT max(xid) FROM gone HAVING count(*) > 0
+ON CONFLICT (one) DO UPDATE SET below = greatest(document_changes_pruned.below, EXCLUDED.below)"""
+
+
+def _rows(records: Sequence[asyncpg.Record]) -> Rows:
+    return Rows(
+        keys=np.fromiter((r[0] for r in records), dtype=np.int64, count=len(records)),
+        years=[r[1] for r in records],
+        study_types=[r[2] for r in records],
+        evidence_levels=[r[3] for r in records],
+        sources=[r[4] for r in records],
+        retracted=[r[5] for r in records],
+        priorities=[r[6] for r in records],
+    )
+
+
+async def load(pool: asyncpg.Pool) -> tuple[DocValues, str]:
+    """Every chunk's filter columns, and the horizon of the snapshot they were read in (every transaction
+    below it had finished)."""
+    values = DocValues()
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        horizon = str(await conn.fetchval(_HORIZON_SQL))
+        values.reserve(int(await conn.fetchval(_KEYS_SQL)))
+        cursor = conn.cursor(_COLUMNS_SQL, prefetch=LOAD_BATCH)
+        batch: list[asyncpg.Record] = []
+        async for record in cursor:
+            batch.append(record)
+            if len(batch) >= LOAD_BATCH:
+                values.put(_rows(batch))
+                batch = []
+        values.put(_rows(batch))
+    return values, horizon
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What the change feed holds past a horizon."""
+
+    horizon: str
+    """The new horizon: the oldest transaction running when the feed was read."""
+    documents: list[str]
+    reload: bool
+    """A TRUNCATE, or rows pruned that this reader may not have seen: read everything again."""
+
+
+async def changes_since(conn: asyncpg.Connection | asyncpg.Pool, horizon: str) -> Changes:
+    """The documents changed by transactions at or past ``horizon``."""
+    row = await conn.fetchrow(_CHANGES_SQL, horizon)
+    assert row is not None
+    return Changes(str(row["horizon"]), list(row["documents"]), bool(row["pruned_past"] or row["truncated"]))
+
+
+async def columns_of(conn: asyncpg.Connection | asyncpg.Pool, documents: Sequence[str]) -> Rows:
+    """The current filter columns of ``documents``' chunks."""
+    return _rows(await conn.fetch(_COLUMNS_SQL + "\nWHERE d.document_id = ANY ($1::text[])", list(documents)))
+
+
+async def prune_changes(pool: asyncpg.Pool, kept_s: float = CHANGES_KEPT_S) -> None:
+    """Drop change-feed rows older than ``kept_s`` seconds, remembering the newest transaction dropped."""
+    await pool.execute(_PRUNE_SQL, float(kept_s))
+
+
+class DocValuesFollower:
+    """One process's doc values: read in the background, then kept current by the change feed."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        """Where everything is read at first (no statement timeout: at 10^6 chunks it takes seconds)."""
+        self._values: DocValues | None = None
+        self._horizon = ""
+        self._loading: asyncio.Task[None] | None = None
+        self._failed_at: float | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self._pool
+
+    @property
+    def loaded(self) -> bool:
+        return self._values is not None
+
+    def start_loading(self) -> asyncio.Task[None]:
+        """Read everything in the background (once at a time, and not again within ``RETRY_LOAD_AFTER_S`` of a
+        failed read); returns the task."""
+        retry = self._failed_at is None or time.monotonic() - self._failed_at >= RETRY_LOAD_AFTER_S
+        if self._loading is None or (self._loading.done() and retry):
+            self._loading = asyncio.create_task(self._load(), name="doc-values-load")
+        return self._loading
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        try:
+            values, horizon = await load(self._pool)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._failed_at = time.monotonic()
+            log.exception(
+                "doc values not read (tried again in %.0f s); searches check filters in the database meanwhile",
+                RETRY_LOAD_AFTER_S,
+            )
+            return
+        async with self._lock:
+            self._values, self._horizon = values, horizon
+        DOC_VALUES_BYTES.set(values.nbytes)
+        log.info(
+            "doc values read",
+            extra={"chunks": len(values), "bytes": values.nbytes, "took_s": round(time.perf_counter() - started, 2)},
+        )
+
+    async def current(self, pool: asyncpg.Pool | None = None) -> DocValues | None:
+        """The values as of every transaction committed before this call (read from the change feed through
+        ``pool``, default the follower's own), or None while they are being read (a first call starts that)."""
+        if self._values is None:
+            self.start_loading()
+            return None
+        async with self._lock:
+            if self._values is None:
+                return None
+            conn = pool or self._pool
+            changes = await changes_since(conn, self._horizon)
+            if changes.reload:
+                self._values = None
+                self.start_loading()
+                return None
+            if changes.documents:
+                self._values.put(await columns_of(conn, changes.documents))
+                DOC_VALUES_BYTES.set(self._values.nbytes)
+            self._horizon = changes.horizon
+            return self._values
+
+    async def stop(self) -> None:
+        if self._loading is not None:
+            self._loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loading
+
+
+async def follow_forever(follower: DocValuesFollower, every_s: float, kept_s: float = CHANGES_KEPT_S) -> None:
+    """Read everything, then the change feed every ``every_s`` seconds (so that a search finds little to read)
+    and prune its old rows, until cancelled; a failure is logged and retried next time."""
+    follower.start_loading()
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await follower.current()
+            await prune_changes(follower.pool, kept_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("doc values not refreshed; retried in %.0f s", every_s)

@@ -1,0 +1,234 @@
+"""Doc values on a real PostgreSQL 18 (migration 223's change feed, services/retriever/doc_values_store.py): the
+held columns agree with the SQL filter on every chunk; a follower sees every committed change, also one of a
+transaction that began before another that committed first; a TRUNCATE or a pruned feed makes it read
+everything again; and lexical search under filters returns the same with the values as without them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import numpy as np
+import pytest
+
+from services.parser.store import store_document
+from services.retriever.doc_values import DocValues, holds_all
+from services.retriever.doc_values_store import DocValuesFollower, load, prune_changes
+from services.retriever.lexical_store import Bm25Scoring, bm25_rank, corpus_counts
+from services.retriever.search import Bm25Params, CorpusStats, bm25_search
+from services.retriever.store import where_clause
+from shared.models import Chunk, Journal, MeshHeading, ParsedDocument, SearchFilters
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STUDY_TYPES = [None, "randomized-controlled-trial", "cohort", "meta-analysis"]
+SOURCES = ["pubmed", "pmc", "bookshelf"]
+
+
+def _doc(i: int, rng: random.Random, *, year: int | None = None, text: str | None = None) -> ParsedDocument:
+    body = text or f"Statins and {rng.choice(['stroke', 'myocardial infarction', 'dementia'])} outcomes, cohort {i}."
+    chunks = [
+        Chunk(section="Abstract", ordinal=o, text=f"{body} Part {o}.", token_count=9, char_start=0, char_end=9)
+        for o in range(1 + i % 3)
+    ]
+    return ParsedDocument(
+        source=rng.choice(SOURCES),  # type: ignore[arg-type]
+        source_id=str(70_000 + i),
+        title=f"Study {i}",
+        abstract=body,
+        year=year if year is not None else rng.choice([None, 1999, 2010, 2015, 2016, 2020]),
+        study_type=rng.choice(STUDY_TYPES),  # type: ignore[arg-type]
+        evidence_level=rng.choice([None, 0.2, 0.5, 0.7, 0.9, 1.0]),
+        retracted=rng.random() < 0.1,
+        journal=Journal(title=rng.choice(["Lancet", "BMJ"])),
+        mesh=[MeshHeading(descriptor=rng.choice(["Humans", "Stroke", "Dementia"]))],
+        chunks=chunks,
+        priority=rng.choice([0, 10, 50, 50, 100]),
+    )
+
+
+@pytest.fixture
+async def pool(private_pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+    rng = random.Random(3)
+    for i in range(120):
+        await store_document(private_pool, _doc(i, rng))
+    yield private_pool
+
+
+def _random_filters(rng: random.Random) -> SearchFilters:
+    spec: dict[str, Any] = {}
+    if rng.random() < 0.5:
+        spec["year_from"] = rng.choice([1999, 2010, 2015])
+    if rng.random() < 0.4:
+        spec["year_to"] = rng.choice([2010, 2016, 2020])
+    if rng.random() < 0.4:
+        spec["study_types"] = rng.sample(STUDY_TYPES[1:], rng.randint(1, 2))
+    if rng.random() < 0.4:
+        spec["min_evidence_level"] = rng.choice([0.0, 0.5, 0.7, 0.9])
+    if rng.random() < 0.3:
+        spec["sources"] = rng.sample(SOURCES, rng.randint(1, 2))
+    if rng.random() < 0.3:
+        spec["include_retracted"] = True
+    if rng.random() < 0.3:
+        spec["min_priority"] = rng.choice([10, 50, 100])
+    if rng.random() < 0.25:
+        spec["mesh"] = ["Stroke"]  # not held: the values must let through all that SQL passes
+    if rng.random() < 0.15:
+        spec["journals"] = ["Lancet"]
+    return SearchFilters.model_validate(spec)
+
+
+async def _sql_passing(pool: asyncpg.Pool, filters: SearchFilters) -> set[int]:
+    where, params = where_clause(filters, 1)
+    rows = await pool.fetch(
+        "SELECT b.chunk_key FROM bm25_chunks b JOIN chunks c ON c.chunk_id = b.chunk_id "
+        f"JOIN documents d ON d.document_id = c.document_id WHERE {where}",
+        *params,
+    )
+    return {int(r[0]) for r in rows}
+
+
+async def _keys(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT max(chunk_key) + 1 FROM bm25_chunks"))
+
+
+async def _may_pass(pool: asyncpg.Pool, values: DocValues, filters: SearchFilters) -> set[int]:
+    """The stored chunks' keys the values let through (keys of no stored chunk have no postings: not asked)."""
+    stored = np.array([r[0] for r in await pool.fetch("SELECT chunk_key FROM bm25_chunks")], dtype=np.int64)
+    size = int(stored.max()) + 1 if len(stored) else 0
+    return set(stored[values.may_pass(size, filters)[stored]].tolist())
+
+
+async def test_the_values_agree_with_the_sql_filter_on_every_chunk(pool: asyncpg.Pool) -> None:
+    values, _ = await load(pool)
+    assert len(values) == await pool.fetchval("SELECT count(*) FROM bm25_chunks")
+    rng = random.Random(8)
+    held_whole = 0
+    for _ in range(60):
+        filters = _random_filters(rng)
+        sql = await _sql_passing(pool, filters)
+        mine = await _may_pass(pool, values, filters)
+        if holds_all(filters):
+            held_whole += 1
+            assert mine == sql, filters
+        else:
+            assert sql <= mine, filters  # a pre-filter: never drops a chunk SQL passes
+    assert held_whole >= 20
+
+
+async def test_a_follower_sees_every_committed_change_in_flight_ones_included(pool: asyncpg.Pool) -> None:
+    follower = DocValuesFollower(pool)
+    assert await follower.current() is None  # starts reading everything
+    await follower.start_loading()
+    recent = SearchFilters(year_from=2030)
+    assert (values := await follower.current()) is not None
+    assert not await _may_pass(pool, values, recent)
+
+    first = await pool.fetchval("SELECT document_id FROM documents ORDER BY document_id LIMIT 1")
+    second = await pool.fetchval("SELECT document_id FROM documents ORDER BY document_id OFFSET 1 LIMIT 1")
+    async with pool.acquire() as a, pool.acquire() as b:
+        ta = a.transaction()
+        await ta.start()
+        # A writes first (its transaction id is the older one) but commits last
+        await a.execute(
+            "UPDATE documents SET year = 2031, retracted = false, priority = 50 WHERE document_id = $1", first
+        )
+        async with b.transaction():
+            await b.execute(
+                "UPDATE documents SET year = 2032, retracted = false, priority = 50 WHERE document_id = $1", second
+            )
+        values = await follower.current()
+        assert values is not None
+        seen = await _may_pass(pool, values, recent)
+        assert seen == await _sql_passing(pool, recent)  # B's chunks, not A's: A has not committed
+        assert seen and all(
+            d == second
+            for d in await pool.fetchval(
+                "SELECT array_agg(c.document_id) FROM bm25_chunks k JOIN chunks c USING (chunk_id) "
+                "WHERE k.chunk_key = ANY($1::integer[])",
+                sorted(seen),
+            )
+        )
+        await ta.commit()
+    values = await follower.current()
+    assert values is not None
+    # the follower's horizon stayed below A while it ran, so A's change is read now
+    assert await _may_pass(pool, values, recent) == await _sql_passing(pool, recent)
+    assert len(await _sql_passing(pool, recent)) > len(seen)
+
+    # a new document's chunks (new keys) are held once read, a deleted one's chunks fail nothing they pass
+    await store_document(pool, _doc(500, random.Random(1), year=2040))
+    values = await follower.current()
+    assert values is not None
+    size = await _keys(pool)
+    assert values.known[:size].sum() == await pool.fetchval("SELECT count(*) FROM bm25_chunks")
+    assert await _may_pass(pool, values, SearchFilters(year_from=2040)) == await _sql_passing(
+        pool, SearchFilters(year_from=2040)
+    )
+    await follower.stop()
+
+
+async def test_a_truncate_or_a_pruned_feed_reads_everything_again(pool: asyncpg.Pool) -> None:
+    follower = DocValuesFollower(pool)
+    await follower.start_loading()
+    assert await follower.current() is not None
+    # pruned: rows this follower had not read were dropped (every row here is younger than ten minutes: prune
+    # with nothing kept to force it)
+    await pool.execute(
+        "UPDATE documents SET year = 2050 WHERE document_id IN (SELECT document_id FROM documents LIMIT 3)"
+    )
+    await prune_changes(pool, kept_s=0.0)
+    assert await pool.fetchval("SELECT count(*) FROM document_changes") == 0
+    assert await follower.current() is None  # cannot know what it missed
+    await follower.start_loading()
+    values = await follower.current()
+    assert values is not None
+    later = SearchFilters(year_from=2050)
+    assert await _may_pass(pool, values, later) == await _sql_passing(pool, later) != set()
+
+    await pool.execute("TRUNCATE documents CASCADE")
+    assert await follower.current() is None
+    await follower.start_loading()
+    values = await follower.current()
+    assert values is not None and len(values) == 0
+    await follower.stop()
+
+
+async def _bm25(
+    pool: asyncpg.Pool, query: str, filters: SearchFilters, values: DocValues | None, k: int = 10
+) -> list[tuple[str, float]]:
+    p = Bm25Params()
+    scoring = Bm25Scoring(p.k1, p.b, p.title_weight, p.section_weight, await corpus_counts(pool))
+    hits = await bm25_rank(pool, query, k, filters, scoring, filter_first_max=0, doc_values=values)
+    return [(h.chunk_id, round(h.score, 6)) for h in hits]
+
+
+async def test_lexical_search_is_the_same_with_the_values_as_without(pool: asyncpg.Pool) -> None:
+    rng = random.Random(5)
+    # relevance against the filter: the best chunks for "aspirin" are all from 2001, the filter asks for 2020
+    for i in range(40):
+        text = "Aspirin aspirin aspirin and bleeding." if i < 30 else "Aspirin and bleeding risk."
+        await store_document(pool, _doc(1000 + i, rng, year=2001 if i < 30 else 2020, text=text))
+    values, _ = await load(pool)
+    queries = ["aspirin bleeding", "statins stroke outcomes", "dementia cohort part", "myocardial infarction"]
+    for filters in [SearchFilters(year_from=2020), *(_random_filters(rng) for _ in range(25))]:
+        for query in queries:
+            assert await _bm25(pool, query, filters, values) == await _bm25(pool, query, filters, None), filters
+    # the whole path, with a follower: the same hits as the SQL checks find
+    follower = DocValuesFollower(pool)
+    await follower.start_loading()
+    recent = SearchFilters(year_from=2020, study_types=["randomized-controlled-trial", "cohort"])
+    with_values = await bm25_search(pool, "aspirin", 10, recent, Bm25Params(), CorpusStats(), doc_values=follower)
+    without = await bm25_search(pool, "aspirin", 10, recent, Bm25Params(), CorpusStats())
+    assert with_values == without and with_values
+    await follower.stop()
+
+
+async def test_chunks_written_after_the_values_were_read_may_still_pass(pool: asyncpg.Pool) -> None:
+    values, _ = await load(pool)  # not followed: the new document's chunks are unknown to it
+    doc = _doc(900, random.Random(2), year=2044, text="Colchicine after myocardial infarction.")
+    await store_document(pool, doc.model_copy(update={"priority": 50, "retracted": False}))
+    hits = await _bm25(pool, "colchicine", SearchFilters(year_from=2044), values)
+    assert hits and {h[0].split("#")[0] for h in hits} == {doc.document_id}

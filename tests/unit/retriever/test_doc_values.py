@@ -1,0 +1,125 @@
+"""Doc values (services/retriever/doc_values.py): what a held chunk passes, with SQL's NULL rules; keys not
+held may pass; the arrays grow as keys appear. Agreement with the SQL filter on a real store is checked in
+tests/integration/test_doc_values_store.py."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.retriever.doc_values import DocValues, Rows, holds_all, narrows
+from services.retriever.doc_values_store import RETRY_LOAD_AFTER_S, DocValuesFollower
+from shared.models import SearchFilters
+
+
+def _values() -> DocValues:
+    values = DocValues()
+    values.put(
+        Rows(
+            keys=np.array([0, 1, 2, 3, 4, 5]),
+            years=[2015, 2016, None, 2020, 2015, 2015],
+            study_types=["randomized-controlled-trial", None, "cohort", "cohort", "meta-analysis", None],
+            evidence_levels=[0.7, None, 0.4, 0.9, 1.0, 0.7],
+            sources=["pubmed", "pmc", "pubmed", "bookshelf", "pubmed", "pubmed"],
+            retracted=[False, False, False, False, True, False],
+            priorities=[50, 50, 100, 10, 50, 0],
+        )
+    )
+    return values
+
+
+def _passing(values: DocValues, size: int = 6, **filters: object) -> list[int]:
+    return np.flatnonzero(values.may_pass(size, SearchFilters.model_validate(filters))).tolist()
+
+
+def test_the_defaults_drop_retracted_and_priority_zero() -> None:
+    values = _values()
+    assert _passing(values) == [0, 1, 2, 3]
+    assert _passing(values, include_retracted=True) == [0, 1, 2, 3, 4]
+    assert _passing(values, min_priority=50) == [0, 1, 2]
+
+
+def test_a_null_fails_every_bound_as_in_sql() -> None:
+    values = _values()
+    assert _passing(values, year_to=2016) == [0, 1]  # the NULL year (key 2) fails an upper bound too
+    assert _passing(values, year_from=2016) == [1, 3]
+    assert _passing(values, min_evidence_level=0.0) == [0, 2, 3]  # the NULL level (key 1) fails
+    assert _passing(values, study_types=["cohort", "case-report"]) == [2, 3]  # a type no chunk has: nothing
+
+
+def test_evidence_is_compared_in_single_precision_as_postgresql_compares_real() -> None:
+    values = _values()
+    # 0.7 stored as real is 0.69999999; the bound 0.7 sent as real is the same number: it passes, as in SQL.
+    assert _passing(values, min_evidence_level=0.7) == [0, 3]
+
+
+def test_sources_and_combined_filters() -> None:
+    values = _values()
+    assert _passing(values, sources=["pmc", "bookshelf"]) == [1, 3]
+    assert _passing(values, sources=["pubmed"], year_from=2015, year_to=2015, study_types=["cohort"]) == []
+
+
+def test_keys_not_held_may_pass_and_the_arrays_grow() -> None:
+    values = _values()
+    # keys 6-9 were never read (written after the values were): they may pass, whatever the filter says
+    assert _passing(values, size=10, year_from=2100) == [6, 7, 8, 9]
+    values.put(Rows(np.array([40]), [2030], ["cohort"], [0.5], ["pmc"], [False], [50]))  # a key far past the arrays
+    assert len(values) == 7 and len(values.known) >= 41
+    assert _passing(values, size=45, year_from=2025) == [*range(6, 40), 40, 41, 42, 43, 44]
+    assert _passing(values, size=41, sources=["pmc"])[-1] == 40
+    # a changed document's chunk is replaced, not added to
+    values.put(Rows(np.array([0]), [1999], [None], [None], ["pubmed"], [True], [50]))
+    assert _passing(values, year_to=2000) == []
+    assert _passing(values, year_to=2000, include_retracted=True) == [0]
+
+
+def test_which_filters_the_values_hold_whole() -> None:
+    assert holds_all(SearchFilters(year_from=2000, study_types=["cohort"], min_evidence_level=0.5, sources=["pmc"]))
+    for unheld in (
+        {"mesh": ["Humans"]},
+        {"journals": ["Lancet"]},
+        {"sections": ["Results"]},
+        {"min_citation_count": 3},
+        {"min_nih_percentile": 50},
+    ):
+        assert not holds_all(SearchFilters.model_validate(unheld))
+
+
+def test_only_filters_that_narrow_a_held_column_use_the_values() -> None:
+    assert not narrows(SearchFilters())  # the defaults: few chunks fail them, nothing worth a feed read
+    assert not narrows(SearchFilters(mesh=["Humans"], include_retracted=True))
+    for spec in (
+        {"year_from": 2000},
+        {"year_to": 2000},
+        {"study_types": ["cohort"]},
+        {"min_evidence_level": 0.5},
+        {"sources": ["pmc"]},
+        {"min_priority": 50},
+    ):
+        assert narrows(SearchFilters.model_validate(spec))
+
+
+class _Unreachable:
+    """A pool whose every connection attempt fails (the database down while the retriever starts)."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def acquire(self) -> object:
+        self.attempts += 1
+        raise ConnectionRefusedError("database down")
+
+
+async def test_a_failed_read_is_not_retried_by_every_search() -> None:
+    pool = _Unreachable()
+    follower = DocValuesFollower(pool)  # type: ignore[arg-type]
+    assert await follower.current() is None  # starts the read
+    await follower.start_loading()
+    assert pool.attempts == 1 and not follower.loaded
+    for _ in range(5):  # searches meanwhile check filters in SQL and start no read
+        assert await follower.current() is None
+    await follower.start_loading()
+    assert pool.attempts == 1
+    assert follower._failed_at is not None
+    follower._failed_at -= RETRY_LOAD_AFTER_S + 1  # the wait has passed
+    await follower.start_loading()
+    assert pool.attempts == 2
