@@ -251,6 +251,10 @@ class LocalPostgres:
         while pid is not None and pid_exists(pid) and not pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
 
+    def is_standby(self) -> bool:
+        """True for a streaming read replica (:meth:`clone_from`): started read-only, never provisioned."""
+        return (self.pgdata / "standby.signal").exists()
+
     def is_running(self) -> bool:
         """True when the postmaster of this data directory is alive."""
         return self.is_initialised() and self._postmaster() is not None
@@ -324,8 +328,23 @@ class LocalPostgres:
                     f"Last lines of {self.log_file}:\n{tail(self.log_file)}"
                 )
             started = True
-        self.provision()
+        if not self.is_standby():  # a replica has the primary's roles, database and extensions
+            self.provision()
         return started
+
+    def clone_from(self, primary: LocalPostgres, *, timeout: float = 300.0) -> None:
+        """Make this (not yet initialised) data directory a streaming read replica of the running ``primary``: a
+        base backup taken over the primary's administration socket with ``-R`` (the replica then follows the
+        primary's WAL), as CloudNativePG does for its replicas. :meth:`start` then starts it read-only."""
+        if self.is_initialised():
+            raise DevstackError(f"{self.pgdata} already holds a cluster; a replica is cloned into an empty one")
+        self._prepare_dirs()
+        self._run(
+            "pg_basebackup",
+            ["-D", str(self.pgdata), "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", "postgres",
+             "-R", "-X", "stream", "-c", "fast"],
+            as_server_user=True, timeout=timeout,
+        )  # fmt: skip
 
     def provision(self) -> None:
         """Create the application role and database if missing, and the extensions in that database."""

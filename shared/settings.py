@@ -169,6 +169,14 @@ class DatabaseSettings(BaseSettings):
         validation_alias=AliasChoices("EVIDENTIA_DATABASE_URL"),
         description="PostgreSQL (with pgvector) connection URL.",
     )
+    search_url: str | None = Field(
+        None,
+        description="PostgreSQL that the retriever's searches read: a streaming read replica of `url` (CloudNativePG's "
+        "`-ro` service), so search load leaves the primary to writes. Unset: `url`. Everything a search reads "
+        "(vectors, the lexical index and its statistics, the documents' change feed) is written on the primary and "
+        "replicated, so a replica answers exactly what the primary would have answered when it replayed to that "
+        "point; the retriever's doc values follow the replica they are searched against.",
+    )
     pool_min: int = Field(1, ge=0, description="Smallest asyncpg pool size.")
     pool_max: int = Field(10, ge=1, description="Largest asyncpg pool size.")
     hnsw_m: int = Field(16, ge=2, description="HNSW `m` of new vector indexes.")
@@ -425,6 +433,16 @@ class RetrievalSettings(BaseSettings):
         description=(
             "How often a retriever reads the documents' change feed in the background (a filtered search also "
             "reads it first, so its values are always current; this keeps those reads small)."
+        ),
+    )
+    role: Literal["all", "store", "search"] = Field(
+        "all",
+        description=(
+            "What a retriever does: `store` (consumes `chunks.embedded`; keeps the vector index, the lexical "
+            "index's compaction and the change feed's pruning: connects to `EVIDENTIA_DATABASE_URL`, the "
+            "primary), `search` (answers `retrieval.requests` from `EVIDENTIA_DATABASE_SEARCH_URL`, which may be a "
+            "read replica: writes nothing), or `all` (both, the default). Two Deployments, one of each, scale "
+            "writes and searches apart (docs/scaling.md)."
         ),
     )
     bm25_compact_every_s: float = Field(

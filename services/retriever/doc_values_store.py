@@ -7,9 +7,12 @@ indexed read of the changes past its horizon (usually none), then the current co
 documents' chunks. So the values a search uses are those of every transaction committed before the search
 began; a transaction still in flight is read again until it has finished.
 
-The feed's rows are pruned by age (:data:`CHANGES_KEPT_S`, by :func:`follow_forever`, which also reads the
-changes every few seconds so that a quiet retriever's reads stay small); a follower whose horizon falls
-behind what was pruned (stalled that long), or that sees a TRUNCATE, reads everything again.
+:func:`follow_forever` reads the changes every few seconds so that a quiet retriever's reads stay small. The
+feed's rows are pruned by age on the primary (:data:`CHANGES_KEPT_S`, by :func:`prune_forever` in every storing
+retriever); a follower whose horizon falls behind what was pruned (stalled that long), or that sees a TRUNCATE,
+reads everything again. A follower may read a streaming read replica (its searches' database): the feed, the
+columns and the horizon (the replica's snapshot of the primary's transactions) all come from there, so its
+values are those of the replica's searches.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ log = logging.getLogger(__name__)
 #: stalled longer than this has to read everything again (a bulk load of 500 documents a second leaves ~300k
 #: rows in ten minutes).
 CHANGES_KEPT_S = 600.0
+#: How often a storing retriever prunes the feed (a bulk load of 500 documents a second adds 30,000 rows a minute).
+PRUNE_EVERY_S = 60.0
 #: After a failed read of everything, the next is not tried for this long (searches check filters in SQL).
 RETRY_LOAD_AFTER_S = 30.0
 #: Rows fetched at a time while reading every chunk's columns.
@@ -200,16 +205,28 @@ class DocValuesFollower:
                 await self._loading
 
 
-async def follow_forever(follower: DocValuesFollower, every_s: float, kept_s: float = CHANGES_KEPT_S) -> None:
-    """Read everything, then the change feed every ``every_s`` seconds (so that a search finds little to read)
-    and prune its old rows, until cancelled; a failure is logged and retried next time."""
+async def follow_forever(follower: DocValuesFollower, every_s: float) -> None:
+    """Read everything, then the change feed every ``every_s`` seconds (so that a search finds little to read),
+    until cancelled; a failure is logged and retried next time."""
     follower.start_loading()
     while True:
         await asyncio.sleep(every_s)
         try:
             await follower.current()
-            await prune_changes(follower.pool, kept_s)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("doc values not refreshed; retried in %.0f s", every_s)
+
+
+async def prune_forever(pool: asyncpg.Pool, every_s: float = PRUNE_EVERY_S, kept_s: float = CHANGES_KEPT_S) -> None:
+    """Prune the change feed every ``every_s`` seconds until cancelled (on the primary, by every storing retriever,
+    whether or not it holds doc values itself: the triggers write the feed either way)."""
+    while True:
+        try:
+            await prune_changes(pool, kept_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("change feed not pruned; retried in %.0f s", every_s)
+        await asyncio.sleep(every_s)

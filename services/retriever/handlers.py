@@ -15,7 +15,7 @@ from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
 from services.retriever.ann_index_store import maintain_forever
-from services.retriever.doc_values_store import DocValuesFollower, follow_forever
+from services.retriever.doc_values_store import DocValuesFollower, follow_forever, prune_forever
 from services.retriever.lexical_store import compact_forever
 from services.retriever.postings_cache import PostingsCache
 from services.retriever.queries import render
@@ -24,6 +24,7 @@ from services.retriever.search import CorpusStats, HybridSearcher, SearchResult
 from services.retriever.store import (
     IndexModelMismatch,
     VectorIndex,
+    await_active_index,
     complete_documents,
     ensure_active_index,
     live_index_for,
@@ -54,70 +55,108 @@ GROUP_ID = "evidentia-retriever"
 
 
 class RetrieverState:
+    """What one retriever holds. Its role (``EVIDENTIA_RETRIEVAL_ROLE``) decides what it starts: a storing
+    retriever the primary's pool and the background jobs that write (vector index maintenance, lexical
+    compaction, change-feed pruning); a searching one the search pool (``EVIDENTIA_DATABASE_SEARCH_URL``, a read
+    replica or the primary), the query embedder and the doc values read from that same database."""
+
     def __init__(self, settings: Settings):
         self.settings = settings
         self._pool: asyncpg.Pool | None = None
         self._search_pool: asyncpg.Pool | None = None
+        self._values_pool: asyncpg.Pool | None = None
         self._embedder: Embedder | None = None
         self._index: VectorIndex | None = None
         self._stats = CorpusStats()
         self._postings_cache = PostingsCache.from_settings(settings.retrieval)
-        self._compactor: asyncio.Task[None] | None = None
-        self._ann_maintainer: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._doc_values: DocValuesFollower | None = None
-        self._doc_values_follower: asyncio.Task[None] | None = None
+
+    @property
+    def stores(self) -> bool:
+        return self.settings.retrieval.role in ("all", "store")
+
+    @property
+    def searches(self) -> bool:
+        return self.settings.retrieval.role in ("all", "search")
 
     async def start(self) -> None:
-        self._pool = await create_pool(self.settings.database)
-        # Searches get their own pool: ingestion writes cannot starve them, and no search statement
-        # runs longer than the caller waits for its reply (statement_timeout = the request timeout). Two
-        # connections a request: a hybrid search's legs run at once.
-        self._search_pool = await create_pool(
-            self.settings.database,
-            run_migrations=False,
-            caller_timeout_s=self.settings.kafka.request_timeout_s,
-            max_size=2 * self.settings.kafka.request_concurrency,
-        )
-        add_dead_letter_hook(fail_documents_hook(self._pool))
+        db = self.settings.database
         embedder = get_embedder(self.settings.embedding)
-        await asyncio.to_thread(embedder.warm_up)
+        if self.stores:
+            self._pool = await create_pool(db)
+            add_dead_letter_hook(fail_documents_hook(self._pool))
+            # Refuses to start against an index built by another model (IndexModelMismatch).
+            self._index = await ensure_active_index(self._pool, embedder.name, embedder.dim, db)
+        if self.searches:
+            # Searches get their own pool: ingestion writes cannot starve them, and no search statement
+            # runs longer than the caller waits for its reply (statement_timeout = the request timeout). Two
+            # connections a request: a hybrid search's legs run at once. No migrations: a replica takes them
+            # from the primary.
+            self._search_pool = await create_pool(
+                db,
+                run_migrations=False,
+                caller_timeout_s=self.settings.kafka.request_timeout_s,
+                max_size=2 * self.settings.kafka.request_concurrency,
+                url=db.search_url,
+            )
+            await asyncio.to_thread(embedder.warm_up)
+            if self._index is None:
+                self._index = await await_active_index(self._search_pool, embedder.name, embedder.dim)
         self._embedder = embedder
-        # Refuses to start against an index built by another model (IndexModelMismatch).
-        self._index = await ensure_active_index(self._pool, embedder.name, embedder.dim, self.settings.database)
+        assert self._index is not None
         log.info(
             "vector index ready",
-            extra={"index": self._index.name, "model": self._index.model, "precision": self._index.precision},
+            extra={
+                "index": self._index.name,
+                "model": self._index.model,
+                "precision": self._index.precision,
+                "role": self.settings.retrieval.role,
+            },
         )
-        # The lexical index's new small blocks are merged in the background (one replica at a time).
-        self._compactor = asyncio.create_task(
-            compact_forever(self._pool, self.settings.retrieval.bm25_compact_every_s), name="bm25-compaction"
-        )
-        # The vector table gets the configured HNSW or IVFFlat index, trained for its size (one replica at a time).
-        self._ann_maintainer = asyncio.create_task(
-            maintain_forever(self._pool, self._index, self.settings.database), name="vector-index-maintenance"
-        )
-        # Chunks' filter columns, read in the background and kept current by the documents' change feed.
-        if self.settings.retrieval.doc_values:
-            self._doc_values = DocValuesFollower(self._pool)
-            self._doc_values_follower = asyncio.create_task(
-                follow_forever(self._doc_values, self.settings.retrieval.doc_values_follow_every_s),
-                name="doc-values",
+        if self._pool is not None:
+            self._start_writing_jobs(self._pool, self._index)
+        # Chunks' filter columns, read in the background from the database the searches read, and kept current
+        # by the documents' change feed there.
+        if self._search_pool is not None and self.settings.retrieval.doc_values:
+            if self._pool is not None and db.search_url is None:
+                self._values_pool = self._pool
+            else:  # reading everything takes seconds: not on the search pool, whose statements the callers bound
+                self._values_pool = await create_pool(db, run_migrations=False, max_size=2, url=db.search_url)
+            self._doc_values = DocValuesFollower(self._values_pool)
+            self._tasks.append(
+                asyncio.create_task(
+                    follow_forever(self._doc_values, self.settings.retrieval.doc_values_follow_every_s),
+                    name="doc-values",
+                )
             )
+
+    def _start_writing_jobs(self, pool: asyncpg.Pool, index: VectorIndex) -> None:
+        """The storing retriever's background jobs, each one replica at a time where it must be."""
+        self._tasks += [
+            # The lexical index's new small blocks are merged.
+            asyncio.create_task(
+                compact_forever(pool, self.settings.retrieval.bm25_compact_every_s), name="bm25-compaction"
+            ),
+            # The vector table gets the configured HNSW or IVFFlat index, trained for its size.
+            asyncio.create_task(maintain_forever(pool, index, self.settings.database), name="vector-index-maintenance"),
+            # The documents' change feed (doc values) loses rows older than any follower needs.
+            asyncio.create_task(prune_forever(pool), name="change-feed-pruning"),
+        ]
 
     async def stop(self) -> None:
         if self._doc_values is not None:
             await self._doc_values.stop()
-        for task in (self._compactor, self._ann_maintainer, self._doc_values_follower):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        for pool in (self._search_pool, self._pool):
-            if pool is not None:
-                await pool.close()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for pool in {id(p): p for p in (self._values_pool, self._search_pool, self._pool) if p is not None}.values():
+            await pool.close()
 
     async def ready(self) -> bool:
-        return self._index is not None and await reachable(self.pool)
+        pools = [p for p in (self._pool, self._search_pool) if p is not None]
+        return self._index is not None and bool(pools) and all([await reachable(p) for p in pools])
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -128,6 +167,11 @@ class RetrieverState:
     def search_pool(self) -> asyncpg.Pool:
         assert self._search_pool is not None, "retriever not started"
         return self._search_pool
+
+    @property
+    def doc_values(self) -> DocValuesFollower | None:
+        """The doc values a searching retriever holds (None when not held)."""
+        return self._doc_values
 
     @property
     def embedder(self) -> Embedder:
@@ -159,6 +203,14 @@ class RetrieverState:
 
 
 def register(broker: KafkaBroker, state: RetrieverState) -> None:
+    """Subscribe what the retriever's role does: storing ``chunks.embedded``, answering ``retrieval.requests``."""
+    if state.stores:
+        register_store(broker, state)
+    if state.searches:
+        register_search(broker, state)
+
+
+def register_store(broker: KafkaBroker, state: RetrieverState) -> None:
     @broker.subscriber(
         CHUNKS_EMBEDDED,
         group_id=GROUP_ID,
@@ -228,6 +280,8 @@ def register(broker: KafkaBroker, state: RetrieverState) -> None:
         metrics.CHUNKS_STORED.labels("retriever").inc(written)
         return group
 
+
+def register_search(broker: KafkaBroker, state: RetrieverState) -> None:
     @broker.subscriber(
         RETRIEVAL_REQUESTS,
         group_id=GROUP_ID,

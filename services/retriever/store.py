@@ -15,7 +15,9 @@ touches a vector column uses the index's :attr:`VectorIndex.column_type`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -27,6 +29,8 @@ import numpy as np
 
 from shared.models import SearchFilters
 from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings, VectorPrecision
+
+log = logging.getLogger(__name__)
 
 #: The retriever's background jobs, one replica at a time each (session advisory locks, tried, never waited
 #: for). The lexical writers' transaction lock is (4542054, 14) (migration 220 and ``lexical_store``).
@@ -335,6 +339,28 @@ async def ensure_active_index(pool: asyncpg.Pool, model: str, dim: int, db: Data
     current = await active_index(pool)
     if current is None:
         return await create_index(pool, model, dim, db, activate=True)
+    return same_model(current, model, dim)
+
+
+async def await_active_index(
+    pool: asyncpg.Pool, model: str, dim: int, *, timeout_s: float = 300.0, every_s: float = 2.0
+) -> VectorIndex:
+    """The active index, read without writing anything (a search-only retriever on a read replica): waits up to
+    ``timeout_s`` for a storing retriever to create it; refuses a different model like :func:`ensure_active_index`."""
+    deadline = time.monotonic() + timeout_s
+    while (current := await active_index(pool)) is None:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"no active vector index after {timeout_s:.0f} s: a retriever with EVIDENTIA_RETRIEVAL_ROLE=store or "
+                "all creates it on the primary (and a read replica must be replaying it)"
+            )
+        log.info("waiting for the active vector index (created by a storing retriever)")
+        await asyncio.sleep(every_s)
+    return same_model(current, model, dim)
+
+
+def same_model(current: VectorIndex, model: str, dim: int) -> VectorIndex:
+    """``current`` when it holds ``model``'s ``dim``-d vectors, else :class:`IndexModelMismatch` saying what to do."""
     if current.model != model or current.dim != dim:
         raise IndexModelMismatch(
             f"the active vector index {current.name!r} was built with {current.model} ({current.dim}-d), "

@@ -85,8 +85,12 @@ async def create_pool(
     run_migrations: bool = True,
     caller_timeout_s: float | None = None,
     max_size: int | None = None,
+    url: str | None = None,
 ) -> asyncpg.Pool:
     """A pool whose connections know the ``vector`` type; migrations applied first by default.
+
+    ``url`` connects it elsewhere than ``settings.url`` (a read replica for searches: then without migrations,
+    which only the primary takes).
 
     Every statement on it is bounded by PostgreSQL's ``statement_timeout``
     (:func:`effective_statement_timeout`): a pool that answers a caller waiting ``caller_timeout_s``
@@ -94,11 +98,11 @@ async def create_pool(
     without that limit.
     """
     if run_migrations:
-        await migrate(settings.url)
+        await migrate(url or settings.url)
     timeout_s = effective_statement_timeout(settings, caller_timeout_s)
     server_settings = {"statement_timeout": str(int(timeout_s * 1000))} if timeout_s else {}
     pool = await asyncpg.create_pool(
-        settings.url,
+        url or settings.url,
         min_size=min(settings.pool_min, max_size or settings.pool_max),
         max_size=max_size or settings.pool_max,
         init=_init_connection,

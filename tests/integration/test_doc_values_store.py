@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-import numpy as np
 import pytest
 
 from services.parser.store import store_document
@@ -18,42 +17,17 @@ from services.retriever.doc_values import DocValues, holds_all
 from services.retriever.doc_values_store import DocValuesFollower, load, prune_changes
 from services.retriever.lexical_store import Bm25Scoring, bm25_rank, corpus_counts
 from services.retriever.search import Bm25Params, CorpusStats, bm25_search
-from services.retriever.store import where_clause
-from shared.models import Chunk, Journal, MeshHeading, ParsedDocument, SearchFilters
+from shared.models import SearchFilters
+from tests.integration.doc_values_data import SOURCES, STUDY_TYPES, filtered_doc, may_pass, sql_passing
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-STUDY_TYPES = [None, "randomized-controlled-trial", "cohort", "meta-analysis"]
-SOURCES = ["pubmed", "pmc", "bookshelf"]
-
-
-def _doc(i: int, rng: random.Random, *, year: int | None = None, text: str | None = None) -> ParsedDocument:
-    body = text or f"Statins and {rng.choice(['stroke', 'myocardial infarction', 'dementia'])} outcomes, cohort {i}."
-    chunks = [
-        Chunk(section="Abstract", ordinal=o, text=f"{body} Part {o}.", token_count=9, char_start=0, char_end=9)
-        for o in range(1 + i % 3)
-    ]
-    return ParsedDocument(
-        source=rng.choice(SOURCES),  # type: ignore[arg-type]
-        source_id=str(70_000 + i),
-        title=f"Study {i}",
-        abstract=body,
-        year=year if year is not None else rng.choice([None, 1999, 2010, 2015, 2016, 2020]),
-        study_type=rng.choice(STUDY_TYPES),  # type: ignore[arg-type]
-        evidence_level=rng.choice([None, 0.2, 0.5, 0.7, 0.9, 1.0]),
-        retracted=rng.random() < 0.1,
-        journal=Journal(title=rng.choice(["Lancet", "BMJ"])),
-        mesh=[MeshHeading(descriptor=rng.choice(["Humans", "Stroke", "Dementia"]))],
-        chunks=chunks,
-        priority=rng.choice([0, 10, 50, 50, 100]),
-    )
 
 
 @pytest.fixture
 async def pool(private_pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     rng = random.Random(3)
     for i in range(120):
-        await store_document(private_pool, _doc(i, rng))
+        await store_document(private_pool, filtered_doc(i, rng))
     yield private_pool
 
 
@@ -80,25 +54,8 @@ def _random_filters(rng: random.Random) -> SearchFilters:
     return SearchFilters.model_validate(spec)
 
 
-async def _sql_passing(pool: asyncpg.Pool, filters: SearchFilters) -> set[int]:
-    where, params = where_clause(filters, 1)
-    rows = await pool.fetch(
-        "SELECT b.chunk_key FROM bm25_chunks b JOIN chunks c ON c.chunk_id = b.chunk_id "
-        f"JOIN documents d ON d.document_id = c.document_id WHERE {where}",
-        *params,
-    )
-    return {int(r[0]) for r in rows}
-
-
 async def _keys(pool: asyncpg.Pool) -> int:
     return int(await pool.fetchval("SELECT max(chunk_key) + 1 FROM bm25_chunks"))
-
-
-async def _may_pass(pool: asyncpg.Pool, values: DocValues, filters: SearchFilters) -> set[int]:
-    """The stored chunks' keys the values let through (keys of no stored chunk have no postings: not asked)."""
-    stored = np.array([r[0] for r in await pool.fetch("SELECT chunk_key FROM bm25_chunks")], dtype=np.int64)
-    size = int(stored.max()) + 1 if len(stored) else 0
-    return set(stored[values.may_pass(size, filters)[stored]].tolist())
 
 
 async def test_the_values_agree_with_the_sql_filter_on_every_chunk(pool: asyncpg.Pool) -> None:
@@ -108,8 +65,8 @@ async def test_the_values_agree_with_the_sql_filter_on_every_chunk(pool: asyncpg
     held_whole = 0
     for _ in range(60):
         filters = _random_filters(rng)
-        sql = await _sql_passing(pool, filters)
-        mine = await _may_pass(pool, values, filters)
+        sql = await sql_passing(pool, filters)
+        mine = await may_pass(pool, values, filters)
         if holds_all(filters):
             held_whole += 1
             assert mine == sql, filters
@@ -124,7 +81,7 @@ async def test_a_follower_sees_every_committed_change_in_flight_ones_included(po
     await follower.start_loading()
     recent = SearchFilters(year_from=2030)
     assert (values := await follower.current()) is not None
-    assert not await _may_pass(pool, values, recent)
+    assert not await may_pass(pool, values, recent)
 
     first = await pool.fetchval("SELECT document_id FROM documents ORDER BY document_id LIMIT 1")
     second = await pool.fetchval("SELECT document_id FROM documents ORDER BY document_id OFFSET 1 LIMIT 1")
@@ -141,8 +98,8 @@ async def test_a_follower_sees_every_committed_change_in_flight_ones_included(po
             )
         values = await follower.current()
         assert values is not None
-        seen = await _may_pass(pool, values, recent)
-        assert seen == await _sql_passing(pool, recent)  # B's chunks, not A's: A has not committed
+        seen = await may_pass(pool, values, recent)
+        assert seen == await sql_passing(pool, recent)  # B's chunks, not A's: A has not committed
         assert seen and all(
             d == second
             for d in await pool.fetchval(
@@ -155,16 +112,16 @@ async def test_a_follower_sees_every_committed_change_in_flight_ones_included(po
     values = await follower.current()
     assert values is not None
     # the follower's horizon stayed below A while it ran, so A's change is read now
-    assert await _may_pass(pool, values, recent) == await _sql_passing(pool, recent)
-    assert len(await _sql_passing(pool, recent)) > len(seen)
+    assert await may_pass(pool, values, recent) == await sql_passing(pool, recent)
+    assert len(await sql_passing(pool, recent)) > len(seen)
 
     # a new document's chunks (new keys) are held once read, a deleted one's chunks fail nothing they pass
-    await store_document(pool, _doc(500, random.Random(1), year=2040))
+    await store_document(pool, filtered_doc(500, random.Random(1), year=2040))
     values = await follower.current()
     assert values is not None
     size = await _keys(pool)
     assert values.known[:size].sum() == await pool.fetchval("SELECT count(*) FROM bm25_chunks")
-    assert await _may_pass(pool, values, SearchFilters(year_from=2040)) == await _sql_passing(
+    assert await may_pass(pool, values, SearchFilters(year_from=2040)) == await sql_passing(
         pool, SearchFilters(year_from=2040)
     )
     await follower.stop()
@@ -186,7 +143,7 @@ async def test_a_truncate_or_a_pruned_feed_reads_everything_again(pool: asyncpg.
     values = await follower.current()
     assert values is not None
     later = SearchFilters(year_from=2050)
-    assert await _may_pass(pool, values, later) == await _sql_passing(pool, later) != set()
+    assert await may_pass(pool, values, later) == await sql_passing(pool, later) != set()
 
     await pool.execute("TRUNCATE documents CASCADE")
     assert await follower.current() is None
@@ -210,7 +167,7 @@ async def test_lexical_search_is_the_same_with_the_values_as_without(pool: async
     # relevance against the filter: the best chunks for "aspirin" are all from 2001, the filter asks for 2020
     for i in range(40):
         text = "Aspirin aspirin aspirin and bleeding." if i < 30 else "Aspirin and bleeding risk."
-        await store_document(pool, _doc(1000 + i, rng, year=2001 if i < 30 else 2020, text=text))
+        await store_document(pool, filtered_doc(1000 + i, rng, year=2001 if i < 30 else 2020, text=text))
     values, _ = await load(pool)
     queries = ["aspirin bleeding", "statins stroke outcomes", "dementia cohort part", "myocardial infarction"]
     for filters in [SearchFilters(year_from=2020), *(_random_filters(rng) for _ in range(25))]:
@@ -228,7 +185,7 @@ async def test_lexical_search_is_the_same_with_the_values_as_without(pool: async
 
 async def test_chunks_written_after_the_values_were_read_may_still_pass(pool: asyncpg.Pool) -> None:
     values, _ = await load(pool)  # not followed: the new document's chunks are unknown to it
-    doc = _doc(900, random.Random(2), year=2044, text="Colchicine after myocardial infarction.")
+    doc = filtered_doc(900, random.Random(2), year=2044, text="Colchicine after myocardial infarction.")
     await store_document(pool, doc.model_copy(update={"priority": 50, "retracted": False}))
     hits = await _bm25(pool, "colchicine", SearchFilters(year_from=2044), values)
     assert hits and {h[0].split("#")[0] for h in hits} == {doc.document_id}

@@ -70,7 +70,7 @@ def _retriever(
     monkeypatch.setattr(handlers, "upsert_vectors", upsert)
     broker = broker_with(attempts=attempts)
     letters: list[DeadLetter] = []
-    handlers.register(broker, FakeState())  # type: ignore[arg-type]
+    handlers.register_store(broker, FakeState())  # type: ignore[arg-type]
 
     @broker.subscriber("chunks.embedded.dlq", group_id="d")
     async def dlq(msg: KafkaMessage) -> None:

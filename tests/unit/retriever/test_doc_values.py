@@ -4,10 +4,13 @@ tests/integration/test_doc_values_store.py."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import numpy as np
 
 from services.retriever.doc_values import DocValues, Rows, holds_all, narrows
-from services.retriever.doc_values_store import RETRY_LOAD_AFTER_S, DocValuesFollower
+from services.retriever.doc_values_store import RETRY_LOAD_AFTER_S, DocValuesFollower, prune_forever
 from shared.models import SearchFilters
 
 
@@ -123,3 +126,29 @@ async def test_a_failed_read_is_not_retried_by_every_search() -> None:
     follower._failed_at -= RETRY_LOAD_AFTER_S + 1  # the wait has passed
     await follower.start_loading()
     assert pool.attempts == 2
+
+
+class _FlakyPool:
+    """A pool whose first statement fails (the primary restarting), then records what it is asked."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, tuple[object, ...]]] = []
+        self.third = asyncio.Event()
+
+    async def execute(self, sql: str, *args: object) -> str:
+        self.statements.append((sql, args))
+        if len(self.statements) == 3:
+            self.third.set()
+        if len(self.statements) == 1:
+            raise ConnectionResetError("primary restarting")
+        return "DELETE 0"
+
+
+async def test_the_change_feed_is_pruned_on_and_on_through_a_failure() -> None:
+    pool = _FlakyPool()
+    task = asyncio.create_task(prune_forever(pool, every_s=0.01, kept_s=42.0))  # type: ignore[arg-type]
+    await asyncio.wait_for(pool.third.wait(), timeout=5.0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert all("DELETE FROM document_changes" in sql and args == (42.0,) for sql, args in pool.statements)
