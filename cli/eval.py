@@ -56,7 +56,8 @@ def register(subparsers: Any) -> None:
         metavar="LABEL:KEY=V,KEY=V",
         help="An extra run on the same index with retrieval settings changed, e.g. "
         "'w2:mode=hybrid,dense_weight=2,rrf_k=20' (repeatable); query_prefix=none (or a prefix, _ for a "
-        "space) encodes the queries again with another prefix.",
+        "space) encodes the queries again with another prefix; ivfflat_probe_share=S or ivfflat_probes=N "
+        "search an IVFFlat index with other probes.",
     )
     r.add_argument(
         "--folds",

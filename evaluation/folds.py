@@ -106,11 +106,18 @@ class CrossValidation:
 
 
 def cross_validate(
-    results: Mapping[str, PerQuery], folds: int = 5, seed: int = 0, select_by: str = SELECT_BY
+    results: Mapping[str, PerQuery],
+    folds: int = 5,
+    seed: int = 0,
+    select_by: str = SELECT_BY,
+    tolerance: float = 0.0,
 ) -> CrossValidation:
     """``results``: candidate -> question -> metrics, every candidate over the same questions.
 
-    Ties in the selection go to the candidate listed first (list the current default first)."""
+    The choice on each fold's training questions is the first-listed candidate whose mean is within
+    ``tolerance`` of the best one's: with 0, the best (ties to the first listed: list the current default
+    first); with a tolerance and the candidates listed cheapest first, the cheapest that costs at most that
+    much quality (a speed knob: IVFFlat probes, `bench/ivfflat_probes.py`)."""
     if not results:
         raise ValueError("no candidates to choose from")
     candidates = list(results)
@@ -125,7 +132,7 @@ def cross_validate(
     def best(on: Sequence[str]) -> str:
         scores = {c: _mean([results[c][q].get(select_by, 0.0) for q in on]) for c in candidates}
         top = max(scores.values())
-        return next(c for c in candidates if scores[c] == top)
+        return next(c for c in candidates if scores[c] >= top - tolerance)
 
     fixed: dict[str, dict[str, Summary]] = {}
     train: dict[str, dict[str, float]] = {}

@@ -40,7 +40,7 @@ import numpy as np
 
 from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
-from services.retriever.ann_index_store import maintain_ann_index
+from services.retriever.ann_index_store import ivfflat_lists, maintain_ann_index, probes_for
 from services.retriever.lexical_store import PassingSet
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher
@@ -549,7 +549,7 @@ async def evaluate(
             index,
             settings.retrieval,
             ef_search=max(settings.database.hnsw_ef_search, 200),
-            ivfflat_probes=settings.database.ivfflat_probes,
+            ivfflat_probes=probes_for(await ivfflat_lists(pool, index.table_name), settings.database),
             stats=CorpusStats(ttl_s=1e9),
         )
         searcher.legs = legs
@@ -576,10 +576,16 @@ async def evaluate(
         for label, overrides in config.variants.items():
             mode = str(overrides.get("mode", "hybrid"))
             r_settings = settings.retrieval.model_copy(
-                update={k: v for k, v in overrides.items() if k not in ("mode", "query_prefix")}
+                update={k: v for k, v in overrides.items() if k not in ("mode", "query_prefix", *DATABASE_KEYS)}
             )
+            db = settings.database.model_copy(update={k: v for k, v in overrides.items() if k in DATABASE_KEYS})
             variant = LegCachingSearcher.from_settings(
-                pool, index, r_settings, ef_search=searcher.ef_search, stats=searcher.stats
+                pool,
+                index,
+                r_settings,
+                ef_search=searcher.ef_search,
+                stats=searcher.stats,
+                ivfflat_probes=probes_for(await ivfflat_lists(pool, index.table_name), db),
             )
             variant.legs = legs
             vqvecs = qvecs
@@ -618,6 +624,10 @@ async def evaluate(
         )
 
 
+#: Variant keys that are database settings (the dense leg's IVFFlat probes), not retrieval settings.
+DATABASE_KEYS = ("ivfflat_probes", "ivfflat_probe_share")
+
+
 def _prefix_of(text: str) -> str:
     """A variant's ``query_prefix``: ``none`` is no prefix; ``_`` stands for a space (``query:_``)."""
     return "" if text.lower() in ("", "none") else text.replace("_", " ")
@@ -654,6 +664,7 @@ class LegCachingSearcher(HybridSearcher):
             hashlib.sha1(np.asarray(query_vector, np.float32).tobytes()).hexdigest(),
             k,
             ef_search,
+            self.ivfflat_probes,
             repr(filters),
         )
         if key not in self.legs:

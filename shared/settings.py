@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -157,8 +157,11 @@ VectorPrecision = Literal["half", "single"]
 #: The approximate nearest-neighbour index of a vector table: pgvector ``hnsw`` or ``ivfflat``.
 AnnMethod = Literal["hnsw", "ivfflat"]
 
-#: IVFFlat lists searched a query by default (``EVIDENTIA_DATABASE_IVFFLAT_PROBES``).
+#: IVFFlat lists a query searches where the index's lists are not known (no IVFFlat index: then unused).
 DEFAULT_IVFFLAT_PROBES = 32
+#: The share of an IVFFlat index's lists a query searches by default (``EVIDENTIA_DATABASE_IVFFLAT_PROBE_SHARE``),
+#: chosen on held-out folds of SciFact's training questions (``bench/ivfflat_probes.py``, docs/benchmarks.md).
+DEFAULT_IVFFLAT_PROBE_SHARE = 0.5
 
 
 class DatabaseSettings(BaseSettings):
@@ -177,6 +180,13 @@ class DatabaseSettings(BaseSettings):
         "replicated, so a replica answers exactly what the primary would have answered when it replayed to that "
         "point; the retriever's doc values follow the replica they are searched against.",
     )
+
+    @field_validator("search_url")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        """An empty value (a Secret key left blank) means no replica: searches read ``url``."""
+        return value or None
+
     pool_min: int = Field(1, ge=0, description="Smallest asyncpg pool size.")
     pool_max: int = Field(10, ge=1, description="Largest asyncpg pool size.")
     hnsw_m: int = Field(16, ge=2, description="HNSW `m` of new vector indexes.")
@@ -197,11 +207,21 @@ class DatabaseSettings(BaseSettings):
         "square root past it).",
     )
     ivfflat_probes: int = Field(
-        DEFAULT_IVFFLAT_PROBES,
-        ge=1,
-        description="IVFFlat lists searched a query: the quality knob. On SciFact (107 lists) 4 % of the lists "
-        "cost 0.073 hybrid nDCG@10 against HNSW, 37 % kept it within 0.003; at 10^6 vectors (1,000 lists) 32 "
-        "probes take ~21 ms, 350 ~156 ms (docs/benchmarks.md, issue #14 sixth round).",
+        0,
+        ge=0,
+        description="IVFFlat lists searched a query; 0 (the default): `ivfflat_probe_share` of the index's lists. "
+        "A fixed count keeps its cost as the store grows and loses recall as its lists multiply.",
+    )
+    ivfflat_probe_share: float = Field(
+        DEFAULT_IVFFLAT_PROBE_SHARE,
+        gt=0,
+        le=1,
+        description="The share of an IVFFlat index's lists a query searches (when `ivfflat_probes` is 0): the "
+        "quality knob. The default is the smallest share whose dense nDCG@10 stays within 0.005 of exact search "
+        "on the training folds of SciFact's questions (`bench/ivfflat_probes.py`: on held-out folds it lost 0.002-"
+        "0.006 dense and 0.002-0.005 hybrid nDCG@10; 4 % of the lists lose 0.06-0.08). The share carries over "
+        "between sizes, and so does its cost: a query reads that share of the vectors (at 10^6, 999 lists, 350 "
+        "probes took 156 ms p50; docs/retrieval.md, issue #14). Lower it knowing what it costs on your questions.",
     )
     ivfflat_min_rows: int = Field(
         20_000,

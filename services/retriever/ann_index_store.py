@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -38,7 +39,7 @@ from services.retriever.store import (
     ivfflat_index_name,
     ivfflat_index_sql,
 )
-from shared.settings import AnnMethod, DatabaseSettings
+from shared.settings import DEFAULT_IVFFLAT_PROBES, AnnMethod, DatabaseSettings
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def plan(index: VectorIndex, db: DatabaseSettings, rows: int, present: list[AnnI
     )
 
 
-async def ann_indexes(conn: asyncpg.Connection, table: str) -> list[AnnIndex]:
+async def ann_indexes(conn: asyncpg.Connection | asyncpg.Pool, table: str) -> list[AnnIndex]:
     """The HNSW and IVFFlat indexes on ``table`` (IVFFlat with its lists)."""
     rows = await conn.fetch(
         """SELECT c.relname, a.amname, i.indisvalid, c.reloptions
@@ -113,6 +114,44 @@ async def ann_indexes(conn: asyncpg.Connection, table: str) -> list[AnnIndex]:
         lists = int(options.get("lists", 100)) if r["amname"] == "ivfflat" else None  # 100: pgvector's default
         out.append(AnnIndex(r["relname"], r["amname"], bool(r["indisvalid"]), lists))
     return out
+
+
+def probes_for(lists: int | None, db: DatabaseSettings) -> int:
+    """IVFFlat lists a query searches: ``db.ivfflat_probes`` when set, else ``db.ivfflat_probe_share`` of the
+    index's ``lists`` (at least one); :data:`DEFAULT_IVFFLAT_PROBES` where no IVFFlat index is known (then no
+    search reads the setting)."""
+    if db.ivfflat_probes:
+        return db.ivfflat_probes
+    if not lists:
+        return DEFAULT_IVFFLAT_PROBES
+    return max(1, math.ceil(db.ivfflat_probe_share * lists - 1e-9))
+
+
+async def ivfflat_lists(conn: asyncpg.Connection | asyncpg.Pool, table: str) -> int | None:
+    """The lists of ``table``'s valid IVFFlat index (the larger while a retrained one stands beside the old one),
+    or None when it has none."""
+    lists = [i.lists for i in await ann_indexes(conn, table) if i.method == "ivfflat" and i.valid and i.lists]
+    return max(lists) if lists else None
+
+
+class IvfflatProbes:
+    """The probes a retriever's searches use: :func:`probes_for` the live index's lists, read again every
+    ``every_s`` seconds (a retrain multiplies the lists; a search-only retriever reads them on its replica)."""
+
+    def __init__(self, db: DatabaseSettings, every_s: float = 60.0) -> None:
+        self.db = db
+        self.every_s = every_s
+        self.value = probes_for(None, db)
+        self._read_at: float | None = None
+
+    async def current(self, pool: asyncpg.Pool, table: str) -> int:
+        if self.db.ivfflat_probes:
+            return self.db.ivfflat_probes
+        now = time.monotonic()
+        if self._read_at is None or now - self._read_at >= self.every_s:
+            self.value = probes_for(await ivfflat_lists(pool, table), self.db)
+            self._read_at = now
+        return self.value
 
 
 async def _rows(conn: asyncpg.Connection, table: str) -> int:

@@ -14,7 +14,7 @@ from aiokafka import ConsumerRecord
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from services.retriever.ann_index_store import maintain_forever
+from services.retriever.ann_index_store import IvfflatProbes, maintain_forever
 from services.retriever.doc_values_store import DocValuesFollower, follow_forever, prune_forever
 from services.retriever.lexical_store import compact_forever
 from services.retriever.postings_cache import PostingsCache
@@ -69,6 +69,7 @@ class RetrieverState:
         self._index: VectorIndex | None = None
         self._stats = CorpusStats()
         self._postings_cache = PostingsCache.from_settings(settings.retrieval)
+        self._probes = IvfflatProbes(settings.database)
         self._tasks: list[asyncio.Task[None]] = []
         self._doc_values: DocValuesFollower | None = None
 
@@ -103,6 +104,7 @@ class RetrieverState:
             await asyncio.to_thread(embedder.warm_up)
             if self._index is None:
                 self._index = await await_active_index(self._search_pool, embedder.name, embedder.dim)
+            await self._probes.current(self._search_pool, self._index.table_name)
         self._embedder = embedder
         assert self._index is not None
         log.info(
@@ -189,6 +191,11 @@ class RetrieverState:
             return self.index
         return await live_index_for(self.pool, model, dim)
 
+    async def current_searcher(self) -> HybridSearcher:
+        """:meth:`searcher`, its IVFFlat probes those of the live index's lists (read again every minute)."""
+        await self._probes.current(self.search_pool, self.index.table_name)
+        return self.searcher()
+
     def searcher(self) -> HybridSearcher:
         return HybridSearcher.from_settings(
             self.search_pool,
@@ -197,7 +204,7 @@ class RetrieverState:
             ef_search=self.settings.database.hnsw_ef_search,
             stats=self._stats,
             postings_cache=self._postings_cache,
-            ivfflat_probes=self.settings.database.ivfflat_probes,
+            ivfflat_probes=self._probes.value,
             doc_values=self._doc_values,
         )
 
@@ -353,7 +360,7 @@ async def _search(state: RetrieverState, request: RetrievalRequest) -> tuple[Sea
     vector = None
     if request.mode != "lexical":
         vector = (await asyncio.to_thread(state.embedder.encode_queries, [q.dense]))[0]
-    result = await state.searcher().search(
+    result = await (await state.current_searcher()).search(
         query if query is not None else q.dense,
         vector,
         mode=request.mode,

@@ -78,13 +78,23 @@ def private_postgres(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
     For store tests that need a database to themselves (truncating tables, counting statements, creating
     databases) without the Kafka broker or the services.
     """
+    module = request.module.__name__.rpartition(".")[2]
+    with throwaway_postgres(f"evidentia-{module}-pg-") as server:
+        yield server
+
+
+@contextmanager
+def throwaway_postgres(prefix: str, replica_of: LocalPostgres | None = None) -> Iterator[LocalPostgres]:
+    """A PostgreSQL server on a free port in a new temporary folder (``prefix``), started, then stopped and
+    removed; with ``replica_of``, a streaming replica of that running server (``LocalPostgres.clone_from``)."""
     # Not under pytest's basetemp: a concurrent pytest run resets /tmp/pytest-of-<user> to 0700, which
     # locks the server's own user (root runs it as ``embedded_postgres``) out of its data.
-    module = request.module.__name__.rpartition(".")[2]
-    root = Path(tempfile.mkdtemp(prefix=f"evidentia-{module}-pg-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(root, 0o755)
     server = LocalPostgres(root, port=free_port())
     try:
+        if replica_of is not None:
+            server.clone_from(replica_of)
         server.start()
         yield server
     finally:

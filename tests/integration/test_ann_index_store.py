@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.ann_index_store import ann_indexes, maintain_ann_index
+from services.retriever.ann_index_store import IvfflatProbes, ann_indexes, ivfflat_lists, maintain_ann_index
 from services.retriever.store import (
     ANN_MAINTENANCE_LOCK,
     COMPACTION_LOCK,
@@ -100,6 +100,9 @@ async def test_a_store_moves_to_ivfflat_and_back_and_searches_the_index_it_has(s
     done = await maintain_ann_index(pool, index, ivf)
     assert done is not None and done.build and done.drop_after == [f"{index.table_name}_hnsw"]
     assert await _methods(pool, index) == [("ivfflat", True, 8)]
+    # searches read a share of the live index's lists
+    probes = IvfflatProbes(ivf.model_copy(update={"ivfflat_probe_share": 0.25}), every_s=0.0)
+    assert await ivfflat_lists(pool, index.table_name) == 8 and await probes.current(pool, index.table_name) == 2
     query = next(iter(vectors.values())) + np.float32(0.05)
     assert "_ivf8" in await _plan(pool, index, query)
     # all 8 lists probed: exactly the nearest; 1 list: fewer of them, but still k results (iterative scan)
@@ -130,6 +133,7 @@ async def test_a_store_moves_to_ivfflat_and_back_and_searches_the_index_it_has(s
     assert back is not None and back.build and "USING hnsw" in back.build
     assert await _methods(pool, index) == [("hnsw", True, None)]
     assert f"{index.table_name}_hnsw" in await _plan(pool, index, query)
+    assert await ivfflat_lists(pool, index.table_name) is None
 
 
 async def test_a_build_cut_short_is_dropped_and_built_again(store: tuple) -> None:  # type: ignore[type-arg]

@@ -8,19 +8,14 @@ answers from the replica (not the primary) while its replay is paused, and never
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import asyncpg
 import pytest
 from faststream.kafka import KafkaBroker
 
-from devstack.common import free_port
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
 from services.retriever.doc_values_store import DocValuesFollower
@@ -30,6 +25,7 @@ from services.retriever.store import upsert_vectors
 from shared.models import SearchFilters
 from shared.settings import Settings
 from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
+from tests.integration.conftest import throwaway_postgres
 from tests.integration.doc_values_data import filtered_doc, may_pass, sql_passing
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -38,19 +34,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def replica(private_postgres: LocalPostgres, migrated_postgres_url: str) -> Iterator[LocalPostgres]:
     """A streaming replica of the module's (migrated) primary, on its own port and folder."""
-    root = Path(tempfile.mkdtemp(prefix="evidentia-replica-pg-"))
-    os.chmod(root, 0o755)
-    server = LocalPostgres(root, port=free_port())
-    try:
-        server.clone_from(private_postgres)
+    with throwaway_postgres("evidentia-replica-pg-", replica_of=private_postgres) as server:
         assert server.is_standby()
-        server.start()
         yield server
-    finally:
-        try:
-            server.stop()
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

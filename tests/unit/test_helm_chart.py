@@ -254,3 +254,40 @@ def test_the_alert_copies_are_in_sync_with_their_source() -> None:
     from docgen.monitoring import main as monitoring_check
 
     assert monitoring_check(["--check"]) == 0
+
+
+def test_searches_apart_from_writes_is_a_second_retriever_deployment() -> None:
+    from kubernetes_validate.utils import validate
+
+    replica = "postgresql://evidentia:pw@evidentia-db-ro:5432/evidentia"
+    docs = render({"services": {"retriever-search": {"enabled": True}}, "secrets": {"databaseSearchUrl": replica}})
+    deployments = by_kind(docs, "Deployment")
+    store, search = container(deployments["retriever"]), container(deployments["retriever-search"])
+
+    def env(c: dict[str, Any]) -> dict[str, Any]:
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    assert (env(store)["EVIDENTIA_RETRIEVAL_ROLE"], env(search)["EVIDENTIA_RETRIEVAL_ROLE"]) == ("store", "search")
+    assert "EVIDENTIA_KAFKA_GROUP_INSTANCE_ID" in env(search)  # a request consumer: static membership too
+    assert search["command"] == store["command"] == ["python", "-m", "services.retriever"]
+    assert search["image"] == store["image"] == "evidentia-retriever:latest"
+    selectors = [d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for d in deployments.values()]
+    assert len(selectors) == len(set(selectors)) == 7  # no Deployment adopts another's pods
+    scaled = by_kind(docs, "ScaledObject")
+
+    def triggers(name: str) -> list[tuple[str, str]]:
+        return [(t["metadata"]["consumerGroup"], t["metadata"]["topic"]) for t in scaled[name]["spec"]["triggers"]]
+
+    assert triggers("retriever") == [("evidentia-retriever", "chunks.embedded")]
+    assert triggers("retriever-search") == [("evidentia-retriever", "retrieval.requests")]
+    assert scaled["retriever-search"]["spec"]["scaleTargetRef"]["name"] == "retriever-search"
+    assert "retriever-search" in by_kind(docs, "PodDisruptionBudget")
+    assert by_kind(docs, "Secret")["evidentia-secrets"]["stringData"]["EVIDENTIA_DATABASE_SEARCH_URL"] == replica
+    for doc in docs:
+        if doc["apiVersion"].split("/")[0] not in ("keda.sh", "monitoring.coreos.com"):
+            validate(doc, K8S_VERSION, strict=True)
+
+    default = render()
+    assert "retriever-search" not in by_kind(default, "Deployment")
+    assert "EVIDENTIA_RETRIEVAL_ROLE" not in env(container(by_kind(default, "Deployment")["retriever"]))
+    assert "EVIDENTIA_DATABASE_SEARCH_URL" not in by_kind(default, "Secret")["evidentia-secrets"]["stringData"]

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from services.retriever.ann_index_store import AnnIndex, auto_lists, plan
+from services.retriever.ann_index_store import AnnIndex, auto_lists, plan, probes_for
 from services.retriever.store import VectorIndex, ivfflat_index_name, nearest_chunks_settings
-from shared.settings import DatabaseSettings
+from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings
 
 INDEX = VectorIndex("m", "model", 384, "chunk_vectors_m", "active", "half")
 T = INDEX.table_name
@@ -78,3 +78,12 @@ def test_a_search_sets_both_methods_parameters() -> None:
     sql = nearest_chunks_settings(40, 100, filtered=False, probes=12)
     assert "hnsw.ef_search = 100" in sql and "ivfflat.probes = 12" in sql
     assert "ivfflat.iterative_scan = relaxed_order" in sql and "enable_sort" not in sql
+
+
+def test_probes_are_a_share_of_the_index_lists_unless_a_count_is_set() -> None:
+    share = _db(ivfflat_probe_share=0.3)
+    assert [probes_for(lists, share) for lists in (1, 8, 107, 999, 3162)] == [1, 3, 33, 300, 949]
+    assert probes_for(10, _db(ivfflat_probe_share=0.1)) == 1  # 0.1 x 10 is one list, not two (float error)
+    assert probes_for(None, share) == DEFAULT_IVFFLAT_PROBES  # no IVFFlat index: nothing reads it
+    assert probes_for(999, _db(ivfflat_probes=16, ivfflat_probe_share=0.3)) == 16  # a fixed count wins
+    assert probes_for(107, _db()) >= 0.3 * 107  # the default keeps a sizeable share (chosen on folds)

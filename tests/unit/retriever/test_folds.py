@@ -66,3 +66,19 @@ def test_per_query_metrics_average_to_the_reported_means() -> None:
     assert set(per_q) == {"q1", "q2"}  # q3 has no relevant document
     assert per_q["q1"]["nDCG@10"] == 1.0 and per_q["q1"]["MRR@10"] == 1.0
     assert per_q["q2"]["MRR@10"] == 0.5 and per_q["q2"]["Recall@1"] == 0.0 and per_q["q2"]["Recall@100"] == 0.5
+
+
+def test_with_a_tolerance_the_cheapest_candidate_close_enough_on_the_training_folds_is_chosen() -> None:
+    # Listed cheapest first; "few" costs 0.004 (within 0.005) on fold 1's questions, 0.02 on fold 0's.
+    ids = [f"q{i}" for i in range(20)]
+    fold_of = assign_folds(ids, 2, seed=1)
+    exact = dict.fromkeys(ids, 0.7)
+    few = {q: 0.68 if fold_of[q] == 0 else 0.696 for q in ids}
+    some = dict.fromkeys(ids, 0.699)
+    results = _results({"few": few, "some": some, "exact": exact})
+    cv = cross_validate(results, folds=2, seed=1, tolerance=0.005)
+    # fold 0 held out: trained on fold 1, where "few" is within 0.005; fold 1 held out: trained on fold 0,
+    # where only "some" is
+    assert cv.chosen == ["few", "some"]
+    assert cv.tuned["nDCG@10"].per_fold == pytest.approx([0.68, 0.699])
+    assert cross_validate(results, folds=2, seed=1).chosen == ["exact", "exact"]  # no tolerance: the best

@@ -1,6 +1,7 @@
-{{/* The service names, in pipeline order. */}}
+{{/* The Deployments, in pipeline order: one a service, and `retriever-search` when the retriever's searches run
+apart from its writes (services.retriever-search.enabled). */}}
 {{- define "evidentia.services" -}}
-fetcher parser embedder retriever synthesizer gateway
+fetcher parser embedder retriever synthesizer gateway{{ if dig "retriever-search" "enabled" false .Values.services }} retriever-search{{ end }}
 {{- end -}}
 
 {{- define "evidentia.labels" -}}
