@@ -63,6 +63,11 @@ POSTINGS_CACHE_BYTES = Gauge(
 DOC_VALUES_BYTES = Gauge(
     "evidentia_retriever_doc_values_bytes", "Bytes of chunks' filter columns (doc values) the retriever holds."
 )
+SEARCH_REPLICA_LAG = Gauge(
+    "evidentia_retriever_search_replica_lag_seconds",
+    "How far behind the primary the database the retriever searches is: 0 on the primary, or on a replica that "
+    "has replayed all it received; else the age of the last transaction it replayed.",
+)
 EMBED_SECONDS = Histogram(
     "evidentia_embed_batch_seconds",
     "Seconds the model spent encoding one batch.",

@@ -29,6 +29,7 @@ from services.retriever.store import (
     ensure_active_index,
     live_index_for,
     upsert_vectors,
+    watch_replica_lag,
 )
 from shared import metrics
 from shared.broker import (
@@ -105,6 +106,8 @@ class RetrieverState:
             if self._index is None:
                 self._index = await await_active_index(self._search_pool, embedder.name, embedder.dim)
             await self._probes.current(self._search_pool, self._index.table_name)
+            # How stale the searched database is (a replica's replay lag; 0 on the primary).
+            self._tasks.append(asyncio.create_task(watch_replica_lag(self._search_pool), name="replica-lag"))
         self._embedder = embedder
         assert self._index is not None
         log.info(

@@ -27,6 +27,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from shared.metrics import SEARCH_REPLICA_LAG
 from shared.models import SearchFilters
 from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings, VectorPrecision
 
@@ -368,6 +369,29 @@ def same_model(current: VectorIndex, model: str, dim: int) -> VectorIndex:
             f"{current.model}, or run `evidentia reindex --model {model}` to re-embed everything and switch."
         )
     return current
+
+
+async def replica_lag_s(pool: asyncpg.Pool) -> float:
+    """How far behind its primary the database of ``pool`` is, in seconds: 0 on a primary, and on a streaming
+    replica that has replayed all the WAL it received; else the age of the last transaction it replayed."""
+    lag = await pool.fetchval(
+        """SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0
+                       WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+                       ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0) END"""
+    )
+    return max(0.0, float(lag))
+
+
+async def watch_replica_lag(pool: asyncpg.Pool, every_s: float = 15.0) -> None:
+    """Keep ``evidentia_retriever_search_replica_lag_seconds`` current for ``pool`` until cancelled."""
+    while True:
+        try:
+            SEARCH_REPLICA_LAG.set(await replica_lag_s(pool))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("replica lag not read; retried in %.0f s", every_s, exc_info=True)
+        await asyncio.sleep(every_s)
 
 
 # Below this many rows a batch is stored by one statement: splitting would cost more than it saves.

@@ -21,7 +21,7 @@ from services.parser.store import store_document
 from services.retriever.doc_values_store import DocValuesFollower
 from services.retriever.handlers import RetrieverState, register
 from services.retriever.search import CorpusStats, HybridSearcher
-from services.retriever.store import upsert_vectors
+from services.retriever.store import replica_lag_s, upsert_vectors
 from shared.models import SearchFilters
 from shared.settings import Settings
 from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
@@ -50,12 +50,15 @@ async def replica_pool(replica: LocalPostgres) -> AsyncIterator[asyncpg.Pool]:
         await pool.close()
 
 
-async def caught_up(primary: asyncpg.Pool, replica: asyncpg.Pool, timeout_s: float = 30.0) -> None:
-    """Wait until the replica has replayed everything the primary has written so far."""
+async def caught_up(
+    primary: asyncpg.Pool, replica: asyncpg.Pool, timeout_s: float = 30.0, *, what: str = "replay"
+) -> None:
+    """Wait until the replica has replayed (or, with ``what="receive"``, received) everything the primary has
+    written so far."""
     lsn = await primary.fetchval("SELECT pg_current_wal_lsn()::text")
     deadline = time.monotonic() + timeout_s
-    while not await replica.fetchval("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", lsn):
-        assert time.monotonic() < deadline, "the replica did not replay the primary's WAL"
+    while not await replica.fetchval(f"SELECT pg_last_wal_{what}_lsn() >= $1::text::pg_lsn", lsn):
+        assert time.monotonic() < deadline, f"the replica did not {what} the primary's WAL"
         await asyncio.sleep(0.05)
 
 
@@ -165,9 +168,13 @@ async def test_a_search_only_retriever_answers_from_the_replica_and_writes_nothi
             # Replay paused: a year moved on the primary is not yet on the replica, and the search-only retriever
             # (doc values included) answers as the replica stands; resumed, as the primary does.
             target = SearchFilters(year_from=2077)
+            assert await replica_lag_s(replica_pool) == 0.0 == await replica_lag_s(private_pool)
             await replay(replica, "pause")
             try:
                 await private_pool.execute("UPDATE documents SET year = 2077 WHERE document_id = $1", documents[0])
+                await caught_up(private_pool, replica_pool, what="receive")
+                await asyncio.sleep(0.2)
+                assert await replica_lag_s(replica_pool) >= 0.2  # received, not replayed: the metric shows it
                 on_primary, on_replica = await both(target)
                 assert {h for h, _ in on_primary} == {
                     c for c, d in zip(ids, documents, strict=True) if d == documents[0]
@@ -176,6 +183,7 @@ async def test_a_search_only_retriever_answers_from_the_replica_and_writes_nothi
             finally:
                 await replay(replica, "resume")
             await caught_up(private_pool, replica_pool)
+            assert await replica_lag_s(replica_pool) == 0.0
             on_primary, on_replica = await both(target)
             assert on_replica == on_primary != []
         finally:
