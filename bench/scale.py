@@ -469,7 +469,7 @@ def _summary(r: Any) -> dict[str, Any]:
 async def in_process(
     pool: Any, index: Any, encoder: QueryEncoder, queries: list[str], clients_list: list[int], duration: float
 ) -> dict[str, dict[str, Any]]:
-    from services.retriever.ann_index_store import ivfflat_lists, probes_for
+    from services.retriever.ann_index_store import live_probes
     from services.retriever.postings_cache import PostingsCache
     from services.retriever.search import CorpusStats, HybridSearcher
     from shared.models import SearchFilters
@@ -482,7 +482,7 @@ async def in_process(
         index,
         settings.retrieval,
         ef_search=settings.database.hnsw_ef_search,
-        ivfflat_probes=probes_for(await ivfflat_lists(pool, index.table_name), settings.database),
+        ivfflat_probes=await live_probes(pool, index.table_name, settings.database),
         stats=CorpusStats(),
         postings_cache=cache,
     )
@@ -543,7 +543,7 @@ async def filtered(
     duration: float,
     values: Any = None,
 ) -> dict[str, dict[str, Any]]:
-    from services.retriever.ann_index_store import ivfflat_lists, probes_for
+    from services.retriever.ann_index_store import live_probes
     from services.retriever.postings_cache import PostingsCache
     from services.retriever.search import CorpusStats, HybridSearcher
     from shared.models import SearchFilters
@@ -555,7 +555,7 @@ async def filtered(
         index,
         settings.retrieval,
         ef_search=settings.database.hnsw_ef_search,
-        ivfflat_probes=probes_for(await ivfflat_lists(pool, index.table_name), settings.database),
+        ivfflat_probes=await live_probes(pool, index.table_name, settings.database),
         stats=CorpusStats(),
         postings_cache=PostingsCache.from_settings(settings.retrieval),
         doc_values=values,

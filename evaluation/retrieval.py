@@ -40,7 +40,7 @@ import numpy as np
 
 from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
-from services.retriever.ann_index_store import ivfflat_lists, maintain_ann_index, probes_for
+from services.retriever.ann_index_store import live_probes, maintain_ann_index
 from services.retriever.lexical_store import PassingSet
 from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
 from services.retriever.search import CorpusStats, HybridSearcher
@@ -549,7 +549,7 @@ async def evaluate(
             index,
             settings.retrieval,
             ef_search=max(settings.database.hnsw_ef_search, 200),
-            ivfflat_probes=probes_for(await ivfflat_lists(pool, index.table_name), settings.database),
+            ivfflat_probes=await live_probes(pool, index.table_name, settings.database),
             stats=CorpusStats(ttl_s=1e9),
         )
         searcher.legs = legs
@@ -585,7 +585,7 @@ async def evaluate(
                 r_settings,
                 ef_search=searcher.ef_search,
                 stats=searcher.stats,
-                ivfflat_probes=probes_for(await ivfflat_lists(pool, index.table_name), db),
+                ivfflat_probes=await live_probes(pool, index.table_name, db),
             )
             variant.legs = legs
             vqvecs = qvecs

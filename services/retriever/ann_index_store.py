@@ -134,6 +134,11 @@ async def ivfflat_lists(conn: asyncpg.Connection | asyncpg.Pool, table: str) -> 
     return max(lists) if lists else None
 
 
+async def live_probes(conn: asyncpg.Connection | asyncpg.Pool, table: str, db: DatabaseSettings) -> int:
+    """:func:`probes_for` the lists of ``table``'s IVFFlat index as the catalogue has them now."""
+    return probes_for(await ivfflat_lists(conn, table), db)
+
+
 class IvfflatProbes:
     """The probes a retriever's searches use: :func:`probes_for` the live index's lists, read again every
     ``every_s`` seconds (a retrain multiplies the lists; a search-only retriever reads them on its replica)."""
@@ -149,7 +154,7 @@ class IvfflatProbes:
             return self.db.ivfflat_probes
         now = time.monotonic()
         if self._read_at is None or now - self._read_at >= self.every_s:
-            self.value = probes_for(await ivfflat_lists(pool, table), self.db)
+            self.value = await live_probes(pool, table, self.db)
             self._read_at = now
         return self.value
 
