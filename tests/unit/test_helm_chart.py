@@ -22,6 +22,7 @@ helm = pytest.importorskip("helm_python", reason="helm-python-sdk is a dev depen
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "evidentia"
 BASE = REPO / "deploy" / "k8s" / "base"
+COMPONENTS = REPO / "deploy" / "k8s" / "components"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yaml"
 K8S_VERSION = "1.33.0"
 SERVICES = ("fetcher", "parser", "embedder", "retriever", "synthesizer", "gateway")
@@ -286,6 +287,19 @@ def test_searches_apart_from_writes_is_a_second_retriever_deployment() -> None:
     for doc in docs:
         if doc["apiVersion"].split("/")[0] not in ("keda.sh", "monitoring.coreos.com"):
             validate(doc, K8S_VERSION, strict=True)
+
+    # The kustomize Component that deploys the same split renders the same searching retriever.
+    component = {
+        d["kind"]: d
+        for d in yaml.safe_load_all((COMPONENTS / "search-replica" / "retriever-search.yaml").read_text())
+        if d
+    }
+    k = container(component["Deployment"])
+    for field in ("name", "command", "ports", "env", "envFrom", "resources", "startupProbe", "readinessProbe"):
+        assert search[field] == k[field], f"retriever-search.{field}"
+    assert scaled["retriever-search"]["spec"] == component["ScaledObject"]["spec"]
+    pdb = by_kind(docs, "PodDisruptionBudget")["retriever-search"]
+    assert pdb["spec"] == component["PodDisruptionBudget"]["spec"]
 
     default = render()
     assert "retriever-search" not in by_kind(default, "Deployment")

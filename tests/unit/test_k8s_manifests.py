@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import ast
+import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
@@ -35,6 +37,7 @@ DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
 BASE = K8S / "base"
 OVERLAY = K8S / "overlays" / "example"
+SEARCH_REPLICA = K8S / "components" / "search-replica"
 ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
 DASHBOARD = DEPLOY / "grafana" / "evidentia.json"
 K8S_VERSION = "1.33.0"
@@ -44,6 +47,7 @@ SERVICES = (*CONSUMERS, "gateway")
 GATEWAY_PORT = 8000
 SECRET_VARIABLES = {
     "EVIDENTIA_DATABASE_URL",
+    "EVIDENTIA_DATABASE_SEARCH_URL",
     "ANTHROPIC_API_KEY",
     "EVIDENTIA_NCBI_API_KEY",
     "EVIDENTIA_GATEWAY_API_KEY_HASHES",
@@ -57,6 +61,7 @@ CUSTOM_KINDS: dict[str, tuple[str, ...]] = {
     "postgresql.cnpg.io/v1": ("Cluster",),
     "monitoring.coreos.com/v1": ("PodMonitor", "PrometheusRule"),
     "kustomize.config.k8s.io/v1beta1": ("Kustomization",),
+    "kustomize.config.k8s.io/v1alpha1": ("Component",),
 }
 
 
@@ -202,7 +207,7 @@ def test_every_manifest_parses_and_has_kind() -> None:
     assert manifest_files(), "no manifests under deploy/k8s"
     for path, doc in all_docs():
         assert doc.get("apiVersion") and doc.get("kind"), f"{path}: apiVersion and kind are required"
-        if doc["kind"] != "Kustomization":
+        if doc["kind"] not in ("Kustomization", "Component"):
             assert doc.get("metadata", {}).get("name"), f"{path}: {doc['kind']} without metadata.name"
 
 
@@ -257,12 +262,13 @@ def test_custom_resources_are_well_formed() -> None:
             continue
         assert doc["kind"] in CUSTOM_KINDS[doc["apiVersion"]], f"{path}: {doc['kind']} in {doc['apiVersion']}"
         where = f"{path.relative_to(REPO)}: {doc['kind']}"
-        if doc["kind"] == "Kustomization":
+        if doc["kind"] in ("Kustomization", "Component"):
             assert set(doc) <= {
                 "apiVersion",
                 "kind",
                 "namespace",
                 "resources",
+                "components",
                 "images",
                 "patches",
                 "replacements",
@@ -315,6 +321,9 @@ def test_kustomization_files_exist() -> None:
         for entry in k.get("resources", []):
             target = (path.parent / entry).resolve()
             assert target.is_file() or (target / "kustomization.yaml").is_file(), f"{path}: {entry} missing"
+        for entry in k.get("components", []):
+            component = load_docs(path.parent / entry / "kustomization.yaml")[0]
+            assert component["kind"] == "Component", f"{path}: {entry} is not a kustomize Component"
         for patch in k.get("patches", []):
             assert (path.parent / patch["path"]).is_file(), f"{path}: patch {patch['path']} missing"
 
@@ -796,3 +805,113 @@ def test_monitoring_carries_the_rules_and_the_exporter_the_dashboard_needs() -> 
 
 def load_docs_in(folder: Path) -> list[dict[str, Any]]:
     return [doc for path, doc in all_docs() if path.parent == folder and doc["kind"] != "Kustomization"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Searches on a read replica: components/search-replica (docs/scaling.md, step 2)
+
+ROLE_VARIABLE = "EVIDENTIA_RETRIEVAL_ROLE"
+
+
+def role_of(deployment: dict[str, Any]) -> str | None:
+    return next((e["value"] for e in container(deployment).get("env", []) if e["name"] == ROLE_VARIABLE), None)
+
+
+def component_docs(kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in load_docs(SEARCH_REPLICA / "retriever-search.yaml") if d["kind"] == kind}
+
+
+def anonymous_pod(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The Deployment without what tells the two retrievers apart: names, the name label, the role."""
+    d = copy.deepcopy(deployment)
+    name_key = "app.kubernetes.io/name"
+    del d["metadata"]["name"]
+    for labels in (
+        d["metadata"]["labels"],
+        d["spec"]["selector"]["matchLabels"],
+        d["spec"]["template"]["metadata"]["labels"],
+    ):
+        del labels[name_key]
+    c = container(d)
+    del c["name"]
+    c["env"] = [e for e in c["env"] if e["name"] != ROLE_VARIABLE]
+    return d
+
+
+def test_search_replica_pod_is_the_retrievers_but_for_name_and_role() -> None:
+    """One owner for the pod: the component's copy may differ from the base's retriever in its name and its
+    role only, so a change to one (a probe, a limit, a mount) that misses the other fails here."""
+    from shared.settings import RetrievalSettings
+
+    roles = set(get_args(RetrievalSettings.model_fields["role"].annotation))
+    search = component_docs("Deployment")["retriever-search"]
+    retriever = base_docs("Deployment")["retriever"]
+    assert role_of(search) == "search" and role_of(search) in roles
+    assert role_of(retriever) is None, "the base's retriever does both (role `all`) until the component says store"
+    assert anonymous_pod(search) == anonymous_pod(retriever)
+    assert search["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "retriever-search"
+    assert (
+        container(search)["name"] == "retriever-search"
+        and container(search)["command"] == container(retriever)["command"]
+    )
+    pdb = component_docs("PodDisruptionBudget")["retriever-search"]
+    assert pdb["spec"]["selector"]["matchLabels"] == search["spec"]["selector"]["matchLabels"]
+
+
+def test_search_replica_pods_may_reach_postgres() -> None:
+    policy = next(d for d in load_docs(K8S / "examples" / "cloudnativepg-cluster.yaml") if d["kind"] == "NetworkPolicy")
+    labels = component_docs("Deployment")["retriever-search"]["spec"]["template"]["metadata"]["labels"]
+    peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"] if "podSelector" in peer]
+    assert any(selects(peer["podSelector"], labels) for peer in peers)
+
+
+@pytest.fixture(scope="module")
+def base_with_search_replica(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An overlay of the bare base plus the component (kustomize takes relative paths only)."""
+    folder = tmp_path_factory.mktemp("split")
+    to = Path(os.path.relpath(K8S, folder))
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [str(to / "base")],
+        "components": [str(to / "components" / "search-replica")],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return folder
+
+
+@pytest.mark.skipif(kubectl() is None, reason="kubectl (with its kustomize) is not on the PATH")
+@pytest.mark.parametrize("which", ["base", "example"])
+def test_search_replica_splits_the_retrievers_work(which: str, base_with_search_replica: Path) -> None:
+    from kubernetes_validate.utils import validate
+
+    rendered = kustomize_build(base_with_search_replica if which == "base" else OVERLAY)
+    for doc in rendered:
+        if not is_custom(doc):
+            validate(doc, K8S_VERSION, strict=True)
+    by_kind: dict[str, dict[str, dict[str, Any]]] = {}
+    for doc in rendered:
+        by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
+    deployments = by_kind["Deployment"]
+    assert role_of(deployments["retriever"]) == "store" and role_of(deployments["retriever-search"]) == "search"
+    # Each Deployment's autoscaler reads the lag of the topic it consumes, in the one group they share;
+    # together they cover every topic the retriever subscribes to.
+    group, subscribed = consumed_by("retriever")
+    config = by_kind["ConfigMap"]["evidentia-config"]["data"]
+    topics = {}
+    for name in ("retriever", "retriever-search"):
+        so = by_kind["ScaledObject"][name]
+        assert so["spec"]["scaleTargetRef"]["name"] == name
+        triggers = [t["metadata"] for t in so["spec"]["triggers"]]
+        assert {t["consumerGroup"] for t in triggers} == {group}
+        assert all(t["bootstrapServers"] == config["EVIDENTIA_KAFKA_BOOTSTRAP"] for t in triggers)
+        assert so["spec"]["maxReplicaCount"] <= int(config["EVIDENTIA_KAFKA_TOPIC_PARTITIONS"])
+        topics[name] = {t["topic"] for t in triggers}
+    assert topics == {"retriever": {topic_names.CHUNKS_EMBEDDED}, "retriever-search": {topic_names.RETRIEVAL_REQUESTS}}
+    assert topics["retriever"] | topics["retriever-search"] == subscribed
+    search_pods = deployments["retriever-search"]["spec"]["template"]["metadata"]["labels"]
+    assert selects(by_kind["PodDisruptionBudget"]["retriever-search"]["spec"]["selector"], search_pods)
+    assert not selects(by_kind["PodDisruptionBudget"]["retriever"]["spec"]["selector"], search_pods)
+    if which == "example":
+        # The example's SASL patches reach the new autoscaler's trigger too.
+        assert all(t["metadata"].get("sasl") for t in by_kind["ScaledObject"]["retriever-search"]["spec"]["triggers"])
