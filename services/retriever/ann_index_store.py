@@ -23,7 +23,6 @@ search sets both methods' parameters and PostgreSQL uses the index the table has
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -39,6 +38,7 @@ from services.retriever.store import (
     ivfflat_index_name,
     ivfflat_index_sql,
 )
+from shared.periodic import run_every
 from shared.settings import DEFAULT_IVFFLAT_PROBES, AnnMethod, DatabaseSettings
 
 log = logging.getLogger(__name__)
@@ -205,11 +205,9 @@ async def maintain_ann_index(
 async def maintain_forever(pool: asyncpg.Pool, index: VectorIndex, db: DatabaseSettings) -> None:
     """:func:`maintain_ann_index` now and every ``db.ann_maintain_every_s`` seconds until cancelled; a failure
     is logged and retried next time."""
-    while True:
-        try:
-            await maintain_ann_index(pool, index, db)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("vector index maintenance failed; retried in %.0f s", db.ann_maintain_every_s)
-        await asyncio.sleep(db.ann_maintain_every_s)
+    await run_every(
+        db.ann_maintain_every_s,
+        lambda: maintain_ann_index(pool, index, db),
+        failure="vector index maintenance failed",
+        log=log,
+    )

@@ -29,6 +29,7 @@ import numpy as np
 
 from services.retriever.doc_values import DocValues, Rows
 from shared.metrics import DOC_VALUES_BYTES
+from shared.periodic import run_every
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -209,24 +210,10 @@ async def follow_forever(follower: DocValuesFollower, every_s: float) -> None:
     """Read everything, then the change feed every ``every_s`` seconds (so that a search finds little to read),
     until cancelled; a failure is logged and retried next time."""
     follower.start_loading()
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            await follower.current()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("doc values not refreshed; retried in %.0f s", every_s)
+    await run_every(every_s, follower.current, failure="doc values not refreshed", log=log, wait_first=True)
 
 
 async def prune_forever(pool: asyncpg.Pool, every_s: float = PRUNE_EVERY_S, kept_s: float = CHANGES_KEPT_S) -> None:
     """Prune the change feed every ``every_s`` seconds until cancelled (on the primary, by every storing retriever,
     whether or not it holds doc values itself: the triggers write the feed either way)."""
-    while True:
-        try:
-            await prune_changes(pool, kept_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("change feed not pruned; retried in %.0f s", every_s)
-        await asyncio.sleep(every_s)
+    await run_every(every_s, lambda: prune_changes(pool, kept_s), failure="change feed not pruned", log=log)

@@ -18,7 +18,6 @@ small blocks size-tiered and drops the postings of removed chunks; a query is ex
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -33,6 +32,7 @@ from services.retriever.doc_values import DocValues, holds_all
 from services.retriever.postings_cache import PostingsCache
 from services.retriever.store import COMPACTION_LOCK, Scored, advisory_session, where_clause
 from shared.models import SearchFilters
+from shared.periodic import run_every
 
 log = logging.getLogger(__name__)
 
@@ -553,21 +553,18 @@ async def compact(
 
 async def compact_forever(pool: asyncpg.Pool, every_s: float, **kwargs: Any) -> None:
     """:func:`compact` every ``every_s`` seconds until cancelled; a failure is logged and retried next time."""
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            report = await compact(pool, **kwargs)
-            if report.terms:
-                log.info(
-                    "lexical index compacted",
-                    extra={
-                        "terms": report.terms,
-                        "blocks_read": report.blocks_read,
-                        "blocks_written": report.blocks_written,
-                        "dead_dropped": report.dead_dropped,
-                    },
-                )
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("lexical index compaction failed; retried in %.0f s", every_s)
+
+    async def step() -> None:
+        report = await compact(pool, **kwargs)
+        if report.terms:
+            log.info(
+                "lexical index compacted",
+                extra={
+                    "terms": report.terms,
+                    "blocks_read": report.blocks_read,
+                    "blocks_written": report.blocks_written,
+                    "dead_dropped": report.dead_dropped,
+                },
+            )
+
+    await run_every(every_s, step, failure="lexical index compaction failed", log=log, wait_first=True)

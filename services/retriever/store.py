@@ -29,6 +29,7 @@ import numpy as np
 
 from shared.metrics import SEARCH_REPLICA_LAG
 from shared.models import SearchFilters
+from shared.periodic import run_every
 from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings, VectorPrecision
 
 log = logging.getLogger(__name__)
@@ -384,14 +385,11 @@ async def replica_lag_s(pool: asyncpg.Pool) -> float:
 
 async def watch_replica_lag(pool: asyncpg.Pool, every_s: float = 15.0) -> None:
     """Keep ``evidentia_retriever_search_replica_lag_seconds`` current for ``pool`` until cancelled."""
-    while True:
-        try:
-            SEARCH_REPLICA_LAG.set(await replica_lag_s(pool))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.warning("replica lag not read; retried in %.0f s", every_s, exc_info=True)
-        await asyncio.sleep(every_s)
+
+    async def step() -> None:
+        SEARCH_REPLICA_LAG.set(await replica_lag_s(pool))
+
+    await run_every(every_s, step, failure="replica lag not read", log=log, level=logging.WARNING)
 
 
 # Below this many rows a batch is stored by one statement: splitting would cost more than it saves.
