@@ -346,6 +346,17 @@ class LocalPostgres:
             as_server_user=True, timeout=timeout,
         )  # fmt: skip
 
+    def promote(self, *, timeout: float = 60.0) -> None:
+        """Make this streaming replica (:meth:`clone_from`) a primary, as a switchover does once the old primary
+        has stopped (``pg_ctl promote``, waiting until it takes writes)."""
+        if not self.is_standby():
+            raise DevstackError(f"{self.pgdata} is not a standby: nothing to promote")
+        self._run(
+            "pg_ctl",
+            ["-D", str(self.pgdata), "-w", "-t", str(int(timeout)), "promote"],
+            as_server_user=True, timeout=timeout + 10,
+        )  # fmt: skip
+
     def provision(self) -> None:
         """Create the application role and database if missing, and the extensions in that database."""
         user, db = self.user, self.database
@@ -382,6 +393,18 @@ class LocalPostgres:
             if not pid_alive(pid):
                 return True
         raise DevstackError(f"PostgreSQL (pid {pid}) did not stop: {(result.stdout + result.stderr).strip()[-1000:]}")
+
+
+def failover_url(*servers: LocalPostgres) -> str:
+    """One connection URL naming every server, for clients that must follow a switchover by themselves:
+    ``postgresql://user:password@host1:port1,host2:port2/db?target_session_attrs=read-write``. asyncpg (like
+    libpq) tries the hosts in turn and keeps the first that takes writes, so a connection made after a standby
+    is promoted reaches it, and none reaches a standby or a demoted primary."""
+    if not servers:
+        raise ValueError("failover_url needs at least one server")
+    first = servers[0]
+    hosts = ",".join(f"{s.host}:{s.port}" for s in servers)
+    return f"postgresql://{first.user}:{first.password}@{hosts}/{first.database}?target_session_attrs=read-write"
 
 
 def _ident(name: str) -> str:

@@ -846,11 +846,10 @@ def mask_url(value: str) -> str:
         return value
     if not parts.scheme or parts.password is None:
         return value
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    # The hosts as written: one, or several for a switchover (``@h1:5432,h2:5432/db``, where ``parts.port``
+    # raises) stay as they are; only the password goes.
+    hosts = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{hosts}"))
 
 
 def _mask_urls(data: Any) -> Any:

@@ -10,7 +10,7 @@ from faststream.kafka import KafkaMessage, TestKafkaBroker
 
 from shared.broker import INFRASTRUCTURE_SQLSTATES, is_infrastructure_sqlstate, is_transient, make_broker
 from shared.events import DeadLetter
-from shared.settings import Settings
+from shared.settings import Settings, mask_url
 
 
 def server_error(sqlstate: str, message: str = "error") -> asyncpg.PostgresError:
@@ -155,3 +155,10 @@ async def test_an_error_of_the_code_still_dead_letters_after_the_attempt_limit()
         await br.publish({"x": 1}, topic="t")
     assert len(calls) == 3
     assert [(letter.error_type, letter.attempts) for letter in letters] == [("UndefinedTableError", 3)]
+
+
+def test_a_multi_host_database_url_is_masked_too() -> None:
+    """The URL that follows a switchover (every host, ``target_session_attrs=read-write``) prints without its
+    password in ``evidentia settings --current`` (it used to raise: ``urlsplit`` cannot read its port)."""
+    url = "postgresql://evidentia:db-pw@pg-1:5432,pg-2:5432/evidentia?target_session_attrs=read-write"
+    assert mask_url(url) == "postgresql://evidentia:***@pg-1:5432,pg-2:5432/evidentia?target_session_attrs=read-write"
