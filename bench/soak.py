@@ -16,6 +16,12 @@ no rate limit) and then, for ``--duration`` seconds, at the same time:
   is started again. The retriever and the synthesizer run two instances each (``--replicas``), as an
   operator runs the services that answer requests; the others one. The gateway is killed too: clients
   then retry their connection, as behind a load balancer; an HTTP answer is never retried.
+* **database restarts**: ``--db-restarts`` times (default 1), spread evenly over the run, PostgreSQL is
+  stopped (fast shutdown: every session cut mid-statement), left down ``--db-down`` seconds (default 10)
+  and started again, while the services keep running. A request that needs the database while it is down
+  cannot be answered: its 5xx (from the start of the outage until 10 s after the database is back) is
+  counted apart, by endpoint and status, and any other 5xx is a failure. Accepted work must not be lost:
+  the store checks below hold as without the restarts.
 
 Then it waits for every accepted job and checks, in PostgreSQL: every document sent stored once, each
 with one chunk version with contiguous ordinals, every chunk exactly one vector, every job ``done`` with
@@ -147,13 +153,22 @@ class Record:
     jobs: list[str] = field(default_factory=list)
     sent: dict[str, int] = field(default_factory=dict)  # document id -> times sent
     ingest_refused: Counter[int] = field(default_factory=Counter)
+    db_restarts: list[Kill] = field(default_factory=list)  # PostgreSQL stopped at ``at``, ready at ``ready_at``
 
     def in_chaos(self, t: float) -> bool:
-        for k in self.kills:
-            end = (k.ready_at if k.ready_at is not None else float("inf")) + CHAOS_TAIL_S
-            if k.at <= t <= end:
-                return True
-        return False
+        return _within(self.kills + self.db_restarts, t)
+
+    def in_db_outage(self, t: float) -> bool:
+        return _within(self.db_restarts, t)
+
+
+def _within(windows: list[Kill], t: float) -> bool:
+    """Whether ``t`` falls from a window's start until ``CHAOS_TAIL_S`` after it ended (or it never ended)."""
+    for k in windows:
+        end = (k.ready_at if k.ready_at is not None else float("inf")) + CHAOS_TAIL_S
+        if k.at <= t <= end:
+            return True
+    return False
 
 
 async def call(
@@ -264,6 +279,32 @@ def chaos_loop(stacks: list[Any], args: argparse.Namespace, record: Record, stop
             print(f"[{time.strftime('%H:%M:%S')}] {name} could not be restarted: left down", flush=True)
 
 
+def db_restart_loop(postgres: Any, args: argparse.Namespace, record: Record, stop: threading.Event) -> None:
+    """``--db-restarts`` times, evenly spread over the run: stop PostgreSQL, wait ``--db-down`` s, start it."""
+    t0 = time.monotonic()
+    for i in range(args.db_restarts):
+        at = t0 + args.duration * (i + 1) / (args.db_restarts + 1)
+        if stop.wait(max(0.0, at - time.monotonic())):
+            return
+        outage = Kill("postgres", 0, time.monotonic())
+        record.db_restarts.append(outage)
+        postgres.stop()
+        print(f"[{time.strftime('%H:%M:%S')}] PostgreSQL stopped", flush=True)
+        stop.wait(args.db_down)  # started again even when the run ends meanwhile
+        for attempt in range(5):
+            try:
+                postgres.start()
+            except Exception as e:  # a slow shutdown of the last session: try again
+                outage.error = str(e)[-400:]
+                print(f"PostgreSQL start failed (attempt {attempt + 1}): {str(e)[:300]}", flush=True)
+                time.sleep(5)
+                continue
+            outage.ready_at = time.monotonic()
+            outage.restart_s = outage.ready_at - outage.at
+            print(f"[{time.strftime('%H:%M:%S')}] PostgreSQL up again after {outage.restart_s:.1f}s", flush=True)
+            break
+
+
 # ----------------------------------------------------------------------------------------- checks
 
 
@@ -368,13 +409,20 @@ def summarise(record: Record, checks: dict[str, Any], jobs: dict[str, dict[str, 
     out["jobs_state"] = dict(Counter(str(jobs.get(j, {}).get("state")) for j in record.jobs))
     out["jobs_with_failures"] = [j for j in record.jobs if jobs.get(j, {}).get("failures")][:10]
     out.update(checks)
-    five = sum(1 for c in record.calls if c.status >= 500)
+    out["db_restarts"] = len(record.db_restarts)
+    out["db_down_s"] = [round(k.restart_s, 1) for k in record.db_restarts if k.restart_s is not None]
+    # While the database is down a request that needs it cannot be answered: counted apart, by status.
+    unavailable = [c for c in record.calls if c.status >= 500 and record.in_db_outage(c.start)]
+    out["5xx_during_db_outage"] = dict(Counter(f"{c.endpoint} {c.status}" for c in unavailable))
+    five = sum(1 for c in record.calls if c.status >= 500) - len(unavailable)
     out["total_5xx"] = five
     problems = []
     if five:
-        problems.append(f"{five} answers were 5xx")
+        problems.append(f"{five} answers were 5xx (besides those while the database was down)")
     if any(k.ready_at is None for k in record.kills):
         problems.append("a killed service could not be restarted")
+    if any(k.ready_at is None for k in record.db_restarts):
+        problems.append("PostgreSQL could not be started again")
     if out["jobs_done"] != len(record.jobs):
         problems.append(f"{len(record.jobs) - out['jobs_done']} jobs not done")
     if out["jobs_with_failures"]:
@@ -409,6 +457,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Instances of the services that answer requests (as an operator runs them; a single one killed "
         "leaves searches unanswered until it is back). Default retriever=2,synthesizer=2.",
     )
+    p.add_argument(
+        "--db-restarts",
+        type=int,
+        default=1,
+        help="Times PostgreSQL is stopped and started again during the run, evenly spread (default 1; 0: never).",
+    )
+    p.add_argument("--db-down", type=float, default=10.0, help="Seconds PostgreSQL stays down each time (default 10).")
     p.add_argument("--drain-timeout", type=float, default=1200.0, help="Seconds to wait for the jobs at the end.")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--root", type=Path, default=None, help="Work directory (default: a temporary one).")
@@ -497,12 +552,15 @@ def main(argv: list[str] | None = None) -> int:
             record = Record()
             stop_chaos = threading.Event()
             chaos = threading.Thread(target=chaos_loop, args=(stacks, args, record, stop_chaos), daemon=True)
+            db_chaos = threading.Thread(target=db_restart_loop, args=(postgres, args, record, stop_chaos), daemon=True)
             t0 = time.monotonic()
             print(f"[{time.strftime('%H:%M:%S')}] load and chaos for {args.duration:.0f}s", flush=True)
             chaos.start()
+            db_chaos.start()
             asyncio.run(run_load(base, args, record))
             stop_chaos.set()
             chaos.join()  # a restart under way finishes first
+            db_chaos.join()
             wall = time.monotonic() - t0
             for st in stacks:  # nothing left dead by the last kill
                 for name, proc in st.processes.items():
