@@ -19,7 +19,7 @@ no rate limit) and then, for ``--duration`` seconds, at the same time:
 * **database restarts**: ``--db-restarts`` times (default 1), spread evenly over the run, PostgreSQL is
   stopped (fast shutdown: every session cut mid-statement), left down ``--db-down`` seconds (default 10)
   and started again, while the services keep running. A request that needs the database while it is down
-  cannot be answered: its 5xx (from the start of the outage until 10 s after the database is back) is
+  cannot be answered: its 5xx (a request under way from the stop until 10 s after the database is back) is
   counted apart, by endpoint and status, and any other 5xx is a failure. Accepted work must not be lost:
   the store checks below hold as without the restarts.
 
@@ -158,8 +158,14 @@ class Record:
     def in_chaos(self, t: float) -> bool:
         return _within(self.kills + self.db_restarts, t)
 
-    def in_db_outage(self, t: float) -> bool:
-        return _within(self.db_restarts, t)
+    def during_db_outage(self, call: Call) -> bool:
+        """Whether ``call`` was under way at some point of a database outage (or its tail): a search sent just
+        before the stop is answered during it."""
+        for k in self.db_restarts:
+            end = (k.ready_at if k.ready_at is not None else float("inf")) + CHAOS_TAIL_S
+            if call.start <= end and call.start + call.latency_s >= k.at:
+                return True
+        return False
 
 
 def _within(windows: list[Kill], t: float) -> bool:
@@ -412,7 +418,7 @@ def summarise(record: Record, checks: dict[str, Any], jobs: dict[str, dict[str, 
     out["db_restarts"] = len(record.db_restarts)
     out["db_down_s"] = [round(k.restart_s, 1) for k in record.db_restarts if k.restart_s is not None]
     # While the database is down a request that needs it cannot be answered: counted apart, by status.
-    unavailable = [c for c in record.calls if c.status >= 500 and record.in_db_outage(c.start)]
+    unavailable = [c for c in record.calls if c.status >= 500 and record.during_db_outage(c)]
     out["5xx_during_db_outage"] = dict(Counter(f"{c.endpoint} {c.status}" for c in unavailable))
     five = sum(1 for c in record.calls if c.status >= 500) - len(unavailable)
     out["total_5xx"] = five
