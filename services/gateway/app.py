@@ -24,7 +24,7 @@ from services.gateway.errors import error_headers, public_error
 from services.gateway.routes import admin, ask, conversations, ingest, ops, search, web, workflows
 from services.gateway.runtime import Gateway
 from shared import metrics, tracing
-from shared.broker import RemoteError, RequestTimeout
+from shared.broker import RemoteError, RequestTimeout, is_transient
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if is_transient(exc):  # an outage (a closed database connection, no primary mid-switchover): try again
+            return _error_response(public_error(503, "BackingServiceUnavailable", repr(exc), exc=exc), request)
         return _error_response(public_error(500, "InternalError", repr(exc), exc=exc), request)
 
     return app

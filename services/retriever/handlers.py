@@ -36,6 +36,7 @@ from shared.broker import (
     add_dead_letter_hook,
     decode_records,
     is_data_error,
+    is_transient,
     publish_dead_letters,
     records_of,
     reply,
@@ -330,10 +331,14 @@ def register_search(broker: KafkaBroker, state: RetrieverState) -> None:
             )
         except Exception as exc:  # the caller gets the error instead of a timeout
             log.exception("search failed")
-            answer = RetrievalReply(
-                trace_id=request.trace_id, error=ErrorInfo(type=type(exc).__name__, message=str(exc), status=500)
-            )
+            answer = RetrievalReply(trace_id=request.trace_id, error=search_failure(exc))
         await reply(broker, msg, answer)
+
+
+def search_failure(exc: Exception) -> ErrorInfo:
+    """What the caller is told of a search that failed: 503 for an outage of the database or the broker
+    (:func:`shared.broker.is_transient`: try again shortly), 500 for anything else (a bug)."""
+    return ErrorInfo(type=type(exc).__name__, message=str(exc), status=503 if is_transient(exc) else 500)
 
 
 def remaining_budget_s(msg: KafkaMessage, timeout_s: float) -> float:

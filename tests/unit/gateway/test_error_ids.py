@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
+import asyncpg
 import httpx
 import pytest
 from aiokafka.errors import KafkaConnectionError
@@ -29,8 +30,10 @@ def logged_error_ids(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
         (RequestTimeout("retrieval.requests", 30.0), 504),
         (KafkaConnectionError(SECRET_DETAIL), 503),
         (RuntimeError(SECRET_DETAIL), 500),
+        (asyncpg.ConnectionDoesNotExistError(SECRET_DETAIL), 503),
+        (ConnectionRefusedError(111, SECRET_DETAIL), 503),
     ],
-    ids=["remote", "timeout", "kafka", "unexpected"],
+    ids=["remote", "timeout", "kafka", "unexpected", "database-connection-lost", "connection-refused"],
 )
 async def test_a_server_error_answers_an_error_id_and_logs_the_detail(
     exc: Exception, status: int, caplog: pytest.LogCaptureFixture
