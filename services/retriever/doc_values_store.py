@@ -4,8 +4,9 @@
 a few seconds of one database core; searches meanwhile check candidates in SQL as before), then follows the
 documents' change feed (migration ``223_document_changes.sql``) before each search that uses the values: one
 indexed read of the changes past its horizon (usually none), then the current columns of the changed
-documents' chunks. So the values a search uses are those of every transaction committed before the search
-began; a transaction still in flight is read again until it has finished.
+documents' chunks, both in one repeatable-read snapshot of one connection. So the values a search uses are
+those of every transaction committed before the search began; a transaction still in flight is read again
+until it has finished.
 
 :func:`follow_forever` reads the changes every few seconds so that a quiet retriever's reads stay small. The
 feed's rows are pruned by age on the primary (:data:`CHANGES_KEPT_S`, by :func:`prune_forever` in every storing
@@ -112,14 +113,14 @@ class Changes:
     """A TRUNCATE, or rows pruned that this reader may not have seen: read everything again."""
 
 
-async def changes_since(conn: asyncpg.Connection | asyncpg.Pool, horizon: str) -> Changes:
+async def changes_since(conn: asyncpg.Connection, horizon: str) -> Changes:
     """The documents changed by transactions at or past ``horizon``."""
     row = await conn.fetchrow(_CHANGES_SQL, horizon)
     assert row is not None
     return Changes(str(row["horizon"]), list(row["documents"]), bool(row["pruned_past"] or row["truncated"]))
 
 
-async def columns_of(conn: asyncpg.Connection | asyncpg.Pool, documents: Sequence[str]) -> Rows:
+async def columns_of(conn: asyncpg.Connection, documents: Sequence[str]) -> Rows:
     """The current filter columns of ``documents``' chunks."""
     return _rows(await conn.fetch(_COLUMNS_SQL + "\nWHERE d.document_id = ANY ($1::text[])", list(documents)))
 
@@ -187,15 +188,21 @@ class DocValuesFollower:
         async with self._lock:
             if self._values is None:
                 return None
-            conn = pool or self._pool
-            changes = await changes_since(conn, self._horizon)
-            if changes.reload:
-                self._values = None
-                self.start_loading()
-                return None
-            if changes.documents:
-                self._values.put(await columns_of(conn, changes.documents))
-                DOC_VALUES_BYTES.set(self._values.nbytes)
+            # One connection, one snapshot: the changes, their columns and the new horizon are read together. Two
+            # acquisitions of a pool spread over replicas could read a change on one replica and its columns on
+            # another one behind it; the horizon would then pass the change with the old columns held.
+            async with (
+                (pool or self._pool).acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                changes = await changes_since(conn, self._horizon)
+                if changes.reload:
+                    self._values = None
+                    self.start_loading()
+                    return None
+                if changes.documents:
+                    self._values.put(await columns_of(conn, changes.documents))
+                    DOC_VALUES_BYTES.set(self._values.nbytes)
             self._horizon = changes.horizon
             return self._values
 
