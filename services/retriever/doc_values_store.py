@@ -8,6 +8,10 @@ documents' chunks, both in one repeatable-read snapshot of one connection. So th
 those of every transaction committed before the search began; a transaction still in flight is read again
 until it has finished.
 
+A read takes in at most :data:`MAX_REFRESH_DOCUMENTS` changed documents: past that (a long transaction holding
+the horizon where it began) the search checks its filters in SQL, and once the horizon moves everything is read
+again in the background (``evidentia_retriever_doc_values_held_back_total``, alert ``EvidentiaDocValuesHeldBack``).
+
 :func:`follow_forever` reads the changes every few seconds so that a quiet retriever's reads stay small. The
 feed's rows are pruned by age on the primary (:data:`CHANGES_KEPT_S`, by :func:`prune_forever` in every storing
 retriever); a follower whose horizon falls behind what was pruned (stalled that long), or that sees a TRUNCATE,
@@ -29,7 +33,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.doc_values import DocValues, Rows
-from shared.metrics import DOC_VALUES_BYTES
+from shared.metrics import DOC_VALUES_BYTES, DOC_VALUES_HELD_BACK, DOC_VALUES_PENDING
 from shared.periodic import run_every
 
 if TYPE_CHECKING:
@@ -47,6 +51,11 @@ PRUNE_EVERY_S = 60.0
 RETRY_LOAD_AFTER_S = 30.0
 #: Rows fetched at a time while reading every chunk's columns.
 LOAD_BATCH = 50_000
+#: The most changed documents one read of the feed takes in (their columns are read under the follower's lock,
+#: before a search). A long transaction (a reindex copy, a session idle in a transaction) holds the horizon where
+#: it began, so every read would take in everything changed since; past this many, the search checks its filters
+#: in SQL instead, and the follower reads everything again in the background once the horizon moves.
+MAX_REFRESH_DOCUMENTS = 5_000
 
 _COLUMNS_SQL = """
 SELECT b.chunk_key, d.year, d.study_type, d.evidence_level, d.source, d.retracted, d.priority
@@ -63,7 +72,7 @@ SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon,
        coalesce((SELECT below >= $1::text::xid8 FROM document_changes_pruned), false) AS pruned_past,
        EXISTS (SELECT 1 FROM document_changes WHERE xid >= $1::text::xid8 AND document_id IS NULL) AS truncated,
        ARRAY(SELECT DISTINCT document_id FROM document_changes
-             WHERE xid >= $1::text::xid8 AND document_id IS NOT NULL) AS documents"""
+             WHERE xid >= $1::text::xid8 AND document_id IS NOT NULL LIMIT $2) AS documents"""
 
 _PRUNE_SQL = """
 WITH gone AS (DELETE FROM document_changes WHERE changed_at < now() - make_interval(secs => $1) RETURNING xid)
@@ -111,13 +120,18 @@ class Changes:
     documents: list[str]
     reload: bool
     """A TRUNCATE, or rows pruned that this reader may not have seen: read everything again."""
+    over: bool = False
+    """More than the ``limit`` documents asked for changed (``documents`` holds ``limit`` + 1 of them)."""
 
 
-async def changes_since(conn: asyncpg.Connection, horizon: str) -> Changes:
-    """The documents changed by transactions at or past ``horizon``."""
-    row = await conn.fetchrow(_CHANGES_SQL, horizon)
+async def changes_since(conn: asyncpg.Connection, horizon: str, limit: int = MAX_REFRESH_DOCUMENTS) -> Changes:
+    """The documents changed by transactions at or past ``horizon`` (at most ``limit`` + 1 of them)."""
+    row = await conn.fetchrow(_CHANGES_SQL, horizon, limit + 1)
     assert row is not None
-    return Changes(str(row["horizon"]), list(row["documents"]), bool(row["pruned_past"] or row["truncated"]))
+    documents = list(row["documents"])
+    return Changes(
+        str(row["horizon"]), documents, bool(row["pruned_past"] or row["truncated"]), over=len(documents) > limit
+    )
 
 
 async def columns_of(conn: asyncpg.Connection, documents: Sequence[str]) -> Rows:
@@ -133,9 +147,10 @@ async def prune_changes(pool: asyncpg.Pool, kept_s: float = CHANGES_KEPT_S) -> N
 class DocValuesFollower:
     """One process's doc values: read in the background, then kept current by the change feed."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, max_refresh_documents: int = MAX_REFRESH_DOCUMENTS) -> None:
         self._pool = pool
         """Where everything is read at first (no statement timeout: at 10^6 chunks it takes seconds)."""
+        self._max_refresh = max_refresh_documents
         self._values: DocValues | None = None
         self._horizon = ""
         self._loading: asyncio.Task[None] | None = None
@@ -195,8 +210,20 @@ class DocValuesFollower:
                 (pool or self._pool).acquire() as conn,
                 conn.transaction(isolation="repeatable_read", readonly=True),
             ):
-                changes = await changes_since(conn, self._horizon)
-                if changes.reload:
+                changes = await changes_since(conn, self._horizon, self._max_refresh)
+                DOC_VALUES_PENDING.set(len(changes.documents))
+                if changes.over and not changes.reload:
+                    # Held back (a long transaction) or a burst: not read under the lock before a search. Once the
+                    # horizon has moved, reading everything again (in the background) brings it up to date.
+                    if changes.horizon == self._horizon:
+                        DOC_VALUES_HELD_BACK.labels("wait").inc()
+                        return None
+                    DOC_VALUES_HELD_BACK.labels("reload").inc()
+                    log.warning(
+                        "more documents changed than a doc-values read takes in: read everything again",
+                        extra={"over": self._max_refresh},
+                    )
+                if changes.reload or changes.over:
                     self._values = None
                     self.start_loading()
                     return None
