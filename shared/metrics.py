@@ -72,7 +72,8 @@ DOC_VALUES_HELD_BACK = Counter(
     "evidentia_retriever_doc_values_held_back_total",
     "Doc-values reads that found more changed documents than one read takes in (a long transaction holding the "
     "horizon back, or a burst): the search checked its filters in SQL instead; `action`: `reload` (everything "
-    "read again in the background) or `wait` (the horizon had not moved: nothing read).",
+    "read again in the background) or `wait` (the horizon had not moved, or everything was read again moments "
+    "ago: nothing read).",
     ["action"],
 )
 SEARCH_REPLICA_LAG = Gauge(

@@ -147,10 +147,18 @@ async def prune_changes(pool: asyncpg.Pool, kept_s: float = CHANGES_KEPT_S) -> N
 class DocValuesFollower:
     """One process's doc values: read in the background, then kept current by the change feed."""
 
-    def __init__(self, pool: asyncpg.Pool, max_refresh_documents: int = MAX_REFRESH_DOCUMENTS) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        max_refresh_documents: int = MAX_REFRESH_DOCUMENTS,
+        reload_after_s: float = RETRY_LOAD_AFTER_S,
+    ) -> None:
         self._pool = pool
         """Where everything is read at first (no statement timeout: at 10^6 chunks it takes seconds)."""
         self._max_refresh = max_refresh_documents
+        self._reload_after_s = reload_after_s
+        """Past the cap, everything is read again at most once in this long (a burst of writes lasts a while)."""
+        self._loaded_at: float | None = None
         self._values: DocValues | None = None
         self._horizon = ""
         self._loading: asyncio.Task[None] | None = None
@@ -188,6 +196,7 @@ class DocValuesFollower:
             return
         async with self._lock:
             self._values, self._horizon = values, horizon
+            self._loaded_at = time.monotonic()
         DOC_VALUES_BYTES.set(values.nbytes)
         log.info(
             "doc values read",
@@ -214,8 +223,10 @@ class DocValuesFollower:
                 DOC_VALUES_PENDING.set(len(changes.documents))
                 if changes.over and not changes.reload:
                     # Held back (a long transaction) or a burst: not read under the lock before a search. Once the
-                    # horizon has moved, reading everything again (in the background) brings it up to date.
-                    if changes.horizon == self._horizon:
+                    # horizon has moved, reading everything again (in the background, at most once every
+                    # reload_after_s, a burst lasting a while) brings the values up to date.
+                    recent = self._loaded_at is not None and time.monotonic() - self._loaded_at < self._reload_after_s
+                    if changes.horizon == self._horizon or recent:
                         DOC_VALUES_HELD_BACK.labels("wait").inc()
                         return None
                     DOC_VALUES_HELD_BACK.labels("reload").inc()

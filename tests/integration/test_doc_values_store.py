@@ -164,7 +164,7 @@ async def test_a_long_transaction_never_makes_a_search_read_everything_changed_s
     """Issue 40 (10): a transaction left open holds the horizon where it began; a read of the feed takes in at most
     ``max_refresh_documents`` documents, past that the search checks its filters in SQL (None), and once the
     horizon moves everything is read again, once."""
-    follower = DocValuesFollower(pool, max_refresh_documents=5)
+    follower = DocValuesFollower(pool, max_refresh_documents=5, reload_after_s=0.0)
     await follower.start_loading()
     assert await follower.current() is not None
     ids = [r[0] for r in await pool.fetch("SELECT document_id FROM documents ORDER BY document_id LIMIT 9")]
