@@ -6,9 +6,11 @@ A big JATS article or a Bookshelf NXML part (up to 64 MiB) does not fit a Kafka 
 to ``raw_documents`` (key: ``sha256:<hex>`` of the text, so a re-fetch of the same text writes nothing
 new) and the event becomes version 2 with ``content_ref`` instead of ``content``. The parser calls
 :func:`claim` to get the text back; a reference that is not (or no longer) stored is a poison event,
-dead-lettered with that reason. Stored texts are kept as long as the pipeline topics keep their
-events (:data:`shared.topics.PIPELINE_RETENTION_MS`), so a redelivered or replayed event still finds its
-text; older rows are removed by the fetcher (:func:`expire`, at most once an hour per process).
+dead-lettered with that reason. Stored texts are kept as long as an event or a dead letter may refer to them
+(:data:`shared.topics.REFERRED_CONTENT_KEPT_MS`: a pipeline retention, then a dead-letter retention, counted
+from the text's last check-in or claim), so a redelivered event, or one replayed from its dead letter up to
+the letter's last day, still finds its text; older rows are removed by the fetcher (:func:`expire`, at most once
+an hour per process).
 
 :func:`oversized_reason` says why an event can still not be published (its serialized size over the
 producer's limit even after the claim check, e.g. a ``document-json`` event): the fetcher marks that
@@ -22,7 +24,7 @@ import time
 from typing import Any
 
 from shared.events import DocumentFetched
-from shared.topics import PIPELINE_RETENTION_MS
+from shared.topics import REFERRED_CONTENT_KEPT_MS
 
 REF_PREFIX = "sha256:"
 ENVELOPE_ALLOWANCE = 64 * 1024
@@ -63,7 +65,10 @@ async def claim(pool: Any, event: DocumentFetched) -> str:
     if event.content is not None:
         return event.content
     ref = event.content_ref or ""
-    content = await pool.fetchval("SELECT content FROM raw_documents WHERE ref = $1", ref)
+    # A claim restarts the text's keeping: a letter the event becomes now is kept a dead-letter retention from now.
+    content = await pool.fetchval(
+        "UPDATE raw_documents SET created_at = greatest(created_at, now()) WHERE ref = $1 RETURNING content", ref
+    )
     if content is None:
         raise ClaimMissing(f"{event.document_id}: stored content {ref} not found")
     if content_ref(content) != ref:  # cannot happen unless the row was edited: never parse the wrong text
@@ -72,7 +77,7 @@ async def claim(pool: Any, event: DocumentFetched) -> str:
 
 
 async def expire(pool: Any, *, now: float | None = None) -> int:
-    """Remove stored texts older than the pipeline topics' retention (once an hour per process)."""
+    """Remove stored texts no event or dead letter can refer to any more (once an hour per process)."""
     global _last_expiry
     current = time.monotonic() if now is None else now
     if _last_expiry is not None and current - _last_expiry < 3600:
@@ -80,7 +85,7 @@ async def expire(pool: Any, *, now: float | None = None) -> int:
     _last_expiry = current
     status = await pool.execute(
         "DELETE FROM raw_documents WHERE created_at < now() - make_interval(secs => $1)",
-        PIPELINE_RETENTION_MS / 1000,
+        REFERRED_CONTENT_KEPT_MS / 1000,
     )
     return int(str(status).rsplit(" ", 1)[-1] or 0)
 

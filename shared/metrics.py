@@ -63,6 +63,19 @@ POSTINGS_CACHE_BYTES = Gauge(
 DOC_VALUES_BYTES = Gauge(
     "evidentia_retriever_doc_values_bytes", "Bytes of chunks' filter columns (doc values) the retriever holds."
 )
+DOC_VALUES_PENDING = Gauge(
+    "evidentia_retriever_doc_values_pending_documents",
+    "Documents changed past the doc values' horizon at their last read (counted up to one over the cap a read "
+    "takes in): high and steady while a long transaction holds the horizon back.",
+)
+DOC_VALUES_HELD_BACK = Counter(
+    "evidentia_retriever_doc_values_held_back_total",
+    "Doc-values reads that found more changed documents than one read takes in (a long transaction holding the "
+    "horizon back, or a burst): the search checked its filters in SQL instead; `action`: `reload` (everything "
+    "read again in the background) or `wait` (the horizon had not moved, or everything was read again moments "
+    "ago: nothing read).",
+    ["action"],
+)
 SEARCH_REPLICA_LAG = Gauge(
     "evidentia_retriever_search_replica_lag_seconds",
     "How far behind the primary the database the retriever searches is: 0 on the primary, or on a replica that "

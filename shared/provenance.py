@@ -12,7 +12,12 @@ refuses at storage time, for the race where the NCBI record lands while the inli
 - an inline document must be consistent with its source: a ``pubmed`` document's ``pmid`` is its
   ``source_id``, a ``pmc`` document's ``pmcid`` is its ``source_id`` (otherwise 422);
 - a later NCBI fetch of the same id replaces an inline document (NCBI is the authority), and the fetcher
-  does not count an inline copy as "already stored".
+  does not count an inline copy as "already stored";
+- an inline document stored *before* the NCBI record of an id it claims under another id of its own (a ``pmc``
+  document giving the record's ``pmid``, a ``pubmed`` one giving its ``pmcid``) loses that claim when the
+  record arrives (:func:`claim_column`): it stays stored, its ``pmid`` (or ``pmcid``) is cleared and recorded
+  under ``withdrawn_claims`` in its stored metadata, and it is cited by what it has left (its PMCID, or its
+  own ``source:source_id``). Both orders end the same way: one document is cited as the record's id.
 """
 
 from __future__ import annotations
@@ -37,6 +42,17 @@ def claimed_ids(doc: ParsedDocument) -> list[str]:
     if doc.pmcid:
         ids.append(document_id("pmc", doc.pmcid.strip()))
     return list(dict.fromkeys(ids))
+
+
+def claim_column(record_id: str) -> tuple[Literal["pmid", "pmcid"], str] | None:
+    """The column (and its value) by which an inline document of another id claims the record ``record_id``
+    (the inverse of :func:`claimed_ids`), or None when no column does (a Bookshelf id)."""
+    source, _, source_id = record_id.partition(":")
+    if source == "pubmed":
+        return "pmid", source_id
+    if source == "pmc":
+        return "pmcid", source_id
+    return None
 
 
 def inconsistency(doc: ParsedDocument) -> str | None:

@@ -38,6 +38,12 @@ REQUEST_TOPICS = (RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS, LLM_STEP_REQUESTS, NCB
 REPLY_TOPIC_PREFIX = "replies."
 PIPELINE_RETENTION_MS = 7 * 24 * 3600 * 1000
 """How long the pipeline topics keep their events (a week)."""
+DEAD_LETTER_RETENTION_MS = 30 * 24 * 3600 * 1000
+"""How long the dead-letter topics keep their letters (a month: someone has to look at them)."""
+REFERRED_CONTENT_KEPT_MS = PIPELINE_RETENTION_MS + DEAD_LETTER_RETENTION_MS
+"""How long content an event refers to (the claim check's ``raw_documents``) is kept after it was last used: an
+event waits at most a pipeline retention before it is read, and the dead letter it may become is kept a dead-letter
+retention from then, so a replay finds what its letter refers to."""
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +70,7 @@ def standard_topics(partitions: int) -> list[TopicSpec]:
     week = str(PIPELINE_RETENTION_MS)
     specs = [TopicSpec(t, partitions, {"retention.ms": week}) for t in PIPELINE_TOPICS]
     specs += [TopicSpec(t, partitions, {"retention.ms": str(3600 * 1000)}) for t in REQUEST_TOPICS]
-    # Dead letters are kept a month: someone has to look at them.
-    month = str(30 * 24 * 3600 * 1000)
+    month = str(DEAD_LETTER_RETENTION_MS)
     specs += [TopicSpec(dlq(t), 1, {"retention.ms": month}) for t in PIPELINE_TOPICS + REQUEST_TOPICS]
     return specs
 

@@ -9,14 +9,17 @@ late vector for an old chunk can never attach to a new one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from typing import Literal
 
 import asyncpg
 
 from services.parser.chunking import embedding_text
 from shared.models import Chunk, ParsedDocument
-from shared.provenance import CONFLICT_REASON, Origin, claimed_ids
+from shared.provenance import CONFLICT_REASON, Origin, claim_column, claimed_ids
+
+log = logging.getLogger(__name__)
 
 Outcome = Literal["inserted", "updated", "unchanged", "refused"]
 
@@ -35,6 +38,8 @@ class StoreResult:
     outcome: Outcome
     chunks: list[StoredChunk]
     reason: str | None = None
+    claims_withdrawn: list[str] = field(default_factory=list)
+    """Inline documents that claimed this NCBI record's id by their pmid or pmcid and no longer do."""
 
 
 def chunk_id(document_id: str, content_hash: str, ordinal: int) -> str:
@@ -53,7 +58,9 @@ async def store_document(
 
     ``origin`` is where the document came from (:mod:`shared.provenance`): an ``inline`` document that
     claims an id stored as an NCBI record is ``refused`` (nothing written); an NCBI record replaces an
-    inline document of the same id even when their content is the same.
+    inline document of the same id even when their content is the same, and takes its id from inline documents
+    stored before it that claim it by their pmid or pmcid (``claims_withdrawn``). Either side first locks the ids
+    in question, so an inline document and the record stored at the same moment end as in either order.
 
     Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (migration 211),
     else the stored document's (a replaced document keeps the priority it was given), else 50. A new priority
@@ -62,6 +69,11 @@ async def store_document(
     digest = doc.content_hash()
     doc_id = doc.document_id
     async with pool.acquire() as conn, conn.transaction():
+        # Before any row lock (the refusal below takes the record's row): one order for every storing transaction.
+        locked = sorted(claimed_ids(doc)) if origin == "inline" else [doc_id]
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('evidentia.claim:' || id)) FROM unnest($1::text[]) AS id", locked
+        )
         row = await conn.fetchrow(
             "SELECT content_hash, origin FROM documents WHERE document_id = $1 FOR UPDATE", doc_id
         )
@@ -76,6 +88,7 @@ async def store_document(
             if taken:
                 ids = ", ".join(sorted(str(r["document_id"]) for r in taken))
                 return StoreResult(doc_id, "refused", [], f"{ids} {CONFLICT_REASON}")
+        withdrawn = await _withdraw_inline_claims(conn, doc_id) if origin == "ncbi" else []
         current = None if row is None else row["content_hash"]
         if current == digest:
             if row is not None and row["origin"] != origin:
@@ -84,7 +97,7 @@ async def store_document(
                 await conn.execute(
                     "UPDATE documents SET priority = $2 WHERE document_id = $1 AND priority <> $2", doc_id, priority
                 )
-            return StoreResult(doc_id, "unchanged", [])
+            return StoreResult(doc_id, "unchanged", [], claims_withdrawn=withdrawn)
         outcome: Outcome = "inserted" if current is None else "updated"
         await conn.execute(
             """
@@ -148,7 +161,34 @@ async def store_document(
             [c.char_start for c in doc.chunks],
             [c.char_end for c in doc.chunks],
         )
-        return StoreResult(doc_id, outcome, stored)
+        return StoreResult(doc_id, outcome, stored, claims_withdrawn=withdrawn)
+
+
+async def _withdraw_inline_claims(conn: asyncpg.Connection, record_id: str) -> list[str]:
+    """Clear the pmid (or pmcid) by which inline documents of other ids claim NCBI record ``record_id``, noting it
+    in their metadata (``withdrawn_claims``); the ids of those documents."""
+    claim = claim_column(record_id)
+    if claim is None:
+        return []
+    column, value = claim
+    rows = await conn.fetch(
+        f"""UPDATE documents SET {column} = NULL,
+                metadata = metadata || jsonb_build_object(
+                    '{column}', NULL,
+                    'withdrawn_claims', coalesce(metadata -> 'withdrawn_claims', '[]'::jsonb) || jsonb_build_array(
+                        jsonb_build_object('{column}', {column}, 'record', $1::text, 'at', now())))
+            WHERE origin = 'inline' AND btrim({column}) = $2 AND document_id <> $1
+            RETURNING document_id""",
+        record_id,
+        value,
+    )
+    withdrawn = sorted(str(r["document_id"]) for r in rows)
+    if withdrawn:
+        log.warning(
+            "inline documents no longer claim the NCBI record's id",
+            extra={"record": record_id, column: value, "documents": withdrawn},
+        )
+    return withdrawn
 
 
 def _stored(doc_id: str, digest: str, title: str, c: Chunk) -> StoredChunk:

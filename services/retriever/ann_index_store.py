@@ -16,7 +16,15 @@
 ``CREATE INDEX CONCURRENTLY`` (writes and searches go on), then drops what the new index replaces; an index
 a failed build left invalid is dropped first. The retriever runs it in the background
 (:func:`maintain_forever`, one replica at a time by an advisory lock), so switching the setting and
-restarting the retrievers moves a store from one method to the other. The query side needs no switch: a
+restarting the retrievers moves a store from one method to the other.
+
+During a rolling deploy old and new retrievers hold two settings. The method to build is therefore decided
+in the database (migration ``241_vector_index_decision.sql``, :func:`decide_method`): the newest setting wins,
+newest meaning held by the retriever that began maintaining last (database time), so the new pods take over and
+the old ones, until they leave, build nothing (they log that they defer). A decision no retriever holding it
+has confirmed for :data:`STALE_AFTER_INTERVALS` maintenance intervals (its retrievers are gone) is taken over
+by whoever runs next. An old retriever restarted mid-deploy counts as newer and may win once; the index then
+returns to the new setting when that retriever leaves. The query side needs no switch: a
 search sets both methods' parameters and PostgreSQL uses the index the table has
 (:func:`services.retriever.store.nearest_chunks_settings`).
 """
@@ -27,6 +35,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import asyncpg
 
@@ -42,6 +51,10 @@ from shared.periodic import run_every
 from shared.settings import DEFAULT_IVFFLAT_PROBES, AnnMethod, DatabaseSettings
 
 log = logging.getLogger(__name__)
+
+#: A decision on the method that no retriever holding it has confirmed for this many maintenance intervals is
+#: taken over by a retriever with another setting (the ones holding it have gone).
+STALE_AFTER_INTERVALS = 3
 
 
 @dataclass(frozen=True)
@@ -62,10 +75,39 @@ class AnnPlan:
     drop_first: list[str] = field(default_factory=list)
     build: str | None = None
     drop_after: list[str] = field(default_factory=list)
+    deferred_to: AnnMethod | None = None
+    """Set when nothing was done because a newer setting decided this method (:func:`decide_method`)."""
 
     @property
     def empty(self) -> bool:
         return not (self.drop_first or self.build or self.drop_after)
+
+
+async def decide_method(conn: asyncpg.Connection, mine: AnnMethod, since: datetime | None, stale_s: float) -> AnnMethod:
+    """The method the vector table should have: ``mine`` (recorded as decided) when nothing is recorded, when the
+    record agrees, when this retriever began maintaining (``since``; None: now) after the record's newest holder
+    did, or when no holder has confirmed it for ``stale_s`` seconds; else the recorded one. Called under the
+    maintenance lock."""
+    row = await conn.fetchrow("SELECT method, since, confirmed_at, now() AS now FROM vector_index_decision")
+    started = since if since is not None else await conn.fetchval("SELECT now()")
+    if row is not None and row["method"] != mine:
+        newer = started > row["since"]
+        stale = (row["now"] - row["confirmed_at"]).total_seconds() > stale_s
+        if not (newer or stale):
+            return "ivfflat" if row["method"] == "ivfflat" else "hnsw"
+        log.info(
+            "the vector index method changes with this retriever's setting",
+            extra={"from": row["method"], "to": mine, "why": "newer setting" if newer else "decision not confirmed"},
+        )
+    await conn.execute(
+        """INSERT INTO vector_index_decision (method, since, confirmed_at) VALUES ($1, $2, now())
+           ON CONFLICT (one) DO UPDATE SET method = EXCLUDED.method, confirmed_at = now(),
+               since = CASE WHEN vector_index_decision.method = EXCLUDED.method
+                            THEN greatest(vector_index_decision.since, EXCLUDED.since) ELSE EXCLUDED.since END""",
+        mine,
+        started,
+    )
+    return mine
 
 
 def auto_lists(rows: int) -> int:
@@ -168,14 +210,28 @@ async def _rows(conn: asyncpg.Connection, table: str) -> int:
 
 
 async def maintain_ann_index(
-    pool: asyncpg.Pool, index: VectorIndex, db: DatabaseSettings, *, maintenance_work_mem: str | None = None
+    pool: asyncpg.Pool,
+    index: VectorIndex,
+    db: DatabaseSettings,
+    *,
+    maintenance_work_mem: str | None = None,
+    since: datetime | None = None,
 ) -> AnnPlan | None:
     """Bring ``index``'s table to the configured index (:func:`plan`); returns what was done, or None when
     another replica holds the maintenance lock. Builds run concurrently with writes and searches and without
-    a statement timeout (an HNSW build over 10^6 vectors takes many minutes)."""
+    a statement timeout (an HNSW build over 10^6 vectors takes many minutes). ``since``: when this retriever
+    began maintaining (database time; None: now, a newest setting): a retriever whose setting is older than the
+    decided one does nothing (:func:`decide_method`)."""
     async with advisory_session(pool, ANN_MAINTENANCE_LOCK) as conn:
         if conn is None:
             return None
+        decided = await decide_method(conn, db.vector_index, since, STALE_AFTER_INTERVALS * db.ann_maintain_every_s)
+        if decided != db.vector_index:
+            log.warning(
+                "vector index left as a newer retriever setting decided (this retriever's setting is older)",
+                extra={"table": index.table_name, "decided": decided, "setting": db.vector_index},
+            )
+            return AnnPlan(deferred_to=decided)
         await conn.execute("SET statement_timeout = 0")
         if maintenance_work_mem:
             await conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
@@ -204,10 +260,12 @@ async def maintain_ann_index(
 
 async def maintain_forever(pool: asyncpg.Pool, index: VectorIndex, db: DatabaseSettings) -> None:
     """:func:`maintain_ann_index` now and every ``db.ann_maintain_every_s`` seconds until cancelled; a failure
-    is logged and retried next time."""
-    await run_every(
-        db.ann_maintain_every_s,
-        lambda: maintain_ann_index(pool, index, db),
-        failure="vector index maintenance failed",
-        log=log,
-    )
+    is logged and retried next time. The retriever's setting dates from the first run (database time)."""
+    began: list[datetime] = []
+
+    async def maintain() -> None:
+        if not began:
+            began.append(await pool.fetchval("SELECT now()"))
+        await maintain_ann_index(pool, index, db, since=began[0])
+
+    await run_every(db.ann_maintain_every_s, maintain, failure="vector index maintenance failed", log=log)

@@ -4,8 +4,13 @@
 a few seconds of one database core; searches meanwhile check candidates in SQL as before), then follows the
 documents' change feed (migration ``223_document_changes.sql``) before each search that uses the values: one
 indexed read of the changes past its horizon (usually none), then the current columns of the changed
-documents' chunks. So the values a search uses are those of every transaction committed before the search
-began; a transaction still in flight is read again until it has finished.
+documents' chunks, both in one repeatable-read snapshot of one connection. So the values a search uses are
+those of every transaction committed before the search began; a transaction still in flight is read again
+until it has finished.
+
+A read takes in at most :data:`MAX_REFRESH_DOCUMENTS` changed documents: past that (a long transaction holding
+the horizon where it began) the search checks its filters in SQL, and once the horizon moves everything is read
+again in the background (``evidentia_retriever_doc_values_held_back_total``, alert ``EvidentiaDocValuesHeldBack``).
 
 :func:`follow_forever` reads the changes every few seconds so that a quiet retriever's reads stay small. The
 feed's rows are pruned by age on the primary (:data:`CHANGES_KEPT_S`, by :func:`prune_forever` in every storing
@@ -28,7 +33,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.doc_values import DocValues, Rows
-from shared.metrics import DOC_VALUES_BYTES
+from shared.metrics import DOC_VALUES_BYTES, DOC_VALUES_HELD_BACK, DOC_VALUES_PENDING
 from shared.periodic import run_every
 
 if TYPE_CHECKING:
@@ -46,6 +51,11 @@ PRUNE_EVERY_S = 60.0
 RETRY_LOAD_AFTER_S = 30.0
 #: Rows fetched at a time while reading every chunk's columns.
 LOAD_BATCH = 50_000
+#: The most changed documents one read of the feed takes in (their columns are read under the follower's lock,
+#: before a search). A long transaction (a reindex copy, a session idle in a transaction) holds the horizon where
+#: it began, so every read would take in everything changed since; past this many, the search checks its filters
+#: in SQL instead, and the follower reads everything again in the background once the horizon moves.
+MAX_REFRESH_DOCUMENTS = 5_000
 
 _COLUMNS_SQL = """
 SELECT b.chunk_key, d.year, d.study_type, d.evidence_level, d.source, d.retracted, d.priority
@@ -62,7 +72,7 @@ SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon,
        coalesce((SELECT below >= $1::text::xid8 FROM document_changes_pruned), false) AS pruned_past,
        EXISTS (SELECT 1 FROM document_changes WHERE xid >= $1::text::xid8 AND document_id IS NULL) AS truncated,
        ARRAY(SELECT DISTINCT document_id FROM document_changes
-             WHERE xid >= $1::text::xid8 AND document_id IS NOT NULL) AS documents"""
+             WHERE xid >= $1::text::xid8 AND document_id IS NOT NULL LIMIT $2) AS documents"""
 
 _PRUNE_SQL = """
 WITH gone AS (DELETE FROM document_changes WHERE changed_at < now() - make_interval(secs => $1) RETURNING xid)
@@ -110,16 +120,21 @@ class Changes:
     documents: list[str]
     reload: bool
     """A TRUNCATE, or rows pruned that this reader may not have seen: read everything again."""
+    over: bool = False
+    """More than the ``limit`` documents asked for changed (``documents`` holds ``limit`` + 1 of them)."""
 
 
-async def changes_since(conn: asyncpg.Connection | asyncpg.Pool, horizon: str) -> Changes:
-    """The documents changed by transactions at or past ``horizon``."""
-    row = await conn.fetchrow(_CHANGES_SQL, horizon)
+async def changes_since(conn: asyncpg.Connection, horizon: str, limit: int = MAX_REFRESH_DOCUMENTS) -> Changes:
+    """The documents changed by transactions at or past ``horizon`` (at most ``limit`` + 1 of them)."""
+    row = await conn.fetchrow(_CHANGES_SQL, horizon, limit + 1)
     assert row is not None
-    return Changes(str(row["horizon"]), list(row["documents"]), bool(row["pruned_past"] or row["truncated"]))
+    documents = list(row["documents"])
+    return Changes(
+        str(row["horizon"]), documents, bool(row["pruned_past"] or row["truncated"]), over=len(documents) > limit
+    )
 
 
-async def columns_of(conn: asyncpg.Connection | asyncpg.Pool, documents: Sequence[str]) -> Rows:
+async def columns_of(conn: asyncpg.Connection, documents: Sequence[str]) -> Rows:
     """The current filter columns of ``documents``' chunks."""
     return _rows(await conn.fetch(_COLUMNS_SQL + "\nWHERE d.document_id = ANY ($1::text[])", list(documents)))
 
@@ -132,9 +147,18 @@ async def prune_changes(pool: asyncpg.Pool, kept_s: float = CHANGES_KEPT_S) -> N
 class DocValuesFollower:
     """One process's doc values: read in the background, then kept current by the change feed."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        max_refresh_documents: int = MAX_REFRESH_DOCUMENTS,
+        reload_after_s: float = RETRY_LOAD_AFTER_S,
+    ) -> None:
         self._pool = pool
         """Where everything is read at first (no statement timeout: at 10^6 chunks it takes seconds)."""
+        self._max_refresh = max_refresh_documents
+        self._reload_after_s = reload_after_s
+        """Past the cap, everything is read again at most once in this long (a burst of writes lasts a while)."""
+        self._loaded_at: float | None = None
         self._values: DocValues | None = None
         self._horizon = ""
         self._loading: asyncio.Task[None] | None = None
@@ -172,6 +196,7 @@ class DocValuesFollower:
             return
         async with self._lock:
             self._values, self._horizon = values, horizon
+            self._loaded_at = time.monotonic()
         DOC_VALUES_BYTES.set(values.nbytes)
         log.info(
             "doc values read",
@@ -187,15 +212,35 @@ class DocValuesFollower:
         async with self._lock:
             if self._values is None:
                 return None
-            conn = pool or self._pool
-            changes = await changes_since(conn, self._horizon)
-            if changes.reload:
-                self._values = None
-                self.start_loading()
-                return None
-            if changes.documents:
-                self._values.put(await columns_of(conn, changes.documents))
-                DOC_VALUES_BYTES.set(self._values.nbytes)
+            # One connection, one snapshot: the changes, their columns and the new horizon are read together. Two
+            # acquisitions of a pool spread over replicas could read a change on one replica and its columns on
+            # another one behind it; the horizon would then pass the change with the old columns held.
+            async with (
+                (pool or self._pool).acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                changes = await changes_since(conn, self._horizon, self._max_refresh)
+                DOC_VALUES_PENDING.set(len(changes.documents))
+                if changes.over and not changes.reload:
+                    # Held back (a long transaction) or a burst: not read under the lock before a search. Once the
+                    # horizon has moved, reading everything again (in the background, at most once every
+                    # reload_after_s, a burst lasting a while) brings the values up to date.
+                    recent = self._loaded_at is not None and time.monotonic() - self._loaded_at < self._reload_after_s
+                    if changes.horizon == self._horizon or recent:
+                        DOC_VALUES_HELD_BACK.labels("wait").inc()
+                        return None
+                    DOC_VALUES_HELD_BACK.labels("reload").inc()
+                    log.warning(
+                        "more documents changed than a doc-values read takes in: read everything again",
+                        extra={"over": self._max_refresh},
+                    )
+                if changes.reload or changes.over:
+                    self._values = None
+                    self.start_loading()
+                    return None
+                if changes.documents:
+                    self._values.put(await columns_of(conn, changes.documents))
+                    DOC_VALUES_BYTES.set(self._values.nbytes)
             self._horizon = changes.horizon
             return self._values
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -182,3 +183,40 @@ async def test_an_advisory_session_is_one_replicas_at_a_time_and_released_after(
     async with pool.acquire() as other:
         assert await other.fetchval("SELECT pg_try_advisory_lock($1, $2)", *key)  # released after the block
         await other.execute("SELECT pg_advisory_unlock($1, $2)", *key)
+
+
+async def test_a_rolling_deploy_with_two_settings_builds_the_newer_ones_index_once(store: tuple) -> None:  # type: ignore[type-arg]
+    """Issue 40 (14): old and new retrievers, maintaining in turn, hold two ``VECTOR_INDEX`` settings: the newer
+    setting's index is built once and the old retrievers build nothing until they leave; a decision nobody holds
+    any more is taken over."""
+    pool, index, _ = store
+    await pool.execute("TRUNCATE vector_index_decision")
+    assert await _methods(pool, index) == [("hnsw", True, None)]
+    started = await pool.fetchval("SELECT now()")
+    old, old_since = _db("postgresql://x"), started - timedelta(minutes=30)
+    new = _db("postgresql://x", vector_index="ivfflat", ivfflat_min_rows=N, ivfflat_lists=4)
+    new_since = started
+    done = await maintain_ann_index(pool, index, old, since=old_since)
+    assert done is not None and done.empty and done.deferred_to is None  # before the deploy: as it was
+    builds = []
+    for _ in range(3):  # the deploy: old and new pods take turns
+        for db, since in ((new, new_since), (old, old_since)):
+            done = await maintain_ann_index(pool, index, db, since=since)
+            assert done is not None
+            builds += [done.build] if done.build else []
+            if db is old:
+                assert done.deferred_to == "ivfflat" and done.empty
+    assert len(builds) == 1 and "ivfflat" in str(builds[0])
+    assert await _methods(pool, index) == [("ivfflat", True, 4)]
+    assert await pool.fetchval("SELECT method FROM vector_index_decision") == "ivfflat"
+
+    # the new pods gone (a rollback to the old setting): their decision stays until it is stale, then the old
+    # setting takes over
+    assert (await maintain_ann_index(pool, index, old, since=old_since)).deferred_to == "ivfflat"  # type: ignore[union-attr]
+    stale_s = 3 * old.ann_maintain_every_s + 1
+    await pool.execute(
+        "UPDATE vector_index_decision SET confirmed_at = confirmed_at - make_interval(secs => $1)", stale_s
+    )
+    done = await maintain_ann_index(pool, index, old, since=old_since)
+    assert done is not None and done.deferred_to is None and done.build and "USING hnsw" in done.build
+    assert await _methods(pool, index) == [("hnsw", True, None)]

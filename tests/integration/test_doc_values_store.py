@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from services.parser.store import store_document
 from services.retriever.doc_values import DocValues, holds_all
@@ -150,6 +151,52 @@ async def test_a_truncate_or_a_pruned_feed_reads_everything_again(pool: asyncpg.
     await follower.start_loading()
     values = await follower.current()
     assert values is not None and len(values) == 0
+    await follower.stop()
+
+
+def _held_back(action: str) -> float:
+    return REGISTRY.get_sample_value("evidentia_retriever_doc_values_held_back_total", {"action": action}) or 0.0
+
+
+async def test_a_long_transaction_never_makes_a_search_read_everything_changed_since_it_began(
+    pool: asyncpg.Pool,
+) -> None:
+    """Issue 40 (10): a transaction left open holds the horizon where it began; a read of the feed takes in at most
+    ``max_refresh_documents`` documents, past that the search checks its filters in SQL (None), and once the
+    horizon moves everything is read again, once."""
+    follower = DocValuesFollower(pool, max_refresh_documents=5, reload_after_s=0.0)
+    await follower.start_loading()
+    assert await follower.current() is not None
+    ids = [r[0] for r in await pool.fetch("SELECT document_id FROM documents ORDER BY document_id LIMIT 9")]
+    moved = SearchFilters(year_from=2061)
+    async with pool.acquire() as long:
+        open_transaction = long.transaction()
+        await open_transaction.start()
+        await long.fetchval("SELECT pg_current_xact_id()")  # it writes: the horizon stays where it began
+        await pool.execute(
+            "UPDATE documents SET year = 2061, retracted = false, priority = 50 WHERE document_id = $1", ids[0]
+        )
+        values = await follower.current()  # a few changes: read as ever
+        assert values is not None and await may_pass(pool, values, moved) == await sql_passing(pool, moved) != set()
+        for doc in ids[1:]:  # eight transactions, each committed, all past the held horizon
+            await pool.execute(
+                "UPDATE documents SET year = 2062, retracted = false, priority = 50 WHERE document_id = $1", doc
+            )
+        waited, reloaded = _held_back("wait"), _held_back("reload")
+        for _ in range(3):
+            assert await follower.current() is None  # the search checks its filters in SQL
+        assert _held_back("wait") == waited + 3 and _held_back("reload") == reloaded
+        assert follower.loaded  # nothing read again while the horizon cannot move
+        assert REGISTRY.get_sample_value("evidentia_retriever_doc_values_pending_documents") == 6
+        await open_transaction.rollback()
+    assert await follower.current() is None  # the horizon moved: everything is read again, in the background
+    assert _held_back("reload") == reloaded + 1
+    await follower.start_loading()
+    values = await follower.current()
+    assert values is not None and await may_pass(pool, values, moved) == await sql_passing(pool, moved)
+    assert len(await sql_passing(pool, moved)) > len(
+        await sql_passing(pool, SearchFilters(year_from=2061, year_to=2061))
+    )
     await follower.stop()
 
 

@@ -5,6 +5,7 @@ Marked ``integration``: it runs on a PostgreSQL server of its own (``private_pos
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import asyncpg
@@ -119,6 +120,47 @@ async def test_the_ncbi_record_replaces_an_inline_copy_and_the_fetcher_fetches_o
     await private_pool.execute("UPDATE documents SET origin = 'inline' WHERE document_id = $1", real.document_id)
     assert (await store_document(private_pool, real, "ncbi")).outcome == "unchanged"
     assert (await _row(private_pool, real.document_id))["origin"] == "ncbi"
+
+
+async def _claimants(private_pool: asyncpg.Pool, column: str, value: str) -> list[str]:
+    rows = await private_pool.fetch(f"SELECT document_id FROM documents WHERE {column} = $1 ORDER BY 1", value)
+    return [str(r["document_id"]) for r in rows]
+
+
+async def test_the_ncbi_record_takes_its_id_from_an_inline_document_stored_before_it(
+    private_pool: asyncpg.Pool, real: ParsedDocument
+) -> None:
+    """Issue 40 (11): both orders end with one document cited as the record's PMID (or PMCID); the inline one stays
+    stored, cited by what it has left, and says what it lost."""
+    assert real.pmid is not None
+    borrowed = ParsedDocument(source="pmc", source_id="PMC99", pmcid="PMC99", pmid=real.pmid, title="x")
+    # inline first: stored, and for now cited as the PMID
+    assert (await store_document(private_pool, borrowed, "inline")).outcome == "inserted"
+    assert await _claimants(private_pool, "pmid", real.pmid) == [borrowed.document_id]
+    result = await store_document(private_pool, real, "ncbi")
+    assert result.outcome == "inserted" and result.claims_withdrawn == [borrowed.document_id]
+    assert await _claimants(private_pool, "pmid", real.pmid) == [real.document_id]
+    row = await private_pool.fetchrow(
+        "SELECT pmid, pmcid, origin, metadata FROM documents WHERE document_id = $1", borrowed.document_id
+    )
+    assert row is not None and row["pmid"] is None and row["pmcid"] == "PMC99" and row["origin"] == "inline"
+    metadata = json.loads(row["metadata"])
+    assert metadata["pmid"] is None
+    assert [(w["pmid"], w["record"]) for w in metadata["withdrawn_claims"]] == [(real.pmid, real.document_id)]
+    # the record again (a refresh): nothing more to take
+    assert (await store_document(private_pool, real, "ncbi")).claims_withdrawn == []
+    # record first: the inline document is refused, the same end
+    await private_pool.execute("DELETE FROM documents WHERE document_id = $1", borrowed.document_id)
+    assert (await store_document(private_pool, borrowed, "inline")).outcome == "refused"
+    assert await _claimants(private_pool, "pmid", real.pmid) == [real.document_id]
+
+    # a PMC record and an inline PubMed document giving its PMCID: the PubMed document keeps its own PMID
+    inline = ParsedDocument(source="pubmed", source_id="777", pmid="777", pmcid="PMC5", title="y")
+    record = ParsedDocument(source="pmc", source_id="PMC5", pmcid="PMC5", title="z")
+    assert (await store_document(private_pool, inline, "inline")).outcome == "inserted"
+    assert (await store_document(private_pool, record, "ncbi")).claims_withdrawn == [inline.document_id]
+    assert await _claimants(private_pool, "pmcid", "PMC5") == [record.document_id]
+    assert await _claimants(private_pool, "pmid", "777") == [inline.document_id]
 
 
 def test_the_server_derives_chunks_study_type_and_retraction_itself(real: ParsedDocument, chunker: Chunker) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -120,6 +121,64 @@ async def test_doc_values_read_on_a_replica_follow_the_primarys_commits(
     # the horizon read on the replica stayed below the older transaction, so its change is read now
     after = await may_pass(replica_pool, values, recent)
     assert after == await sql_passing(replica_pool, recent) and len(after) > len(seen)
+    await follower.stop()
+
+
+class SpreadPool:
+    """A pool whose connections go round the servers behind it, one acquisition after another, as a service over
+    two replicas hands them out (``EVIDENTIA_DATABASE_SEARCH_URL`` on such a service, docs/scaling.md)."""
+
+    def __init__(self, *pools: asyncpg.Pool) -> None:
+        self.pools = pools
+        self.acquired = 0
+
+    def acquire(self) -> Any:
+        pool = self.pools[self.acquired % len(self.pools)]
+        self.acquired += 1
+        return pool.acquire()
+
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetchrow(query, *args)
+
+    async def fetch(self, query: str, *args: Any) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetch(query, *args)
+
+
+async def test_doc_values_read_through_replicas_at_different_points_never_keep_a_stale_column(
+    private_pool: asyncpg.Pool, replica: LocalPostgres, replica_pool: asyncpg.Pool
+) -> None:
+    """Issue 40 (9): the change and its columns come from one replica; a replica behind the other costs a re-read,
+    never a filter that stays wrong."""
+    rng = random.Random(23)
+    for i in range(40):
+        await store_document(private_pool, filtered_doc(i, rng))
+    await caught_up(private_pool, replica_pool)
+    follower = DocValuesFollower(replica_pool)
+    await follower.start_loading()
+    assert await follower.current() is not None
+    # the primary stands for a replica that has replayed everything, the paused replica for one behind it
+    spread = SpreadPool(private_pool, replica_pool)
+    moved = str(await private_pool.fetchval("SELECT document_id FROM documents ORDER BY document_id LIMIT 1"))
+    target = SearchFilters(year_from=2088)
+    await lag_falls_to_zero(replica_pool)
+    await replay(replica, "pause")
+    try:
+        await private_pool.execute(
+            "UPDATE documents SET year = 2088, retracted = false, priority = 50 WHERE document_id = $1", moved
+        )
+        # two searches while one replica is behind: each of them reads one replica or the other
+        for _ in range(2):
+            await follower.current(cast("asyncpg.Pool", spread))
+    finally:
+        await replay(replica, "resume")
+    assert spread.acquired >= 2
+    await caught_up(private_pool, replica_pool)
+    for _ in range(2):  # a read on either replica, both now caught up
+        values = await follower.current(cast("asyncpg.Pool", spread))
+        assert values is not None
+        assert await may_pass(replica_pool, values, target) == await sql_passing(replica_pool, target) != set()
     await follower.stop()
 
 
