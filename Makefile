@@ -84,6 +84,7 @@ test-integration: venv model ## Integration tests only
 
 chaos: venv ## Fault tests (kill -9, Kafka/Postgres restarts, poison, timeouts) and API fuzzing only (~5 min)
 	$(PY) -m pytest tests/integration/test_faults.py tests/integration/test_api_fuzz.py
+	$(PY) -m pytest tests/integration/test_model_fault.py
 
 load: venv model ## Load test: own stack with the sample, K clients on /v1/search and /v1/ask vs in-process search
 	$(PY) bench/load.py --start-stack --clients 1,8 --duration 15

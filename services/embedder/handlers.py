@@ -127,9 +127,9 @@ class EmbedderState:
         broker.publisher(CHUNKS_EMBEDDED, title="chunks.embedded", schema=ChunkEmbedded)
 
     async def start(self) -> None:
-        embedder = with_fault_injection(get_embedder(self.settings.embedding), self.settings.embedding.fault_file)
+        embedder = get_embedder(self.settings.embedding)
         await asyncio.to_thread(embedder.warm_up)
-        self._embedder = embedder
+        self._embedder = with_fault_injection(embedder, self.settings.embedding.fault_file)  # tests only
         metrics.EMBED_DEVICE.labels(embedder.device, embedder.name).set(1)
         k = self.settings.kafka
         self._producer = AIOKafkaProducer(
@@ -154,16 +154,16 @@ class EmbedderState:
         """Model loaded, pipeline running, and the model not failing (see :meth:`live`)."""
         return self._embedder is not None and self.pipeline.running and self.pipeline.model_down_since is None
 
+    @property
+    def embedder(self) -> Embedder:
+        assert self._embedder is not None, "embedder not started"
+        return self._embedder
+
     async def live(self) -> bool:
         """False once the model has failed every try for ``model_down_restart_s``: Kubernetes restarts the
         pod (a sticky CUDA error outlives its process only rarely). Uncommitted batches are replayed."""
         down = self.pipeline.model_down_since
         return down is None or time.monotonic() - down < self.settings.embedding.model_down_restart_s
-
-    @property
-    def embedder(self) -> Embedder:
-        assert self._embedder is not None, "embedder not started"
-        return self._embedder
 
     def _encode(self, events: list[ChunkCreated]) -> Encoded:
         batch_size = self.settings.embedding.batch_size
