@@ -35,13 +35,13 @@ from embed_throughput import load_texts  # noqa: E402
 
 from services.embedder.encode import encode_vectors, serialize_vectors  # noqa: E402
 from services.embedder.pipeline import Batch, EmbedPipeline, Payload  # noqa: E402
-from shared.embedding.base import EmbedderConfig  # noqa: E402
+from shared.embedding.base import Embedder, EmbedderConfig  # noqa: E402
 from shared.embedding.sentence_transformers import SentenceTransformerEmbedder  # noqa: E402
 from shared.events import ChunkCreated  # noqa: E402
 
 
 async def service_path(
-    emb: SentenceTransformerEmbedder, records: list[bytes], consume: int, batch: int, decode_in: str = "loop"
+    emb: Embedder, records: list[bytes], consume: int, batch: int, decode_in: str = "loop"
 ) -> dict[str, float]:
     """One run; ``decode_in`` "loop" decodes each batch's events on the event loop (as the service does),
     "model-thread" hands the raw records to the model's thread, which decodes them before encoding, "single"
@@ -93,8 +93,18 @@ async def service_path(
     }
 
 
-def gpu_check_embedder(folder: str, device: str, batch: int) -> SentenceTransformerEmbedder:
-    """The GPU check's MiniLM from ``folder`` on ``device`` (fp16 on CUDA), loaded."""
+def gpu_check_embedder(folder: str, device: str, batch: int) -> Embedder:
+    """The GPU check's model from ``folder`` on ``device`` (fp16 on CUDA), loaded: MiniLM on torch, or, for a
+    folder holding ``onnx/model.onnx`` (bge-small-en-v1.5 as ``evidentia models fetch`` writes it), the
+    service's own factory (:func:`shared.embedding.get_embedder`), i.e. the runtime and provider the
+    embedder itself would pick for ``EVIDENTIA_EMBEDDING_DEVICE=device``."""
+    if (Path(folder) / "onnx" / "model.onnx").is_file():
+        from shared.embedding import get_embedder
+        from shared.settings import EmbeddingSettings
+
+        model = get_embedder(EmbeddingSettings(model=folder, device=device, batch_size=batch, backend="onnx"))
+        model.warm_up()
+        return model
     emb = SentenceTransformerEmbedder(
         EmbedderConfig(
             name="sentence-transformers/all-MiniLM-L6-v2",
@@ -188,6 +198,7 @@ def main() -> None:
                 json.dumps(
                     {
                         "path": f"service pipeline (no Kafka), {device}, token ids",
+                        "model": emb.name,
                         "processes": 1,
                         "texts": len(records),
                         "consume_batch": consume,

@@ -2,7 +2,8 @@
 
 ``make_app`` wraps a broker in ``AsgiFastStream`` so the same process serves Prometheus metrics and
 Kubernetes probes next to its consumers; ``run_app`` runs it under uvicorn. ``/healthz`` (liveness)
-answers while the process's event loop is alive; ``/readyz`` answers 204 only when the broker is
+answers while the process's event loop is alive (and the service's own ``live()`` check, if it has one,
+passes); ``/readyz`` answers 204 only when the broker is
 connected and the service's own readiness check (database, model) passes.
 """
 
@@ -66,6 +67,7 @@ def service_app(
         on_startup=[state.start],
         on_shutdown=[state.stop],
         ready=state.ready,
+        live=getattr(state, "live", None),
         description=description,
     )
 
@@ -78,10 +80,13 @@ def make_app(
     after_startup: Sequence[Hook] = (),
     on_shutdown: Sequence[Hook] = (),
     ready: ReadyCheck | None = None,
+    live: ReadyCheck | None = None,
     description: str = "",
 ) -> AsgiFastStream:
     @get(include_in_schema=False)
     async def healthz(scope: Any) -> AsgiResponse:
+        if live is not None and not await live():  # e.g. the embedder's model broken for minutes: restart me
+            return AsgiResponse(b"not live", 503)
         return AsgiResponse(b"ok", 200)
 
     broker_ping = make_ping_asgi(broker, timeout=5.0, include_in_schema=False)

@@ -305,6 +305,23 @@ class EmbeddingSettings(BaseSettings):
             "base64) or `list` (v1, a JSON list of numbers) while retrievers older than v2 still consume."
         ),
     )
+    model_retry_max_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest wait between two tries of a batch while the model itself fails (a sticky CUDA "
+        "error, GPU memory gone): such batches are retried from 1 s, doubling, never dead-lettered.",
+    )
+    model_down_restart_s: float = Field(
+        120.0,
+        ge=0,
+        description="After the model has failed this long, the embedder's liveness probe (`/healthz`) fails too, "
+        "so Kubernetes restarts the pod; its readiness (`/readyz`) fails from the first failure.",
+    )
+    fault_file: str | None = Field(
+        None,
+        description="Tests only (`make chaos`): while this file exists, every call to the model fails. "
+        "Unset (the default), the model is not wrapped at all.",
+    )
 
 
 class ChunkingSettings(BaseSettings):

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from services.embedder.pipeline import Payload
+from services.embedder.pipeline import EncoderUnavailable, Payload
 from shared import metrics
 from shared.embedding.base import Embedder
 from shared.events import ChunkCreated, ChunkEmbedded, PackedVector
@@ -32,13 +32,21 @@ class Encoded:
     rejected: list[tuple[int, BaseException]] = field(default_factory=list)
 
 
-def encode_isolating(encode: Callable[[list[ChunkCreated]], np.ndarray], events: Sequence[ChunkCreated]) -> Encoded:
+def encode_isolating(
+    encode: Callable[[list[ChunkCreated]], np.ndarray],
+    events: Sequence[ChunkCreated],
+    probe: Callable[[], None] | None = None,
+) -> Encoded:
     """Encode ``events``; when the batch fails, bisect it so only the events that fail alone are rejected.
 
     One bad event (or a batch too big for the GPU's memory) used to dead-letter the whole batch. Halves
-    are retried down to single events; a single event that fails is rejected with its error. When every
-    single event fails, the fault is not in the events (the model or the device is broken): the first
-    error is raised for the whole batch instead of rejecting each.
+    are retried down to single events; a single event that fails is rejected with its error.
+
+    Before any event is rejected, the model itself is checked: ``probe()`` encodes a known-good passage.
+    When it fails too, the fault is the model's or the device's (a sticky CUDA error, the GPU's memory
+    gone), not the events': :class:`EncoderUnavailable` is raised for the whole batch, which is then
+    retried, never dead-lettered. Without ``probe``, only a batch whose every event fails alone counts
+    as the model's fault. The probe runs only when something failed: healthy batches never pay for it.
     """
     parts: list[tuple[list[int], np.ndarray]] = []
     rejected: list[tuple[int, BaseException]] = []
@@ -56,11 +64,31 @@ def encode_isolating(encode: Callable[[list[ChunkCreated]], np.ndarray], events:
             run(idx[mid:])
 
     run(list(range(len(events))))
-    if not parts and rejected:
-        raise rejected[0][1]
+    if rejected:
+        first = rejected[0][1]
+        if probe is None:
+            if not parts:
+                message = f"the model failed on each of {len(events)} events alone: {first!r}"
+                raise EncoderUnavailable(message) from first
+        else:
+            try:
+                probe()
+            except Exception as exc:
+                raise EncoderUnavailable(f"the model fails on a known-good passage: {exc!r}") from exc
     good = [i for idx, _ in parts for i in idx]
     vectors = np.concatenate([v for _, v in parts]) if parts else np.zeros((0, 0), dtype=np.float32)
     return Encoded(vectors=vectors, good=good, rejected=sorted(rejected, key=lambda r: r[0]))
+
+
+PROBE_PASSAGE = "Aspirin reduces the risk of myocardial infarction in adults with stable angina."
+"""A passage every model can embed: when it fails, the model is broken, not the events of a batch."""
+
+
+def probe_model(embedder: Embedder) -> None:
+    """Raise unless ``embedder`` gives a finite vector of its dimension for :data:`PROBE_PASSAGE`."""
+    vector = embedder.encode_passages([PROBE_PASSAGE], 1)
+    if vector.shape != (1, embedder.dim) or not np.isfinite(vector).all():
+        raise RuntimeError(f"the model gave a vector of shape {vector.shape} or not finite for a known-good passage")
 
 
 def finite_rows(vectors: np.ndarray) -> np.ndarray:

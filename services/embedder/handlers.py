@@ -26,6 +26,7 @@ import asyncio
 import contextvars
 import logging
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,11 +35,13 @@ from aiokafka.abc import ConsumerRebalanceListener
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from services.embedder.encode import Encoded, encode_isolating, encode_vectors, serialize_encoded
+from services.embedder.encode import Encoded, encode_isolating, encode_vectors, probe_model, serialize_encoded
+from services.embedder.fault import with_fault_injection
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
 from shared import metrics, tracing
 from shared.broker import (
     EVENT_TYPE_HEADER,
+    PartitionPause,
     decode_records,
     publish_dead_letters,
     records_of,
@@ -114,6 +117,7 @@ class EmbedderState:
             on_error=self._dead_letter,
             rejects=lambda result: list(result.rejected),
             depth=2,
+            model_retry_max_s=settings.embedding.model_retry_max_s,
         )
 
     def attach(self, broker: KafkaBroker) -> None:
@@ -125,7 +129,7 @@ class EmbedderState:
     async def start(self) -> None:
         embedder = get_embedder(self.settings.embedding)
         await asyncio.to_thread(embedder.warm_up)
-        self._embedder = embedder
+        self._embedder = with_fault_injection(embedder, self.settings.embedding.fault_file)  # tests only
         metrics.EMBED_DEVICE.labels(embedder.device, embedder.name).set(1)
         k = self.settings.kafka
         self._producer = AIOKafkaProducer(
@@ -147,16 +151,25 @@ class EmbedderState:
             self._producer = None
 
     async def ready(self) -> bool:
-        return self._embedder is not None and self.pipeline.running
+        """Model loaded, pipeline running, and the model not failing (see :meth:`live`)."""
+        return self._embedder is not None and self.pipeline.running and self.pipeline.model_down_since is None
 
     @property
     def embedder(self) -> Embedder:
         assert self._embedder is not None, "embedder not started"
         return self._embedder
 
+    async def live(self) -> bool:
+        """False once the model has failed every try for ``model_down_restart_s``: Kubernetes restarts the
+        pod (a sticky CUDA error outlives its process only rarely). Uncommitted batches are replayed."""
+        down = self.pipeline.model_down_since
+        return down is None or time.monotonic() - down < self.settings.embedding.model_down_restart_s
+
     def _encode(self, events: list[ChunkCreated]) -> Encoded:
         batch_size = self.settings.embedding.batch_size
-        return encode_isolating(lambda part: encode_vectors(self.embedder, part, batch_size), events)
+        return encode_isolating(
+            lambda part: encode_vectors(self.embedder, part, batch_size), events, lambda: probe_model(self.embedder)
+        )
 
     def _serialize(self, events: list[ChunkCreated], encoded: Encoded) -> list[Payload]:
         return serialize_encoded(
@@ -199,6 +212,7 @@ class EmbedderState:
         # With tracing on, the batch's consume span (FastStream's telemetry middleware) travels with it, so
         # the vectors' records carry its traceparent (shared.broker.send_keyed).
         context = contextvars.copy_context() if tracing.enabled() else None
+        await self._wait_for_model(consumer)
         await self.pipeline.submit(
             Batch(
                 events=events,
@@ -209,6 +223,21 @@ class EmbedderState:
                 context=context,
             )
         )
+
+    async def _wait_for_model(self, consumer: AIOKafkaConsumer | None) -> None:
+        """While the model is down and the pipeline full, keep polling with every partition paused.
+
+        Just waiting in :meth:`EmbedPipeline.submit` would stop polling; past ``max_poll_interval_ms``
+        Kafka would move the partitions to another replica, which fails the same way.
+        """
+        if self.pipeline.model_down_since is None or not self.pipeline.full:
+            return
+        pause = PartitionPause(consumer)
+        try:
+            while self.pipeline.model_down_since is not None and self.pipeline.full and self.pipeline.running:
+                await pause.wait(1.0)
+        finally:
+            pause.resume()
 
 
 def batch_subscriber_options(state: EmbedderState) -> dict[str, Any]:

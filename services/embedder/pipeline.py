@@ -18,6 +18,12 @@ Back-pressure: both queues are bounded (``depth`` batches each), so when publish
 encoder blocks, then :meth:`submit` blocks, which stops the consume loop: aiokafka stops prefetching
 once its buffer is full, i.e. consumption pauses until the publisher catches up.
 
+Faults of the model itself (a sticky CUDA error, out of GPU memory on every try): ``encode`` raises
+:class:`EncoderUnavailable`, and the batch is encoded again with back-off, never dead-lettered nor
+committed, until the model answers; :attr:`EmbedPipeline.model_down_since` says since when it has
+failed (the service's readiness and liveness read it). Meanwhile the queues fill and consumption stops.
+Any other failure of ``encode`` belongs to the batch: it is dead-lettered and committed.
+
 Nothing here imports FastStream or pydantic: the handler supplies the encode, publish, commit and
 dead-letter functions (the GPU check drives this class without Kafka).
 """
@@ -40,6 +46,14 @@ Payload = tuple[bytes | None, bytes]
 """A message to publish: (key, value)."""
 Offsets = dict[Any, int]
 """Next offset to commit per topic-partition (an aiokafka ``TopicPartition``)."""
+
+
+class EncoderUnavailable(RuntimeError):
+    """Raised by ``encode`` when the fault is in the model or its device, not in the batch's events.
+
+    Infrastructure, like a broker outage: the batch is retried until the model works again, and dead-
+    lettering it would lose good work (every later batch would fail the same way).
+    """
 
 
 @dataclass
@@ -78,7 +92,9 @@ class EmbedPipeline(Generic[T]):
     exc)`` is called when ``encode`` fails for a batch (e.g. to dead-letter it); the batch is then still
     committed so the consumer moves on. ``rejects(result)`` names single events the encoder or the
     serialiser set aside (bisected failures, NaN vectors): each is passed to ``on_error`` alone, with its
-    own error and record, before the batch's offsets are committed.
+    own error and record, before the batch's offsets are committed. When ``encode`` raises
+    :class:`EncoderUnavailable` the same batch is encoded again after ``model_retry_s`` (doubling up to
+    ``model_retry_max_s``) until it succeeds or the pipeline stops (then it is left uncommitted).
     """
 
     def __init__(
@@ -92,6 +108,8 @@ class EmbedPipeline(Generic[T]):
         rejects: Callable[[Any], list[tuple[int, BaseException]]] | None = None,
         depth: int = 2,
         publish_retry_s: float = 1.0,
+        model_retry_s: float = 1.0,
+        model_retry_max_s: float = 30.0,
     ) -> None:
         self._encode = encode
         self._serialize = serialize
@@ -101,6 +119,13 @@ class EmbedPipeline(Generic[T]):
         self._rejects = rejects
         self._depth = max(1, depth)
         self._retry_s = publish_retry_s
+        self._model_retry_s = model_retry_s
+        self._model_retry_max_s = max(model_retry_s, model_retry_max_s)
+        self.model_down_since: float | None = None
+        """``time.monotonic()`` when the model began failing every batch (:class:`EncoderUnavailable`);
+        None while it works."""
+        self._stopping: asyncio.Event | None = None
+        self._abandoned = False
         self._encode_q: asyncio.Queue[Batch[T]] | None = None
         self._publish_q: asyncio.Queue[Batch[T]] | None = None
         self._serialize_q: asyncio.Queue[tuple[Batch[T], Any]] | None = None
@@ -122,6 +147,7 @@ class EmbedPipeline(Generic[T]):
         self._serialize_q = asyncio.Queue(self._depth)
         self._idle = asyncio.Event()
         self._idle.set()
+        self._stopping = asyncio.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._ser_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-json")
         self._tasks = [
@@ -133,6 +159,8 @@ class EmbedPipeline(Generic[T]):
     async def stop(self, grace_s: float = 60.0) -> None:
         """Stop taking batches, finish (publish and commit) those taken, within ``grace_s``."""
         self._closing = True
+        if self._stopping is not None:
+            self._stopping.set()
         try:
             await asyncio.wait_for(self.drain(), grace_s)
         except TimeoutError:
@@ -149,6 +177,11 @@ class EmbedPipeline(Generic[T]):
     @property
     def running(self) -> bool:
         return bool(self._tasks) and not self._closing
+
+    @property
+    def full(self) -> bool:
+        """True when :meth:`submit` would wait (the encoder's queue is full)."""
+        return self._encode_q is not None and self._encode_q.full()
 
     @property
     def in_flight(self) -> int:
@@ -180,15 +213,33 @@ class EmbedPipeline(Generic[T]):
             batch = await self._encode_q.get()
             start = time.perf_counter()
             self.stats.encoder_idle_s += start - waited
+            if self._abandoned:  # an earlier batch was left unencoded: no later one may be committed past it
+                self._finish()
+                continue
             result: Any = None
             failed: BaseException | None = None
-            try:
-                result = await loop.run_in_executor(self._pool, self._encode, batch.events)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.exception("encoding a batch of %d events failed", len(batch.events))
-                failed = exc
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    result = await loop.run_in_executor(self._pool, self._encode, batch.events)
+                except asyncio.CancelledError:
+                    raise
+                except EncoderUnavailable as exc:
+                    if await self._model_down(batch, exc, attempt):
+                        continue
+                    failed = exc  # shutting down: left uncommitted, replayed after the restart
+                except Exception as exc:
+                    log.exception("encoding a batch of %d events failed", len(batch.events))
+                    failed = exc
+                break
+            if isinstance(failed, EncoderUnavailable):
+                self._abandoned = True
+                self._finish()
+                continue
+            if failed is None and self.model_down_since is not None:
+                log.warning("the model works again after %.1fs", time.monotonic() - self.model_down_since)
+                self.model_down_since = None
             elapsed = time.perf_counter() - start
             self.stats.encode_s += elapsed
             if failed is not None:
@@ -198,6 +249,29 @@ class EmbedPipeline(Generic[T]):
             elif self._on_encoded is not None:
                 self._on_encoded(batch, elapsed)
             await self._serialize_q.put((batch, result))
+
+    async def _model_down(self, batch: Batch[T], exc: EncoderUnavailable, attempt: int) -> bool:
+        """Wait before encoding ``batch`` again; False when the pipeline is stopping instead."""
+        if self.model_down_since is None:
+            self.model_down_since = time.monotonic()
+        if self._closing:
+            log.error("the model is down at shutdown (%r); %d events left to replay", exc, len(batch.events))
+            return False
+        delay = min(self._model_retry_max_s, self._model_retry_s * 2 ** min(attempt - 1, 20))
+        log.error(
+            "the model failed (attempt %d at a batch of %d events, down for %.1fs): %r; retrying in %.1fs",
+            attempt,
+            len(batch.events),
+            time.monotonic() - self.model_down_since,
+            exc,
+            delay,
+        )
+        assert self._stopping is not None
+        try:
+            await asyncio.wait_for(self._stopping.wait(), delay)
+        except TimeoutError:
+            return True
+        return False
 
     async def _serializer(self) -> None:
         assert self._serialize_q is not None and self._publish_q is not None

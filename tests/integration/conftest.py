@@ -176,6 +176,10 @@ def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
             "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "30",
             "EVIDENTIA_LOG_FORMAT": "json",
             "EVIDENTIA_LLM_MODEL": "claude-test",
+            # Test-only model fault (tests/integration/test_model_fault.py): inert until that file exists.
+            "EVIDENTIA_EMBEDDING_FAULT_FILE": str(infra.root / "embedder-model-fault"),
+            "EVIDENTIA_EMBEDDING_MODEL_RETRY_MAX_S": "5",
+            "EVIDENTIA_EMBEDDING_MODEL_DOWN_RESTART_S": "30",
         }
     )
     env.pop("ANTHROPIC_API_KEY", None)
