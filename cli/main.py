@@ -35,6 +35,7 @@ COMMANDS: tuple[str, ...] = (
     "dlq",
     "serve",
     "reindex",
+    "bulk",
     "eval",
     "evidence",
     "docs",
