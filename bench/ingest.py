@@ -58,6 +58,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -148,7 +149,10 @@ def synthesise(source: Source, n: int, seed: int = 34) -> list[SynthDoc]:
         while len(sentences) < total:
             other = abstracts[rng.randrange(len(abstracts))]
             sentences.insert(rng.randrange(len(sentences) + 1), rng.choice(other.sentences))
-        docs.append(SynthDoc(str(PMID_BASE + j), a.title, sentences, a.year or rng.randint(1990, 2025), a.mesh[:12]))
+        # Whitespace collapsed as PubMed XML's parser collapses it: both paths embed the very same text.
+        sentences = [" ".join(s.split()) for s in sentences]
+        title = " ".join(a.title.split())
+        docs.append(SynthDoc(str(PMID_BASE + j), title, sentences, a.year or rng.randint(1990, 2025), a.mesh[:12]))
     return docs
 
 
@@ -283,6 +287,24 @@ class CpuMeter:
             "beside_share_of_cores": round((machine - ours) / capacity, 4),
             "load_average_mean": round(sum(self.load) / len(self.load), 2) if self.load else os.getloadavg()[0],
         }
+
+
+def settle(pids: dict[str, int], quiet_cores: float = 0.2, window_s: float = 5.0, limit_s: float = 240.0) -> float:
+    """Wait until the stack is idle (its CPU below ``quiet_cores`` in three windows of ``window_s`` in a row);
+    the seconds waited (at most ``limit_s``).
+
+    A service is ready before its background warm-ups end (the gateway's and the synthesizer's emergency
+    guard loads a torch model after /readyz answers, ~1 core for seconds); an idle stack uses ~0.1 core
+    (the consumers' polls and Kafka). Measured from "ready", a run would pay for start-up work.
+    """
+    started = time.perf_counter()
+    quiet = 0
+    while quiet < 3 and time.perf_counter() - started < limit_s:
+        before = sum(process_cpu(p) for p in pids.values())
+        time.sleep(window_s)
+        used = sum(process_cpu(p) for p in pids.values()) - before
+        quiet = quiet + 1 if used < quiet_cores * window_s else 0
+    return time.perf_counter() - started
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -465,6 +487,8 @@ def run_path(path: str, docs: list[SynthDoc], args: argparse.Namespace) -> dict[
             metrics_port = stack.services.processes["embedder"].port
             before = scrape(metrics_port)
             stack_pids = dict(stack.pids)
+            settled_s = settle(stack_pids) if args.settle else 0.0
+            print(f"[{path} {n}] stack idle after {settled_s:.0f}s", flush=True)
             meter = CpuMeter(stack_pids)
             job_id = f"bench-{uuid.uuid4().hex[:12]}"
             jsonl = root / "docs.jsonl"
@@ -504,6 +528,7 @@ def run_path(path: str, docs: list[SynthDoc], args: argparse.Namespace) -> dict[
         "searchable": len(searchable),
         "chunks": chunks,
         "complete": complete,
+        "settled_s": round(settled_s, 1),
         "job_counts": counts,
         "seconds": round(wall, 2),
         "documents_per_s": round(len(searchable) / wall, 2),
@@ -563,6 +588,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=None, help="Folder for the stacks (default: a temporary one).")
     p.add_argument("--keep", action="store_true", help="Keep the stack's folder (logs, data) after the run.")
     p.add_argument("--seed", type=int, default=34)
+    p.add_argument(
+        "--no-settle",
+        dest="settle",
+        action="store_false",
+        help="Start at once when the services are ready (default: wait until their start-up work is over).",
+    )
     p.add_argument("--json", action="store_true", help="Print one JSON object per run instead of a table row.")
     p.add_argument("--out", type=Path, default=None, help="Also write all runs as a JSON list here.")
     return p
@@ -570,6 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # `timeout`/`kill` send SIGTERM: leave through the stacks' clean-up (no Kafka or PostgreSQL left behind).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(s) for s in str(args.docs).split(",") if s.strip()]
     paths = [s.strip() for s in args.path.split(",") if s.strip()]
     if not sizes or any(s < 1 for s in sizes) or not paths or set(paths) - {"jsonl", "eutils"}:
