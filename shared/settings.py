@@ -647,6 +647,12 @@ class GatewaySettings(BaseSettings):
             "periodic job in the gateway; 0: kept until deleted (`DELETE /v1/conversations/{id}`)."
         ),
     )
+    reply_topic_sweep_every_s: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds between two sweeps for reply topics of gateways that died without deleting theirs (a "
+        "topic whose owner has left its consumer group is deleted at the second sweep that finds it so). 0: never.",
+    )
     conversation_retention_interval_s: float = Field(
         3600.0, gt=0, description="Seconds between two runs of the conversation retention job."
     )
