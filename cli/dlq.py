@@ -46,12 +46,12 @@ async def _run(args: argparse.Namespace) -> int:
     from shared.db import create_pool
 
     settings = get_settings()
-    bootstrap = settings.kafka.bootstrap
+    kafka = settings.kafka
     topic = dlq.dlq_topic_of(args.topic)
     pool = await create_pool(settings.database)
     try:
         if args.dlq_action == "list":
-            views = await dlq.mark_replayed(pool, await dlq.read_letters(bootstrap, topic, limit=args.limit))
+            views = await dlq.mark_replayed(pool, await dlq.read_letters(kafka, topic, limit=args.limit))
             if args.json:
                 for v in views:
                     print(json.dumps(dlq.summary(v)))
@@ -64,32 +64,38 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         if args.dlq_action == "show":
             refs = [dlq.parse_ref(r) for r in args.refs]
-            views = await dlq.mark_replayed(pool, await dlq.read_letters(bootstrap, topic, refs=refs))
+            views = await dlq.mark_replayed(pool, await dlq.read_letters(kafka, topic, refs=refs))
             if not views:
                 print(f"no such dead letter in {topic}: {' '.join(args.refs)}")
                 return 1
             for v in views:
                 print(json.dumps({"ref": v.ref, "replayed": v.replayed, **v.letter.model_dump(mode="json")}, indent=2))
             return 0
-        views = await dlq.mark_replayed(pool, await dlq.read_letters(bootstrap, topic, limit=1_000_000))
+        outcomes = dlq.replay_chosen(
+            kafka,
+            topic,
+            pool=pool,
+            refs=args.refs,
+            every=args.all,
+            error_type=args.error_type,
+            force=args.force,
+            dry_run=args.dry_run,
+        )  # paged: a topic of any size is replayed holding one page of letters at a time
+        replayed = total = refused = 0
         try:
-            chosen = dlq.select(
-                views, refs=args.refs, every=args.all, error_type=args.error_type, include_replayed=args.force
-            )
+            async for o in outcomes:
+                total += 1
+                replayed += o.status == "replayed"
+                refused += o.status == "refused"
+                if o.status == "would replay":
+                    print(f"would replay {o.ref} -> {o.topic} ({o.detail})")
+                else:
+                    print(f"{o.ref}\t{o.status}\t{o.topic}" + (f"\t{o.detail}" if o.detail else ""))
         except (LookupError, ValueError) as exc:
             print(f"error: {exc}")
             return 2
-        if args.dry_run:
-            for v in chosen:
-                print(f"would replay {v.ref} -> {v.letter.topic} (key {v.letter.key})")
-            return 0
-        outcomes = await dlq.replay(
-            bootstrap, chosen, pool=pool, force=args.force, max_request_size=settings.kafka.max_request_size
-        )
-        for o in outcomes:
-            print(f"{o.ref}\t{o.status}\t{o.topic}" + (f"\t{o.detail}" if o.detail else ""))
-        replayed = sum(o.status == "replayed" for o in outcomes)
-        print(f"replayed {replayed} of {len(outcomes)}")
-        return 0 if all(o.status != "refused" for o in outcomes) else 1
+        if not args.dry_run:
+            print(f"replayed {replayed} of {total}")
+        return 0 if not refused else 1
     finally:
         await pool.close()

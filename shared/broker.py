@@ -647,8 +647,10 @@ class ReplyClient:
         self._pending: dict[str, asyncio.Queue[tuple[str, bytes]]] = {}
         self.ready = asyncio.Event()
 
-    def install(self) -> None:
-        sub = self.broker.subscriber(self.reply_topic, auto_offset_reset="earliest", group_id=None)
+    def install(self, group_id: str | None = None) -> None:
+        """Subscribe to the reply topic; with ``group_id``, as the only member of that group, so that others can
+        tell whether the topic's owner is alive (:class:`shared.topics.ReplyTopicSweeper`)."""
+        sub = self.broker.subscriber(self.reply_topic, auto_offset_reset="earliest", group_id=group_id)
         sub(self._on_reply)
 
     async def _on_reply(self, msg: KafkaMessage) -> None:

@@ -44,9 +44,10 @@ class KafkaSettings(BaseSettings):
     request_resend_after_s: float = Field(
         10.0,
         ge=0,
-        description="With no reply by then, the gateway publishes a search request once more (same correlation "
-        "id, first reply wins): a search taken by a retriever that was then killed is answered by the restarted "
-        "or another one. 0: never.",
+        description="Silence (no reply and no progress message) after which the gateway publishes a search request "
+        "once more (same correlation id, first reply wins): a search taken by a retriever that was then killed is "
+        "answered by the restarted or another one; a working retriever sends progress, and drops a copy of a "
+        "search it has taken. 0: never.",
     )
     synthesis_resend_after_s: float = Field(
         8.0,
@@ -60,8 +61,8 @@ class KafkaSettings(BaseSettings):
     request_progress_every_s: float = Field(
         2.0,
         ge=0,
-        description="How often a synthesizer working on a request tells its caller it is alive (a progress "
-        "message on the reply topic). 0: never (then a synthesis slower than the resend delay is asked twice).",
+        description="How often a synthesizer or retriever working on a request tells its caller it is alive (a "
+        "progress message on the reply topic). 0: never (then a request slower than the resend delay is asked twice).",
     )
     request_concurrency: int = Field(
         8,
@@ -634,6 +635,14 @@ class GatewaySettings(BaseSettings):
         description="Steady requests per minute per API key (per client address when auth is off); 0: no limit.",
     )
     rate_limit_burst: int = Field(30, ge=1, description="Requests a key may make at once above the steady rate.")
+    rate_limit_scope: Literal["cluster", "process"] = Field(
+        "cluster",
+        description=(
+            "`cluster`: every gateway replica takes a key's requests from one bucket kept in PostgreSQL, so the "
+            "limit holds whatever the replica count (a replica that cannot reach the database within 0.25 s "
+            "limits by its own bucket meanwhile); `process`: a bucket per process (one replica only)."
+        ),
+    )
     max_body_bytes: int = Field(
         8_388_608, ge=1024, description="Largest request body accepted on `/v1` routes (larger: HTTP 413)."
     )
@@ -654,6 +663,12 @@ class GatewaySettings(BaseSettings):
             "Conversations idle longer than this many days (no turn since) are deleted with their messages by a "
             "periodic job in the gateway; 0: kept until deleted (`DELETE /v1/conversations/{id}`)."
         ),
+    )
+    reply_topic_sweep_every_s: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds between two sweeps for reply topics of gateways that died without deleting theirs (a "
+        "topic whose owner has left its consumer group is deleted at the second sweep that finds it so). 0: never.",
     )
     conversation_retention_interval_s: float = Field(
         3600.0, gt=0, description="Seconds between two runs of the conversation retention job."

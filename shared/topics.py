@@ -58,6 +58,12 @@ def reply_topic(instance_id: str) -> str:
     return f"{REPLY_TOPIC_PREFIX}{safe}"
 
 
+def reply_group(topic: str) -> str:
+    """The consumer group in which the owner of the reply topic ``topic`` reads it, alone: the group's membership
+    is how others see that the owner is alive (a killed process drops out after its session timeout)."""
+    return f"evidentia-{topic}"
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
@@ -111,3 +117,43 @@ async def delete_topics(kafka: str | KafkaSettings, names: list[str]) -> None:
         log.warning("could not delete topics %s", names, exc_info=True)
     finally:
         await admin.close()
+
+
+class ReplyTopicSweeper:
+    """Deletes the reply topics of processes that died without deleting their own (a gateway killed, a pod
+    evicted): a reply topic is the owner's for as long as the owner is a member of its :func:`reply_group`.
+
+    A sweep lists the ``replies.`` topics and describes their groups; a topic whose group has no member is a
+    suspect, and is deleted when it is still one at the next sweep (``every_s`` later), so a process that has
+    just created its topic and not yet joined its group is never taken for dead. ``own`` (the sweeping process's
+    own topic) is never touched. Any replica may sweep; two deleting the same topic is harmless.
+    """
+
+    def __init__(self, kafka: KafkaSettings, own: str):
+        self.kafka = kafka
+        self.own = own
+        self._suspects: set[str] = set()
+
+    async def sweep(self) -> list[str]:
+        """One sweep; the reply topics deleted."""
+        admin = _admin(self.kafka)
+        await admin.start()
+        try:
+            topics = [t for t in await admin.list_topics() if t.startswith(REPLY_TOPIC_PREFIX) and t != self.own]
+            ownerless: set[str] = set()
+            for topic in topics:
+                # One group a call: aiokafka 0.14 misreads every group after the first of a DescribeGroups
+                # response (seen: the second came back with its name in protocol_type), hiding its members.
+                for response in await admin.describe_consumer_groups([reply_group(topic)]):
+                    for group in response.groups[:1]:
+                        error_code, group_id, _state, _protocol_type, _protocol, members = group[:6]
+                        if not error_code and group_id == reply_group(topic) and not members:
+                            ownerless.add(topic)
+            doomed = sorted(ownerless & self._suspects)
+            self._suspects = ownerless - set(doomed)
+            if doomed:
+                await admin.delete_topics(doomed)
+                log.info("deleted the reply topics of processes no longer running", extra={"topics": doomed})
+            return doomed
+        finally:
+            await admin.close()

@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from services.fetcher.store import reserve_rate_token, return_rate_token
+from shared.db import rate_buckets
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -147,7 +147,7 @@ class PgTokenBucket:
 
     async def reserve(self) -> float:
         """Take one token from the shared row (on credit if need be); the seconds the caller must wait."""
-        tokens = await reserve_rate_token(self.pool, self.name, self.rate, self.burst)
+        tokens = await rate_buckets.reserve(self.pool, self.name, self.rate, self.burst)
         wait = 0.0 if tokens >= 0 else -tokens / self.rate
         self.waited_s += wait
         return wait
@@ -161,7 +161,7 @@ class PgTokenBucket:
             await self._sleep(wait)
         except asyncio.CancelledError:
             try:
-                await asyncio.shield(return_rate_token(self.pool, self.name))
+                await asyncio.shield(rate_buckets.give_back(self.pool, self.name))
             except Exception:  # giving the token back is a courtesy; the bucket refills anyway
                 log.debug("could not return an unused NCBI token", exc_info=True)
             raise

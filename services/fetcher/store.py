@@ -1,5 +1,5 @@
-"""The fetcher's SQL: recorded searches, which documents are already stored from NCBI, and the
-cluster-wide NCBI rate bucket (``rate_buckets``).
+"""The fetcher's SQL: recorded searches and which documents are already stored from NCBI (the cluster-wide
+NCBI rate bucket is :mod:`shared.db.rate_buckets`).
 
 Jobs and per-document stages are shared with the other services: see :mod:`shared.db.jobs`.
 """
@@ -82,27 +82,3 @@ async def stored_document_ids(pool: Db, document_ids: Sequence[str]) -> set[str]
         "SELECT document_id FROM documents WHERE document_id = ANY($1::text[]) AND origin = 'ncbi'", list(document_ids)
     )
     return {str(r["document_id"]) for r in rows}
-
-
-# ------------------------------------------------------------------------------------------ NCBI rate
-
-
-# Refill by the time since the last reservation (database clock), take one token on credit, return the balance.
-_RESERVE_TOKEN = """
-INSERT INTO rate_buckets AS b (name, tokens, updated_at) VALUES ($1, $3 - 1, clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET
-    tokens = LEAST($3, b.tokens + GREATEST(0, EXTRACT(EPOCH FROM clock_timestamp() - b.updated_at)) * $2) - 1,
-    updated_at = clock_timestamp()
-RETURNING tokens
-"""
-
-
-async def reserve_rate_token(pool: Db, name: str, rate: float, burst: float) -> float:
-    """Take one token from the bucket ``name`` (refilled at ``rate`` a second up to ``burst``) and return
-    the balance left: negative when the token was taken on credit (the caller waits ``-balance / rate`` s)."""
-    return float(await pool.fetchval(_RESERVE_TOKEN, name, rate, burst))
-
-
-async def return_rate_token(pool: Db, name: str) -> None:
-    """Give one unused token back to the bucket ``name``."""
-    await pool.execute("UPDATE rate_buckets SET tokens = tokens + 1 WHERE name = $1", name)

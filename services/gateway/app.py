@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.gateway = gateway  # read by services.gateway.deps
     for module in ROUTERS:
         app.include_router(module.router)
-    security.install(app, settings.gateway)
+    security.install(app, settings.gateway, gateway.rate_limit)
     if tracing.enabled():  # set up by the gateway's broker (shared.broker.make_broker) when configured
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 

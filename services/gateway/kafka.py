@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -18,14 +20,17 @@ from shared.events import (
     SynthesisReply,
     SynthesisRequest,
 )
+from shared.periodic import run_every
 from shared.settings import Settings
 from shared.topics import (
     LLM_STEP_REQUESTS,
     RETRIEVAL_REQUESTS,
     SYNTHESIS_REQUESTS,
+    ReplyTopicSweeper,
     TopicSpec,
     delete_topics,
     ensure_topics,
+    reply_group,
     reply_topic,
     standard_topics,
 )
@@ -39,7 +44,11 @@ class GatewayKafka:
         self.broker: KafkaBroker = make_broker("gateway", settings)
         self.reply_topic = reply_topic(f"gateway-{settings.service.instance_id}")
         self.replies = ReplyClient(self.broker, self.reply_topic)
-        self.replies.install()
+        # Read as the only member of a group of its own: while this process lives, the group has a member; a
+        # killed gateway's topic is found ownerless and deleted by another gateway's sweep.
+        self.replies.install(group_id=reply_group(self.reply_topic))
+        self.sweeper = ReplyTopicSweeper(settings.kafka, self.reply_topic)
+        self._sweeping: asyncio.Task[None] | None = None
         self.started = False
 
     async def start(self) -> None:
@@ -49,8 +58,24 @@ class GatewayKafka:
         await ensure_topics(k, specs, k.replication_factor)
         await self.broker.start()
         self.started = True
+        every = self.settings.gateway.reply_topic_sweep_every_s
+        if every > 0:
+            self._sweeping = asyncio.create_task(
+                run_every(
+                    every,
+                    self.sweeper.sweep,
+                    failure="sweeping the reply topics of gone gateways failed",
+                    log=log,
+                    wait_first=True,
+                    level=logging.WARNING,
+                )
+            )
 
     async def stop(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeping
         await self.broker.stop()
         self.started = False
         await delete_topics(self.settings.kafka, [self.reply_topic])

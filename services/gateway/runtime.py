@@ -5,6 +5,8 @@ through the providers of :mod:`services.gateway.deps`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import weakref
 
 import asyncpg
@@ -14,10 +16,15 @@ from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.kafka import GatewayKafka
 from services.gateway.retention import ConversationRetention
 from services.gateway.rewrite import FollowUpRewriter
+from services.gateway.security import SharedRateLimit
 from services.gateway.workflows import GatewayBackend
 from shared.db import create_pool
+from shared.periodic import run_every
 from shared.safety import default_guard
 from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+RATE_BUCKET_PRUNE_EVERY_S = 600.0
 
 
 class TurnLocks:
@@ -50,6 +57,8 @@ class Gateway:
         self.rxnav = RxNavClient(w.rxnav_url, timeout_s=w.rxnav_timeout_s)
         self.workflow_backend = GatewayBackend(self.kafka, lambda: self.pool)
         self.retention = ConversationRetention.over(settings.gateway, lambda: self.pool)
+        self.rate_limit = SharedRateLimit(settings.gateway, lambda: self._pool)  # the API guard's, per key
+        self._prune: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         # No statement of the gateway outlives the request timeout its own callers are held to.
@@ -59,9 +68,23 @@ class Gateway:
         # a question asked meanwhile waits for the model, it is never let through unchecked).
         self._warm = asyncio.create_task(asyncio.to_thread(default_guard().warm_up))
         self.retention.start()  # conversations idle past EVIDENTIA_GATEWAY_CONVERSATION_RETENTION_DAYS
+        self._prune = asyncio.create_task(
+            run_every(
+                RATE_BUCKET_PRUNE_EVERY_S,
+                self.rate_limit.prune,
+                failure="pruning idle rate-limit buckets failed",
+                log=log,
+                wait_first=True,
+                level=logging.WARNING,
+            )
+        )
 
     async def stop(self) -> None:
         await self.retention.stop()  # before the pool it deletes through is closed
+        if self._prune is not None:
+            self._prune.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prune
         await self.kafka.stop()
         if self._pool is not None:
             await self._pool.close()

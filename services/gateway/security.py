@@ -7,7 +7,9 @@
   digest is ``read``). A route that needs more than ``read`` depends on :func:`require`; a key without the
   scope gets 403 with the scope it lacks. With authentication off every scope is granted.
 - Rate limit: a token bucket per key (per client address when authentication is off): a steady
-  ``rate_limit_per_minute`` with bursts of ``rate_limit_burst``; over it, 429 with ``Retry-After``.
+  ``rate_limit_per_minute`` with bursts of ``rate_limit_burst``; over it, 429 with ``Retry-After``. With
+  ``rate_limit_scope=cluster`` (the default) the bucket is a row in PostgreSQL shared by every gateway replica
+  (:class:`SharedRateLimit`), so ten replicas still give a key its limit once, not ten times.
 - Body size: a ``Content-Length`` over ``max_body_bytes`` gets 413 before anything is read; a chunked body
   is counted as it is read and cut off at the limit with 413.
 - CORS (``EVIDENTIA_GATEWAY_CORS_ORIGINS``) wraps everything, so refusals carry CORS headers too.
@@ -17,6 +19,7 @@ The web page (``/``), health probes, metrics and the OpenAPI docs are not guarde
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
@@ -28,10 +31,12 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, HTTPException, Request
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shared.db import rate_buckets
 from shared.settings import API_SCOPES, GatewaySettings
 
 GUARDED_PREFIX = "/v1/"
@@ -70,15 +75,77 @@ class TokenBucket:
         return wait
 
 
+class SharedRateLimit:
+    """The per-key limit of the whole deployment: one bucket per key in PostgreSQL (:mod:`shared.db.rate_buckets`,
+    ``gateway:<identity>``), taken from by every gateway replica; one statement per request.
+
+    When the database does not answer within :attr:`db_timeout_s` (down, or its pool exhausted), the request is
+    limited by this process's own :class:`TokenBucket` instead, and the database is tried again only after
+    :attr:`retry_db_after_s`. That is a choice between failing open, closed or local: closed would turn a
+    database outage into a refusal of every request, searches and answers included, which need no database;
+    open would lift the limit exactly when the system is struggling; local keeps a limit (per replica, so
+    at most the replica count times the key's limit) and keeps requests at most ``db_timeout_s`` slower, once
+    per ``retry_db_after_s``. ``pool`` returns None until the gateway's pool is open, and always with
+    ``rate_limit_scope=process``.
+    """
+
+    db_timeout_s = 0.25
+    retry_db_after_s = 5.0
+    prefix = "gateway:"
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        pool: Callable[[], asyncpg.Pool | None] = lambda: None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.rate = settings.rate_limit_per_minute / 60.0
+        self.burst = float(settings.rate_limit_burst)
+        self.local = TokenBucket(settings.rate_limit_per_minute, settings.rate_limit_burst)
+        self._pool = pool if settings.rate_limit_scope == "cluster" else lambda: None
+        self._clock = clock
+        self._db_down_until = 0.0
+
+    async def take(self, identity: str) -> float:
+        """0 if ``identity`` may make a request now (a token taken), else the seconds until it may."""
+        if self.rate <= 0:
+            return 0.0
+        pool = self._pool()
+        now = self._clock()
+        if pool is not None and now >= self._db_down_until:
+            try:
+                return await asyncio.wait_for(
+                    rate_buckets.take(pool, self.prefix + identity, self.rate, self.burst), self.db_timeout_s
+                )
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                self._db_down_until = now + self.retry_db_after_s
+                log.warning(
+                    "the shared rate limit is unavailable; limiting by this replica's own buckets for %.0f s: %r",
+                    self.retry_db_after_s,
+                    exc,
+                )
+        return self.local.take(identity, now)
+
+    def idle_s(self) -> float:
+        """How long a bucket must be untouched to be full again (as good as absent), with a margin."""
+        return self.burst / self.rate + 60.0 if self.rate > 0 else 60.0
+
+    async def prune(self) -> int:
+        """Delete the gateway's buckets that are full again (keys and addresses not seen for a while)."""
+        pool = self._pool()
+        return 0 if pool is None else await rate_buckets.prune(pool, self.prefix, self.idle_s())
+
+
 class ApiGuard:
     """Pure ASGI middleware (streaming responses pass through untouched)."""
 
-    def __init__(self, app: ASGIApp, settings: GatewaySettings):
+    def __init__(self, app: ASGIApp, settings: GatewaySettings, rate_limit: SharedRateLimit | None = None):
         self.app = app
         self.scopes = settings.key_scopes()
         self.hashes = frozenset(self.scopes)
         self.max_body = settings.max_body_bytes
-        self.bucket = TokenBucket(settings.rate_limit_per_minute, settings.rate_limit_burst)
+        self.rate_limit = rate_limit or SharedRateLimit(settings)
 
     @property
     def auth_enabled(self) -> bool:
@@ -101,7 +168,7 @@ class ApiGuard:
         if identity == "":
             client = scope.get("client")
             identity = f"addr:{client[0] if client else 'unknown'}"
-        wait = self.bucket.take(identity)
+        wait = await self.rate_limit.take(identity)
         if wait > 0:
             await _refuse(
                 send,
@@ -228,9 +295,10 @@ def check_exposure(host: str, settings: GatewaySettings) -> None:
     )
 
 
-def install(app: FastAPI, settings: GatewaySettings) -> None:
-    """Add the guard, then CORS around it (the last middleware added is the outermost)."""
-    app.add_middleware(ApiGuard, settings=settings)
+def install(app: FastAPI, settings: GatewaySettings, rate_limit: SharedRateLimit | None = None) -> None:
+    """Add the guard, then CORS around it (the last middleware added is the outermost). Without ``rate_limit``
+    the guard limits by this process's own buckets."""
+    app.add_middleware(ApiGuard, settings=settings, rate_limit=rate_limit)
     origins = settings.origins()
     if origins:
         kwargs: dict[str, Any] = {

@@ -33,10 +33,12 @@ from services.retriever.store import (
 )
 from shared import metrics
 from shared.broker import (
+    RecentRequests,
     add_dead_letter_hook,
     decode_records,
     is_data_error,
     is_transient,
+    progress_while,
     publish_dead_letters,
     records_of,
     reply,
@@ -293,21 +295,32 @@ def register_store(broker: KafkaBroker, state: RetrieverState) -> None:
 
 
 def register_search(broker: KafkaBroker, state: RetrieverState) -> None:
+    kafka = state.settings.kafka
+    # As for the synthesizer (shared.broker): progress while a search works, so the gateway does not resend a
+    # slow one (kafka.request_resend_after_s), and a copy reaching this process while it works on (or has just
+    # answered) the first is dropped: one search, one LLM rerank, under the very overload that made it slow.
+    taken = RecentRequests(ttl_s=kafka.request_timeout_s * 2)
+
     @broker.subscriber(
         RETRIEVAL_REQUESTS,
         group_id=GROUP_ID,
-        **request_subscriber_options(state.settings.kafka, RETRIEVAL_REQUESTS),
+        **request_subscriber_options(kafka, RETRIEVAL_REQUESTS),
+        no_reply=True,  # the reply is published explicitly, after any progress; no empty extra one
         title="retrieval.requests:retriever",
-        description="A RetrievalRequest; the RetrievalReply goes to the reply_to topic.",
+        description="A RetrievalRequest; RequestProgress while it works, then the RetrievalReply, to reply_to.",
     )
     async def on_request(request: RetrievalRequest, msg: KafkaMessage) -> None:
+        if not taken.claim(msg.correlation_id):
+            log.info("copy of a search already taken here; dropped", extra={"correlation_id": msg.correlation_id})
+            return
         # The caller (the gateway) waits request_timeout_s from publishing; past that nobody reads the
         # reply, so the search (and its SQL, cancelled with the task) stops there too.
-        budget_s = remaining_budget_s(msg, state.settings.kafka.request_timeout_s)
+        budget_s = remaining_budget_s(msg, kafka.request_timeout_s)
         try:
             with usage_scope() as ledger:  # the LLM reranker's calls, sent back with the hits
-                async with asyncio.timeout(budget_s):
-                    result, rendered = await _search(state, request)
+                async with progress_while(broker, msg, kafka.request_progress_every_s, request.trace_id):
+                    async with asyncio.timeout(budget_s):
+                        result, rendered = await _search(state, request)
             answer = RetrievalReply(
                 trace_id=request.trace_id,
                 hits=result.hits,

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from faststream.middlewares import AckPolicy
 from shared import dlq
 from shared.broker import make_broker
 from shared.db import create_pool
+from shared.events import DeadLetter
 from shared.settings import DatabaseSettings, Settings
 from shared.topics import TopicSpec, ensure_topics
 from tests.integration.conftest import Infra
@@ -100,7 +102,8 @@ async def _dead_letter_scenario(infra: Infra) -> None:
     topic, group = f"itest-dlq-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     bootstrap = infra.kafka.bootstrap
     await ensure_topics(bootstrap, [TopicSpec(topic, 1), TopicSpec(f"{topic}.dlq", 1)])
-    broker = make_broker("itest", settings_for(infra))
+    settings = settings_for(infra)
+    broker = make_broker("itest", settings)
     fixed = [False]
     handled: list[tuple[bytes, dict[str, str]]] = []
 
@@ -124,7 +127,7 @@ async def _dead_letter_scenario(infra: Infra) -> None:
         letters: list[dlq.LetterView] = []
 
         async def poll() -> bool:
-            letters[:] = await dlq.read_letters(bootstrap, f"{topic}.dlq", timeout_ms=1000)
+            letters[:] = await dlq.read_letters(settings.kafka, f"{topic}.dlq", timeout_ms=1000)
             return len(letters) >= 3
 
         for _ in range(60):
@@ -161,13 +164,13 @@ async def _dead_letter_scenario(infra: Infra) -> None:
         assert f"in {topic}.dlq" in cli.stdout and "RuntimeError: bug in the handler" in cli.stdout
 
         fixed[0] = True  # the cause is fixed: replay the buggy one
-        outcomes = await dlq.replay(bootstrap, [by_key["k2"]], pool=pool)
+        outcomes = await dlq.replay(settings.kafka, [by_key["k2"]], pool=pool)
         assert [o.status for o in outcomes] == ["replayed"]
         assert await wait_for(lambda: handled, 30)
         body, headers = handled[0]
         assert body in (b'{"n":"buggy"}', b'{"n": "buggy"}')
         assert headers.get("origin") == "test" and headers.get(dlq.REPLAY_HEADER, "").startswith(f"{topic}.dlq:")
-        again = await dlq.replay(bootstrap, await dlq.mark_replayed(pool, [by_key["k2"]]), pool=pool)
+        again = await dlq.replay(settings.kafka, await dlq.mark_replayed(pool, [by_key["k2"]]), pool=pool)
         assert [o.status for o in again] == ["skipped"]
     finally:
         await broker.stop()
@@ -176,3 +179,68 @@ async def _dead_letter_scenario(infra: Infra) -> None:
 
 def test_undecodable_records_are_dead_lettered_and_letters_can_be_replayed(infra: Infra) -> None:
     asyncio.run(_dead_letter_scenario(infra))
+
+
+async def _paged_replay_scenario(infra: Infra) -> None:
+    topic = f"itest-pages-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(infra)
+    await ensure_topics(settings.kafka, [TopicSpec(topic, 1), TopicSpec(f"{topic}.dlq", 2)])
+    count, page_size = 23, 5
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
+    await producer.start()
+    try:
+        for n in range(count):
+            letter = DeadLetter(
+                topic=topic,
+                key=f"k{n}",
+                service="itest",
+                error_type="Boom",
+                error="x",
+                attempts=1,
+                payload_json={"n": n},
+            )
+            await producer.send_and_wait(f"{topic}.dlq", letter.model_dump_json().encode(), partition=n % 2)
+    finally:
+        await producer.stop()
+    database = DatabaseSettings()
+    database.url = infra.postgres.url
+    pool = await create_pool(database)
+    held: list[int] = []
+    real_send_back = dlq._send_back
+
+    async def send_back(producer: Any, kafka: Any, views: Any, **kw: Any) -> Any:
+        held.append(len(views))
+        return await real_send_back(producer, kafka, views, **kw)
+
+    dlq._send_back = send_back  # type: ignore[assignment]
+    try:
+        outcomes = [
+            o
+            async for o in dlq.replay_chosen(settings.kafka, f"{topic}.dlq", pool=pool, every=True, page_size=page_size)
+        ]
+        first_pages = list(held)
+        again = [o async for o in dlq.replay_chosen(settings.kafka, f"{topic}.dlq", pool=pool, every=True, page_size=7)]
+    finally:
+        dlq._send_back = real_send_back  # type: ignore[assignment]
+        await pool.close()
+    assert sorted(o.status for o in outcomes) == ["replayed"] * count
+    assert first_pages == [5, 5, 5, 5, 3]  # one page at a time, across both partitions
+    assert again == []  # every letter is recorded as replayed: "all" chooses none of them again
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=settings.kafka.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        bodies: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(bodies) < count and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=1000)).values():
+                bodies += [r.value for r in records]
+    finally:
+        await consumer.stop()
+    assert sorted(json.loads(b)["n"] for b in bodies) == list(range(count))
+
+
+def test_replaying_every_letter_pages_through_the_topic(infra: Infra) -> None:
+    # Issue #40 item 6: more letters than a page (over two partitions), all replayed, never more than a page held.
+    asyncio.run(_paged_replay_scenario(infra))

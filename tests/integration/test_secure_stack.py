@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +31,7 @@ from typing import Any
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import SecretStr
@@ -36,8 +40,10 @@ from devstack.kafka import LocalKafka
 from devstack.kafka_tls import BrokerTls, make_broker_tls
 from devstack.postgres import LocalPostgres
 from devstack.processes import ServiceStack
+from shared.events import DeadLetter
 from shared.kafka_security import client_options
 from shared.settings import KafkaSettings
+from shared.topics import TopicSpec, ensure_topics
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.eutils_server import FakeEutils
 from tests.fakes.otlp_server import ExportedSpan, FakeCollector
@@ -47,6 +53,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 USER, PASSWORD = "evidentia-svc", "scram-pw-4711"
 API_KEY = "test-key-for-the-secure-stack"
+ADMIN_KEY = "admin-key-for-the-secure-stack"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -69,11 +77,9 @@ class SecureStack:
             ssl_cafile=str(self.tls.ca_pem),
         )
 
-    def http(self) -> httpx.Client:
+    def http(self, key: str = API_KEY) -> httpx.Client:
         port = self.services.processes["gateway"].port
-        return httpx.Client(
-            base_url=f"http://127.0.0.1:{port}", timeout=90, headers={"Authorization": f"Bearer {API_KEY}"}
-        )
+        return httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=90, headers={"Authorization": f"Bearer {key}"})
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +128,10 @@ def secure() -> Iterator[SecureStack]:
                     "EVIDENTIA_LLM_MODEL": "claude-test",
                     "ANTHROPIC_API_KEY": "test-key",
                     "ANTHROPIC_BASE_URL": anthropic.url,
-                    "EVIDENTIA_GATEWAY_API_KEY_HASHES": hashlib.sha256(API_KEY.encode()).hexdigest() + ":ingest",
+                    "EVIDENTIA_GATEWAY_API_KEY_HASHES": hashlib.sha256(API_KEY.encode()).hexdigest()
+                    + ":ingest,"
+                    + hashlib.sha256(ADMIN_KEY.encode()).hexdigest()
+                    + ":admin",
                     "EVIDENTIA_TRACING_OTLP_ENDPOINT": collector.url,
                     "OTEL_BSP_SCHEDULE_DELAY": "200",  # export within a fraction of a second
                 }
@@ -197,6 +206,63 @@ def test_the_raw_vector_producer_carries_the_trace_context(secure: SecureStack, 
         time.sleep(0.3)
     (parent,) = [s for s in secure.collector.spans_of(trace_id) if s.span_id == span_id]
     assert parent.service == "embedder" and parent.kind == "consumer" and "chunks.created" in parent.name
+
+
+async def _dead_letter_to_replay(settings: KafkaSettings, topic: str) -> None:
+    await ensure_topics(settings, [TopicSpec(topic, 1), TopicSpec(f"{topic}.dlq", 1)])
+    letter = DeadLetter(
+        topic=topic,
+        key="k1",
+        service="itest",
+        error_type="Boom",
+        error="fixed since",
+        attempts=3,
+        payload_json={"n": 1},
+    )
+    producer = AIOKafkaProducer(**client_options(settings))
+    await producer.start()
+    try:
+        await producer.send_and_wait(f"{topic}.dlq", letter.model_dump_json().encode(), key=b"k1")
+    finally:
+        await producer.stop()
+
+
+async def _records_of(settings: KafkaSettings, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
+    consumer = AIOKafkaConsumer(
+        topic, **client_options(settings), auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        batches = await consumer.getmany(timeout_ms=20_000)
+        return [(r.value or b"", dict(r.headers)) for records in batches.values() for r in records]
+    finally:
+        await consumer.stop()
+
+
+def test_dead_letters_are_listed_and_replayed_over_sasl_ssl(secure: SecureStack) -> None:
+    # Issue #40 item 13: shared/dlq.py connected without TLS/SASL, so neither the CLI nor the gateway's admin
+    # routes could read or replay dead letters on a SASL_SSL cluster.
+    topic = f"itest-secure-dlq-{uuid.uuid4().hex[:8]}"
+    asyncio.run(_dead_letter_to_replay(secure.kafka_settings, topic))
+    env = dict(secure.services.processes["gateway"].env) | {"PYTHONPATH": str(ROOT)}
+    cli = subprocess.run(
+        [sys.executable, "-m", "cli.main", "dlq", "list", topic],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0 and f"1 dead letters in {topic}.dlq" in cli.stdout, cli.stdout + cli.stderr
+    with secure.http(ADMIN_KEY) as http:
+        listed = http.get(f"/v1/admin/dlq/{topic}")
+        assert listed.status_code == 200, listed.text
+        assert [(x["ref"], x["error_type"]) for x in listed.json()["letters"]] == [("0:0", "Boom")]
+        replayed = http.post(f"/v1/admin/dlq/{topic}/replay", json={"all": True})
+        assert replayed.status_code == 200, replayed.text
+        assert [r["status"] for r in replayed.json()] == ["replayed"]
+    ((body, headers),) = asyncio.run(_records_of(secure.kafka_settings, topic))
+    assert json.loads(body) == {"n": 1} and headers["evidentia-replayed-from"] == f"{topic}.dlq:0:0".encode()
 
 
 async def _connect(options: dict[str, object]) -> list[str]:

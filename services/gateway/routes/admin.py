@@ -90,7 +90,7 @@ Limit = Annotated[int, Query(ge=1, le=10_000)]
 @router.get(DLQ + "/{topic}", tags=["admin"], dependencies=[Depends(require_admin)])
 async def list_letters(settings: SettingsDep, pool: PoolDep, topic: str, limit: Limit = 100) -> dict[str, Any]:
     name = dlq.dlq_topic_of(topic)
-    views = await dlq.read_letters(settings.kafka.bootstrap, name, limit=limit)
+    views = await dlq.read_letters(settings.kafka, name, limit=limit)
     views = await dlq.mark_replayed(pool, views)
     return {"topic": name, "count": len(views), "letters": [dlq.summary(v) for v in views]}
 
@@ -101,7 +101,7 @@ async def show_letter(settings: SettingsDep, pool: PoolDep, topic: str, ref: str
         where = dlq.parse_ref(ref)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    views = await dlq.read_letters(settings.kafka.bootstrap, dlq.dlq_topic_of(topic), refs=[where])
+    views = await dlq.read_letters(settings.kafka, dlq.dlq_topic_of(topic), refs=[where])
     if not views:
         raise HTTPException(404, f"no dead letter {ref} in {dlq.dlq_topic_of(topic)}")
     view = (await dlq.mark_replayed(pool, views))[0]
@@ -110,18 +110,18 @@ async def show_letter(settings: SettingsDep, pool: PoolDep, topic: str, ref: str
 
 @router.post(DLQ + "/{topic}/replay", tags=["admin"], dependencies=[Depends(require_admin)])
 async def replay_letters(settings: SettingsDep, pool: PoolDep, topic: str, body: ReplayRequest) -> list[ReplayResult]:
-    kafka = settings.kafka
-    views = await dlq.read_letters(kafka.bootstrap, dlq.dlq_topic_of(topic), limit=1_000_000)
-    views = await dlq.mark_replayed(pool, views)
+    outcomes = dlq.replay_chosen(
+        settings.kafka,
+        dlq.dlq_topic_of(topic),
+        pool=pool,
+        refs=body.refs,
+        every=body.all,
+        error_type=body.error_type,
+        force=body.force,
+    )  # paged: the letters of a large topic are never all held at once
     try:
-        chosen = dlq.select(
-            views, refs=body.refs, every=body.all, error_type=body.error_type, include_replayed=body.force
-        )
+        return [ReplayResult(ref=o.ref, topic=o.topic, status=o.status, detail=o.detail) async for o in outcomes]
     except LookupError as exc:
         raise HTTPException(404, str(exc)) from exc
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    outcomes = await dlq.replay(
-        kafka.bootstrap, chosen, pool=pool, force=body.force, max_request_size=kafka.max_request_size
-    )
-    return [ReplayResult(ref=o.ref, topic=o.topic, status=o.status, detail=o.detail) for o in outcomes]

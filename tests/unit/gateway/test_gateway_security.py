@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 
-from services.gateway.security import TokenBucket, key_digest
+from services.gateway.security import SharedRateLimit, TokenBucket, key_digest
 from shared.settings import GatewaySettings
 from tests.unit.gateway.conftest import build_app, client
 
@@ -112,3 +115,46 @@ async def test_cors_is_a_setting() -> None:
     async with client(plain) as http:
         r = await http.get("/healthz", headers={"Origin": "https://app.example.org"})
         assert "access-control-allow-origin" not in r.headers
+
+
+class HangingPool:
+    """A database that never answers (a hung primary, or a pool with no free connection)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def fetchrow(self, *args: object) -> None:
+        self.calls += 1
+        await asyncio.sleep(3600)
+
+
+class RefusingPool(HangingPool):
+    async def fetchrow(self, *args: object) -> None:
+        self.calls += 1
+        raise ConnectionRefusedError("the database is down")
+
+
+@pytest.mark.parametrize("pool", [HangingPool(), RefusingPool()], ids=["hanging", "refusing"])
+async def test_shared_rate_limit_falls_back_to_this_replicas_buckets_without_the_database(pool: HangingPool) -> None:
+    # Issue #40 item 4: the cluster-wide limit lives in PostgreSQL; without it the limit still holds (per replica),
+    # requests are not refused wholesale nor let through unlimited, and each waits at most db_timeout_s once.
+    now = [0.0]
+    settings = GatewaySettings(rate_limit_per_minute=6, rate_limit_burst=2)  # type: ignore[call-arg]
+    limit = SharedRateLimit(settings, lambda: pool, clock=lambda: now[0])  # type: ignore[arg-type, return-value]
+    limit.db_timeout_s = 0.05
+    started = time.perf_counter()
+    waits = [await limit.take("key:a") for _ in range(3)]
+    assert waits[:2] == [0.0, 0.0] and waits[2] > 0  # limited by the local bucket
+    assert pool.calls == 1  # the database was tried once, then left alone for retry_db_after_s
+    assert time.perf_counter() - started < 1.0
+    now[0] = limit.retry_db_after_s + 0.1
+    await limit.take("key:a")
+    assert pool.calls == 2  # tried again after the pause
+
+
+async def test_process_scope_never_asks_the_database() -> None:
+    pool = RefusingPool()
+    settings = GatewaySettings(rate_limit_per_minute=6, rate_limit_burst=1, rate_limit_scope="process")  # type: ignore[call-arg]
+    limit = SharedRateLimit(settings, lambda: pool)  # type: ignore[arg-type, return-value]
+    assert await limit.take("key:a") == 0.0 and await limit.take("key:a") > 0
+    assert pool.calls == 0
