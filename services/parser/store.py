@@ -55,7 +55,8 @@ async def store_document(
     claims an id stored as an NCBI record is ``refused`` (nothing written); an NCBI record replaces an
     inline document of the same id even when their content is the same.
 
-    Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (migration 211),
+    Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (migration 211; for a
+    stored document only when the job may change stored documents' priority, migration 230),
     else the stored document's (a replaced document keeps the priority it was given), else 50. A new priority
     alone changes no content: an unchanged document only has its priority updated.
     """
@@ -67,7 +68,7 @@ async def store_document(
         )
         priority = doc.priority
         if priority is None and job_id is not None:
-            priority = await conn.fetchval("SELECT ingest_job_priority($1)", job_id)
+            priority = await conn.fetchval("SELECT ingest_job_priority($1, $2)", job_id, doc_id)
         if origin == "inline":
             taken = await conn.fetch(
                 "SELECT document_id FROM documents WHERE document_id = ANY($1::text[]) AND origin = 'ncbi' FOR SHARE",
