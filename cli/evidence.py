@@ -36,14 +36,22 @@ def register(subparsers: Any) -> None:
         help="A drug profile as JSON (synonyms, target_gene_symbols, "
         "mechanisms_of_action, atc_codes, atc_descriptions, drug_type).",
     )
-    p.add_argument("--max-per-query", type=int, help="PMIDs taken from each search.")
-    p.add_argument("--no-ingest", action="store_true", help="Search only what is stored.")
+    p.add_argument(
+        "--max-per-query", type=int, help="PMIDs taken from each search (at most the gateway's limit, its default)."
+    )
+    p.add_argument(
+        "--no-ingest",
+        action="store_true",
+        help="Search only what is stored (the default for an API key without the `ingest` scope).",
+    )
     p.add_argument("--wait", type=float, help="Longest wait for the ingestion jobs, in seconds.")
     p.set_defaults(func=run)
 
 
 def body_of(args: argparse.Namespace) -> dict[str, Any]:
-    body: dict[str, Any] = {"drug": args.drug, "disease": args.disease, "ingest": not args.no_ingest}
+    body: dict[str, Any] = {"drug": args.drug, "disease": args.disease}
+    if args.no_ingest:  # left out, the gateway fetches for a key with the `ingest` scope only
+        body["ingest"] = False
     if args.profile:
         body["drug_profile"] = json.loads(args.profile.read_text())
     if args.max_per_query:

@@ -253,7 +253,10 @@ async def publish_documents(
                 settings.kafka,
                 job_id=job_id,
                 kind="file",
-                params={"path": source} if priority is None else {"path": source, "priority": priority},
+                # the operator, with the database's credentials, may re-prioritise stored documents (migration 230)
+                params={"path": source}
+                if priority is None
+                else {"path": source, "priority": priority, "priority_stored": True},
                 documents=events,
                 window=256,
                 on_failed=failed,

@@ -26,7 +26,16 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared import tracing
-from shared.models import CitationMetrics, ParsedDocument, QueryForm, SearchFilters, SearchHit, SearchMode, Source
+from shared.models import (
+    MAX_QUERY_CHARS,
+    CitationMetrics,
+    ParsedDocument,
+    QueryForm,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    Source,
+)
 
 
 def new_trace_id() -> str:
@@ -446,7 +455,7 @@ class RetrievalRequest(Event):
     query: str | None = Field(
         None,
         min_length=1,
-        max_length=10_000,
+        max_length=MAX_QUERY_CHARS,
         description="The question as written; may be left out when `query_form` is given (the retriever renders it).",
     )
     top_k: int = Field(20, ge=1, le=200)

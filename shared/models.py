@@ -30,6 +30,30 @@ def truncate_terms(text: str, max_terms: int) -> str:
     return text
 
 
+#: The most characters of a query searched (a request's ``query``/``question`` ``max_length``). With the term cap
+#: (``EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS``) it bounds what one search reads: :func:`check_query_length` refuses
+#: more (the gateway: 422), :func:`cap_query` cuts to it (the retriever, for a request that reached it anyway).
+MAX_QUERY_CHARS = 10_000
+
+
+def check_query_length(text: str, what: str, max_terms: int) -> None:
+    """Refuse a query, a question or a query form's rendered text with more than ``max_terms`` terms or
+    :data:`MAX_QUERY_CHARS` characters: a ``ValueError`` naming ``what`` and the limit."""
+    n = len(query_terms(text))
+    if n > max_terms:
+        raise ValueError(
+            f"{what} has {n} terms; at most {max_terms} are searched (EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS): "
+            "shorten it to the question or the key terms"
+        )
+    if len(text) > MAX_QUERY_CHARS:
+        raise ValueError(f"{what} has {len(text)} characters; at most {MAX_QUERY_CHARS} are searched")
+
+
+def cap_query(text: str, max_terms: int) -> str:
+    """``text`` cut to the limits :func:`check_query_length` checks (unchanged when within them)."""
+    return truncate_terms(text, max_terms)[:MAX_QUERY_CHARS]
+
+
 Source = Literal["pubmed", "pmc", "bookshelf"]
 StudyType = Literal[
     "meta-analysis",
@@ -375,6 +399,12 @@ class QueryForm(BaseModel):
             return f"{self.drug} {self.disease}"
         values = [f.split(":", 1)[1].strip() if ":" in f else f.strip() for f in self.findings]
         return " ".join([self.condition or "", *values]).strip()
+
+    def check_length(self, max_terms: int, what: str = "query_form") -> None:
+        """Refuse the form when what it renders to (:meth:`text`, :meth:`keywords`) is longer than a query may be
+        (:func:`check_query_length`): the schema bounds each field, not their sum."""
+        for text in (self.text(), self.keywords()):
+            check_query_length(text, f"{what} (as searched)", max_terms)
 
 
 class SearchHit(BaseModel):

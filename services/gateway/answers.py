@@ -452,10 +452,11 @@ class AnswerService:
                     final = SynthesisReply.model_validate_json(raw)
             if final is None or final.error is not None:
                 gate.discard()  # held-back text was never checked whole: none of it is sent
+                # A 5xx says an error id, never the synthesizer's exception text (logged with that id).
                 err = (
-                    final.error.model_dump()
+                    sse_error(final.error.status or 500, final.error.type, final.error.message)
                     if final is not None and final.error
-                    else {"type": "NoReply", "message": "the synthesizer sent no answer", "status": 502}
+                    else sse_error(502, "NoReply", "the synthesizer sent no answer")
                 )
                 yield sse("error", err)
                 return

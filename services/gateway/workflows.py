@@ -478,7 +478,7 @@ class WorkflowService:
         trace_id = new_trace_id()
         start = time.perf_counter()
         findings = [finding_text(f.kind, f.value) for f in body.findings]
-        form = QueryForm.condition_findings(body.condition, findings, body.population)
+        form = body.query_form()
         t0 = time.perf_counter()
         reply = await self.backend.retrieve(  # the retriever renders the form and sends its text back
             RetrievalRequest(

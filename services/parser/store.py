@@ -62,7 +62,8 @@ async def store_document(
     stored before it that claim it by their pmid or pmcid (``claims_withdrawn``). Either side first locks the ids
     in question, so an inline document and the record stored at the same moment end as in either order.
 
-    Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (migration 211),
+    Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (migration 211; for a
+    stored document only when the job may change stored documents' priority, migration 230),
     else the stored document's (a replaced document keeps the priority it was given), else 50. A new priority
     alone changes no content: an unchanged document only has its priority updated.
     """
@@ -79,7 +80,7 @@ async def store_document(
         )
         priority = doc.priority
         if priority is None and job_id is not None:
-            priority = await conn.fetchval("SELECT ingest_job_priority($1)", job_id)
+            priority = await conn.fetchval("SELECT ingest_job_priority($1, $2)", job_id, doc_id)
         if origin == "inline":
             taken = await conn.fetch(
                 "SELECT document_id FROM documents WHERE document_id = ANY($1::text[]) AND origin = 'ncbi' FOR SHARE",

@@ -50,7 +50,7 @@ from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
 from shared.llm import usage_scope
-from shared.models import query_terms, truncate_terms
+from shared.models import cap_query
 from shared.settings import Settings
 from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 
@@ -365,13 +365,10 @@ def remaining_budget_s(msg: KafkaMessage, timeout_s: float) -> float:
 
 async def _search(state: RetrieverState, request: RetrievalRequest) -> tuple[SearchResult, str]:
     """Takes a request; returns its result and the query as searched (the query form rendered here)."""
-    query = request.query
     max_terms = state.settings.retrieval.max_query_terms
-    if query is not None and len(query_terms(query)) > max_terms:
-        # The gateway answers 422 before this; another publisher's overlong query is cut, not run whole.
-        log.warning("query cut to the term cap", extra={"max_terms": max_terms})
-        query = truncate_terms(query, max_terms)
-    q = render(query, request.query_form)
+    # The gateway answers 422 before this; what another publisher sends over the limits is cut, not run whole.
+    query = None if request.query is None else cap_query(request.query, max_terms)
+    q = render(query, request.query_form).capped(max_terms)
     reranker = None
     if request.mode == "hybrid+rerank":
         try:

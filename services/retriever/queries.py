@@ -8,9 +8,12 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
-from shared.models import QueryForm
+from shared.models import QueryForm, cap_query
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,16 @@ class RenderedQuery:
     """Text BM25 matches."""
     rerank: str
     """What a reranker is told the query is."""
+
+    def capped(self, max_terms: int) -> RenderedQuery:
+        """Each text cut to the limits on a searched query (:func:`shared.models.cap_query`): a query form's
+        fields are bounded one by one, what they render to is bounded here (and at the gateway: 422)."""
+        out = RenderedQuery(
+            cap_query(self.dense, max_terms), cap_query(self.lexical, max_terms), cap_query(self.rerank, max_terms)
+        )
+        if out != self:
+            log.warning("query cut to the limits on a searched query", extra={"max_terms": max_terms})
+        return out
 
 
 def render(query: str | None, form: QueryForm | None = None) -> RenderedQuery:

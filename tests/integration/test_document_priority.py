@@ -5,12 +5,15 @@ also for documents already stored) and by ``PATCH /v1/documents/{id}``; priority
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from tests.integration.conftest import Stack
+from tests.integration.gateways import extra_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -85,3 +88,44 @@ def test_a_job_priority_reaches_documents_already_stored(stack: Stack, sample_pm
         assert doc not in {h["document_id"] for h in bounded}
         r = http.patch(f"/v1/documents/{doc}", json={"priority": 50})  # back to normal for the other tests
         assert r.status_code == 200
+
+
+def test_an_ingest_key_cannot_hide_a_stored_record_an_admin_key_can(stack: Stack, sample_pmids: list[str]) -> None:
+    """Issue 40 point 7 as tried: ``POST /v1/ingest {"pmids": [stored], "priority": 0}`` with an ``ingest`` key
+    (202) hid the PubMed record from every search. The record stays found, fetched again or not; the job's
+    priority still reaches what the job creates; an ``admin`` key may re-prioritise stored documents."""
+    ingester, admin = "ingest-key-40-0987654321", "admin-key-40-5555555555"
+    digest = {k: hashlib.sha256(k.encode()).hexdigest() for k in (ingester, admin)}
+    env = {"EVIDENTIA_GATEWAY_API_KEY_HASHES": f"{digest[ingester]}:ingest, {digest[admin]}:admin"}
+    doc = f"pubmed:{sample_pmids[1]}"
+    by_title = {"query": _title(stack, doc), "mode": "lexical", "top_n": 20}
+
+    def priority_found(http: Any) -> set[int]:
+        hits = http.post("/v1/search", json=by_title).json()["hits"]
+        return {h["priority"] for h in hits if h["document_id"] == doc}
+
+    with extra_gateway(stack, "priority-scopes", env) as url:
+        with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {ingester}"}) as http:
+            assert priority_found(http) == {50}
+            for refresh in (False, True):  # attached as stored (the trigger); fetched again (the parser's store)
+                r = http.post("/v1/ingest", json={"pmids": [sample_pmids[1]], "priority": 0, "refresh": refresh})
+                assert r.status_code == 202, r.text
+                assert stack.wait_job(r.json()["job_id"])["done"]
+                assert priority_found(http) == {50}
+            new = {**_inline(0), "source_id": "PMC9919040", "pmcid": "PMC9919040", "priority": None}
+            r = http.post("/v1/ingest", json={"documents": [new], "priority": 10})  # created by the job
+            assert r.status_code == 202 and stack.wait_job(r.json()["job_id"])["done"]
+            assert asyncio.run(_priority(stack, "pmc:PMC9919040")) == 10
+        with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {admin}"}) as http:
+            r = http.post("/v1/ingest", json={"pmids": [sample_pmids[1]], "priority": 10})
+            assert r.status_code == 202 and stack.wait_job(r.json()["job_id"])["done"]
+            assert priority_found(http) == {10}
+            assert http.patch(f"/v1/documents/{doc}", json={"priority": 50}).status_code == 200  # for other tests
+
+
+async def _priority(stack: Stack, document_id: str) -> int:
+    conn = await asyncpg.connect(stack.infra.postgres.url)
+    try:
+        return int(await conn.fetchval("SELECT priority FROM documents WHERE document_id = $1", document_id))
+    finally:
+        await conn.close()

@@ -68,7 +68,7 @@ async def test_a_job_gives_its_priority_to_documents_already_stored(private_pool
     pool = private_pool
     for pmid in ("5", "6"):
         await store_document(pool, doc(pmid))
-    await create_job(pool, "exclude", "query", {"query": "aspirin", "priority": 0})
+    await create_job(pool, "exclude", "query", {"query": "aspirin", "priority": 0, "priority_stored": True})  # admin
     await create_job(pool, "plain", "query", {"query": "aspirin"})
     await add_job_documents(pool, "exclude", ["pubmed:5", "pubmed:999"])  # 999: not stored (yet)
     await add_job_documents(pool, "plain", ["pubmed:6"])
@@ -76,6 +76,28 @@ async def test_a_job_gives_its_priority_to_documents_already_stored(private_pool
     assert await priority_of(pool, "6") == 50
     await store_document(pool, doc("999"), job_id="exclude")  # fetched later: the parser applies it
     assert await priority_of(pool, "999") == 0
+
+
+async def test_without_the_admin_right_a_jobs_priority_reaches_only_the_documents_it_creates(
+    private_pool: asyncpg.Pool,
+) -> None:
+    """Migration 230: an ``ingest`` key's job (no ``priority_stored``) cannot hide a stored record, neither
+    through the job trigger (a stored PMID attached, not fetched again) nor through the parser's store (the
+    record fetched again, unchanged or changed); a document it creates takes the job's priority."""
+    pool = private_pool
+    await store_document(pool, doc("20"))  # an NCBI record stored before, priority 50
+    await create_job(pool, "ingest-key", "pmids", {"pmids": ["20", "21"], "priority": 0})
+    await add_job_documents(pool, "ingest-key", ["pubmed:20", "pubmed:21"])
+    assert await priority_of(pool, "20") == 50  # the trigger left the stored record alone
+    assert (await store_document(pool, doc("20"), job_id="ingest-key")).outcome == "unchanged"  # refresh
+    assert await priority_of(pool, "20") == 50
+    updated = await store_document(pool, doc("20", text="Aspirin, a revised abstract."), job_id="ingest-key")
+    assert updated.outcome == "updated" and await priority_of(pool, "20") == 50
+    await store_document(pool, doc("21"), job_id="ingest-key")  # created by the job
+    assert await priority_of(pool, "21") == 0
+    await create_job(pool, "admin-key", "pmids", {"pmids": ["20"], "priority": 10, "priority_stored": True})
+    await add_job_documents(pool, "admin-key", ["pubmed:20"])
+    assert await priority_of(pool, "20") == 10
 
 
 PRIORITIES = {"10": 0, "11": 10, "12": 50, "13": 100, "14": 50, "15": 50}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import asyncpg
 from fastapi import APIRouter, Depends, HTTPException
 
 from services.gateway import security
-from services.gateway.deps import KafkaDep, PoolDep, SettingsDep
+from services.gateway.deps import KafkaDep, PoolDep, ScopesDep, SettingsDep
 from services.gateway.schemas.ingest import IngestAccepted, IngestRequest
 from shared import provenance
 from shared.db.jobs import JobStatus, job_status
@@ -34,6 +35,16 @@ async def check_provenance(pool: asyncpg.Pool, body: IngestRequest) -> None:
         )
 
 
+def job_params(body: IngestRequest, scopes: frozenset[str]) -> dict[str, Any]:
+    """The job's params as recorded. Its ``priority`` reaches documents already stored only for a key with the
+    ``admin`` scope, as ``PATCH /v1/documents/{id}`` does (``priority_stored``, read by migration 230's rule in the
+    database); for any other key it applies to the documents the job creates."""
+    params = body.model_dump(mode="json", exclude={"documents"})
+    if body.priority is not None and "admin" in scopes:
+        params["priority_stored"] = True
+    return params
+
+
 @router.post(
     "/v1/ingest",
     status_code=202,
@@ -45,7 +56,9 @@ async def check_provenance(pool: asyncpg.Pool, body: IngestRequest) -> None:
         409: {"description": "An inline document claims an id stored as a record fetched from NCBI"},
     },
 )
-async def ingest(body: IngestRequest, pool: PoolDep, kafka: KafkaDep, settings: SettingsDep) -> IngestAccepted:
+async def ingest(
+    body: IngestRequest, pool: PoolDep, kafka: KafkaDep, settings: SettingsDep, scopes: ScopesDep
+) -> IngestAccepted:
     if body.documents:
         await check_provenance(pool, body)
     job_id = uuid.uuid4().hex
@@ -68,7 +81,7 @@ async def ingest(body: IngestRequest, pool: PoolDep, kafka: KafkaDep, settings: 
         settings.kafka,
         job_id=job_id,
         kind=kind,
-        params=body.model_dump(mode="json", exclude={"documents"}),
+        params=job_params(body, scopes),
         request=request,
         documents=documents,
     )

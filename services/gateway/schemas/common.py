@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.models import query_terms
+from shared.models import QueryForm, check_query_length
 from shared.settings import get_settings
 
 #: The shortest question answered: at least this many characters (surrounding blanks not counted), one of them a
@@ -24,10 +24,9 @@ def check_question_length(text: str, what: str) -> None:
 
 def check_query_terms(text: str, what: str) -> None:
     """Refuse a query longer than the longest useful one (``EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS``)."""
-    cap = get_settings().retrieval.max_query_terms
-    n = len(query_terms(text))
-    if n > cap:
-        raise ValueError(
-            f"{what} has {n} terms; at most {cap} are searched (EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS): "
-            "shorten it to the question or the key terms"
-        )
+    check_query_length(text, what, get_settings().retrieval.max_query_terms)
+
+
+def check_query_form(form: QueryForm, what: str) -> None:
+    """Refuse a query form whose rendered text is longer than a query may be (as :func:`check_query_terms`)."""
+    form.check_length(get_settings().retrieval.max_query_terms, what)

@@ -26,9 +26,10 @@ class IngestRequest(BaseModel):
         ge=PRIORITY_EXCLUDED,
         le=PRIORITY_HIGH,
         description=(
-            "Search priority of the job's documents, those already stored included (seed 003: 0 never returned, "
-            "10 low, 50 normal, 100 high): a query job gives it to every document its query finds. An inline "
-            "document's own `priority` wins. Unset: new documents get 50, stored ones keep theirs."
+            "Search priority of the documents the job creates (seed 003: 0 never returned, 10 low, 50 normal, "
+            "100 high); with the `admin` scope also of those already stored that the job finds (a query job: every "
+            "document its query finds), as `PATCH /v1/documents/{id}` does. An inline document's own `priority` "
+            "wins. Unset: new documents get 50, stored ones keep theirs."
         ),
     )
     bookshelf_publisher: str | None = Field(

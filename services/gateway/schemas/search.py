@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.gateway.schemas.common import check_query_terms
+from services.gateway.schemas.common import check_query_form, check_query_terms
 from shared.events import LlmCall, TokenUsage
-from shared.models import THERAPEUTIC_TEMPLATE, QueryForm, SearchFilters, SearchHit, SearchMode
+from shared.models import MAX_QUERY_CHARS, THERAPEUTIC_TEMPLATE, QueryForm, SearchFilters, SearchHit, SearchMode
 
 
 class SearchRequest(BaseModel):
@@ -19,7 +19,7 @@ class SearchRequest(BaseModel):
     query: str | None = Field(
         None,
         min_length=1,
-        max_length=10_000,
+        max_length=MAX_QUERY_CHARS,
         description="A question or search terms, at most 200 terms (`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; "
         "longer: 422). May be left out when `query_form` is given.",
     )
@@ -27,7 +27,8 @@ class SearchRequest(BaseModel):
         None,
         description=(
             f'A structured query. `therapeutic` (drug + disease) embeds "{THERAPEUTIC_TEMPLATE}"; '
-            '`condition-findings` embeds "{condition}. {finding}. ...". Lexical search matches their terms.'
+            '`condition-findings` embeds "{condition}. {finding}. ...". Lexical search matches their terms. '
+            "The text it renders to has the limits of `query` (longer: 422)."
         ),
     )
     top_k: int = Field(20, ge=1, le=200, description="Candidates kept after fusion and handed to the reranker.")
@@ -66,6 +67,8 @@ class SearchRequest(BaseModel):
             raise ValueError("query is blank")
         if self.query is not None:
             check_query_terms(self.query, "query")
+        if self.query_form is not None:
+            check_query_form(self.query_form, "query_form")
         return self
 
     @property

@@ -8,8 +8,17 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.intelligence.expansion import DrugProfile
+from services.gateway.schemas.common import check_query_form, check_query_terms
 from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
-from shared.models import ClinicalFindingType, SearchFilters, SearchHit, SearchMode
+from shared.models import (
+    MAX_QUERY_CHARS,
+    ClinicalFindingType,
+    QueryForm,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    finding_text,
+)
 
 
 class WorkflowStep(BaseModel):
@@ -35,12 +44,18 @@ class EvidenceRequest(BaseModel):
         description="The disease as named anywhere, e.g. 'narcolepsy-cataplexy syndrome'; it is normalised for PubMed.",
     )
     drug_profile: DrugProfile | None = Field(None, description="What is known of the drug, for search-term expansion.")
-    ingest: bool = Field(True, description="Fetch the PMIDs the searches find that are not stored yet.")
+    ingest: bool | None = Field(
+        None,
+        description="Fetch the PMIDs the searches find that are not stored yet; needs the `ingest` scope. Left "
+        "out: on for a key with that scope, off (search what is stored) for a `read` key; `true` without the "
+        "scope: 403.",
+    )
     max_per_query: int | None = Field(
         None,
         ge=1,
         le=10_000,
-        description="PMIDs taken from each search (default: EVIDENTIA_WORKFLOW_EVIDENCE_MAX_PER_QUERY).",
+        description="PMIDs taken from each search, at most the operator's EVIDENTIA_WORKFLOW_EVIDENCE_MAX_PER_QUERY "
+        "(its default; more: 422).",
     )
     wait_s: float | None = Field(
         None,
@@ -56,6 +71,7 @@ class EvidenceRequest(BaseModel):
     def _blank(self) -> EvidenceRequest:
         if not self.drug.strip() or not self.disease.strip():
             raise ValueError("drug and disease must not be blank")
+        check_query_form(QueryForm(kind="therapeutic", drug=self.drug, disease=self.disease), "drug and disease")
         return self
 
 
@@ -139,6 +155,11 @@ class GuidelineRequest(BaseModel):
     top_k: int = Field(20, ge=1, le=200)
     top_n: int = Field(5, ge=1, le=20)
     mode: SearchMode = "hybrid"
+
+    def query_form(self) -> QueryForm:
+        """The condition-findings query searched: the condition, each finding as ``kind: value``, the population."""
+        findings = [finding_text(f.kind, f.value) for f in self.findings]
+        return QueryForm.condition_findings(self.condition, findings, self.population)
 
 
 class GuidelineSection(BaseModel):
@@ -277,9 +298,10 @@ class QueryRequest(BaseModel):
 
     question: str = Field(
         min_length=1,
-        max_length=10_000,
+        max_length=MAX_QUERY_CHARS,
         validation_alias=AliasChoices("question", "message"),
-        description="The question (alias: `message`), in any language.",
+        description="The question (alias: `message`), in any language; at most 200 terms "
+        "(`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; longer: 422).",
     )
     mode: Literal["standard", "agent"] = Field(
         "standard", description="agent: Claude with tools, looping until it answers (offline: a rule-based plan)."
@@ -295,6 +317,7 @@ class QueryRequest(BaseModel):
     def _blank(self) -> QueryRequest:
         if not self.question.strip():
             raise ValueError("question is blank")
+        check_query_terms(self.question, "question")
         return self
 
 

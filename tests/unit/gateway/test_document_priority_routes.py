@@ -103,3 +103,19 @@ def test_the_cli_sends_the_job_priority() -> None:
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["ingest", "--pmids", "1", "--priority", "101"])
     assert exc.value.code == 2
+
+
+async def test_only_an_admin_keys_job_may_reach_stored_documents_priority() -> None:
+    """The job's params say whether its priority reaches documents already stored (migration 230 reads it)."""
+    ingester = "ingester-key-0987654321"
+    keys = GatewaySettings(  # type: ignore[call-arg]
+        api_key_hashes=f"{key_digest(ingester)}:ingest, {key_digest(ADMIN)}:admin"
+    )
+    pool = RecordingPool()
+    app, _ = app_with(pool, keys)
+    async with client(app, ingester) as http, client(app, ADMIN) as admin:
+        assert (await http.post("/v1/ingest", json={"pmids": ["1"], "priority": 0})).status_code == 202
+        assert (await admin.post("/v1/ingest", json={"pmids": ["1"], "priority": 0})).status_code == 202
+    jobs = [json.loads(args[2]) for name, args in pool.statements if name == "INSERT ingest_jobs"]
+    assert [j.get("priority_stored") for j in jobs] == [None, True]
+    assert [j["priority"] for j in jobs] == [0, 0]

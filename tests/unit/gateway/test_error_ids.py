@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
@@ -11,7 +12,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from shared.broker import RemoteError, RequestTimeout
-from shared.events import ErrorInfo, RetrievalReply
+from shared.events import ErrorInfo, RetrievalReply, SynthesisReply
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.unit.gateway.conftest import build_app, client
 
@@ -88,3 +89,23 @@ async def test_a_failed_stream_says_an_error_id_not_the_upstream_text(
     errors = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:") and "status" in line]
     assert errors and errors[-1]["status"] == 502 and errors[-1]["error_id"] in logged_error_ids(caplog)
     assert "s3cr3t" not in r.text
+
+
+async def test_a_synthesizer_failure_mid_stream_says_an_error_id_not_its_exception_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app, kafka, _ = build_app()
+
+    async def fails(request: object) -> AsyncIterator[tuple[str, bytes]]:
+        error = ErrorInfo(type="APIConnectionError", message=SECRET_DETAIL, status=502)
+        yield "SynthesisReply", SynthesisReply(error=error).model_dump_json().encode()
+
+    kafka.synthesize_stream = fails  # type: ignore[method-assign]
+    caplog.set_level(logging.ERROR, logger="services.gateway.errors")
+    async with client(app) as http:
+        r = await http.post("/v1/ask/stream", json={"question": QUESTION})
+    assert r.status_code == 200 and kafka.retrievals  # the failure struck once the stream had started
+    assert "s3cr3t" not in r.text and "10.1.2.3" not in r.text
+    error = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:") and "status" in line][-1]
+    assert error["status"] == 502 and error["type"] == "APIConnectionError"
+    assert SECRET_DETAIL in logged_error_ids(caplog)[error["error_id"]]

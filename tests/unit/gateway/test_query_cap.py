@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.gateway.schemas import AskRequest, SearchRequest
-from shared.models import query_terms, truncate_terms
+from shared.models import MAX_QUERY_CHARS, query_terms, truncate_terms
 from shared.settings import get_settings
 from tests.unit.gateway.conftest import build_app, client
 
@@ -56,3 +56,28 @@ async def test_a_10000_character_query_gets_a_prompt_422_and_never_reaches_the_r
         # an ordinary question right after is served as usual
         ok = await c.post("/v1/search", json={"query": "aspirin and stroke"})
         assert ok.status_code == 200 and len(kafka.retrievals) == 1
+
+
+#: The issue's query form: findings of 5,000 words in all (its keywords are over 10,000 characters).
+HUGE_FORM = {"kind": "condition-findings", "condition": "malaria", "findings": ["symptom: fever " * 250] * 10}
+#: A form under 10,000 characters but far over the term cap (50 findings of 40 short terms).
+WIDE_FORM = {"kind": "condition-findings", "condition": "malaria", "findings": ["lab: a b c d e f g h " * 5] * 50}
+
+
+@pytest.mark.parametrize("form", [HUGE_FORM, WIDE_FORM], ids=["5000-words", "under-10000-characters"])
+async def test_a_query_form_rendered_over_the_cap_gets_a_422_naming_it_not_a_500(form: dict[str, object]) -> None:
+    assert len(query_terms(" ".join(form["findings"]))) > 1000  # type: ignore[arg-type]
+    app, kafka, _ = build_app()
+    async with client(app) as c:
+        r = await c.post("/v1/search", json={"query_form": form})
+        assert r.status_code == 422, r.text
+        assert "query_form (as searched) has" in r.text and "EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS" in r.text
+        assert kafka.retrievals == []
+        ok = await c.post("/v1/search", json={"query_form": {**form, "findings": ["symptom: fever 3 days"]}})
+        assert ok.status_code == 200 and len(kafka.retrievals) == 1
+
+
+def test_a_form_of_few_terms_but_over_10000_characters_is_refused_too() -> None:
+    form = {"kind": "condition-findings", "condition": "malaria", "findings": ["x" * 6000, "y" * 6000]}
+    with pytest.raises(ValidationError, match=f"characters; at most {MAX_QUERY_CHARS}"):
+        SearchRequest.model_validate({"query_form": form})

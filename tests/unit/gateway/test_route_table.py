@@ -57,8 +57,18 @@ ROUTES: dict[tuple[str, str], tuple[str, list[str], list[str], str | None]] = {
         ["administration"],
         "DocumentPriority",
     ),
-    ("POST", "/v1/evidence"): ("evidence_v1_evidence_post", ["200", "422"], ["workflows"], "EvidenceResponse"),
-    ("POST", "/v1/evidence/stream"): ("evidence_stream_v1_evidence_stream_post", ["200", "422"], ["workflows"], None),
+    ("POST", "/v1/evidence"): (
+        "evidence_v1_evidence_post",
+        ["200", "403", "422"],
+        ["workflows"],
+        "EvidenceResponse",
+    ),
+    ("POST", "/v1/evidence/stream"): (
+        "evidence_stream_v1_evidence_stream_post",
+        ["200", "403", "422"],
+        ["workflows"],
+        None,
+    ),
     ("POST", "/v1/guidelines/recommend"): (
         "recommend_v1_guidelines_recommend_post",
         ["200", "422"],

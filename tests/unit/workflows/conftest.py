@@ -23,7 +23,7 @@ from services.synthesizer.llm import ClaudeAnswerer
 from shared.db.jobs import JobStatus
 from shared.events import RetrievalReply, RetrievalRequest, SynthesisReply, SynthesisRequest
 from shared.models import SearchHit
-from shared.settings import LlmSettings, Settings, WorkflowSettings
+from shared.settings import GatewaySettings, LlmSettings, Settings, WorkflowSettings
 from tests.fakes.llm_steps import step_llm
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
 
@@ -184,8 +184,12 @@ def build(
     counts: dict[str, int] | None = None,
     mesh: dict[str, int] | None = None,
     rxnav_url: str | None = None,
+    gateway: GatewaySettings | None = None,
 ) -> tuple[FastAPI, WorkflowService, FakeBackend]:
-    settings = Settings(workflow=WorkflowSettings(rxnav_url=rxnav_url, ingest_wait_s=2))  # type: ignore[call-arg]
+    settings = Settings(
+        workflow=WorkflowSettings(rxnav_url=rxnav_url, ingest_wait_s=2),  # type: ignore[call-arg]
+        gateway=gateway or GatewaySettings(),
+    )
     app = create_app(settings)
     if fake is not None:
         client = anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=0)
@@ -201,5 +205,8 @@ def build(
     return app, WorkflowService(settings, backend, cache, llm, rxnav), backend
 
 
-def client(app: FastAPI) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=30)
+def client(app: FastAPI, key: str | None = None) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gateway", headers=headers, timeout=30
+    )
