@@ -45,7 +45,8 @@ from shared.broker import (
     send_keyed,
     undecoded_batch,
 )
-from shared.embedding import Embedder, get_embedder
+from shared.embedding import Embedder, EmbedderError, get_embedder
+from shared.embedding.base import runtime_of
 from shared.events import ChunkCreated, ChunkEmbedded
 from shared.kafka_security import client_options
 from shared.settings import Settings
@@ -124,9 +125,12 @@ class EmbedderState:
 
     async def start(self) -> None:
         embedder = get_embedder(self.settings.embedding)
-        await asyncio.to_thread(embedder.warm_up)
+        try:  # warm_up also sets the device metric (shared.embedding.base)
+            await asyncio.to_thread(embedder.warm_up)
+        except EmbedderError as exc:  # e.g. EVIDENTIA_EMBEDDING_DEVICE=cuda and no CUDA provider: exit, said plainly
+            log.critical("the embedder cannot start: %s", exc)
+            raise
         self._embedder = embedder
-        metrics.EMBED_DEVICE.labels(embedder.device, embedder.name).set(1)
         k = self.settings.kafka
         self._producer = AIOKafkaProducer(
             **client_options(k),
@@ -138,7 +142,7 @@ class EmbedderState:
         )
         await self._producer.start()
         await self.pipeline.start()
-        log.info("model loaded", extra={"model": embedder.name, "dim": embedder.dim, "device": embedder.device})
+        log.info("model loaded", extra={**runtime_of(embedder), "dim": embedder.dim})
 
     async def stop(self) -> None:
         await self.pipeline.stop()
@@ -148,6 +152,10 @@ class EmbedderState:
 
     async def ready(self) -> bool:
         return self._embedder is not None and self.pipeline.running
+
+    def health(self) -> dict[str, str]:
+        """What ``/health`` says: the model and where it runs (``loading`` until the model has loaded)."""
+        return runtime_of(self._embedder) if self._embedder is not None else {"model": "loading"}
 
     @property
     def embedder(self) -> Embedder:

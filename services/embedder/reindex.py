@@ -55,6 +55,7 @@ app = make_app(
     on_startup=[state.start],
     on_shutdown=[state.stop],
     ready=state.ready,
+    details=state.health,
     description="Re-embeds the chunks.reindex events aimed at the configured model (evidentia reindex).",
 )
 
