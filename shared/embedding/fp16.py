@@ -53,10 +53,16 @@ def fp16_available() -> bool:
     return importlib.util.find_spec("onnx") is not None
 
 
+def _fresh(copy: Path, graph: Path) -> bool:
+    return copy.is_file() and copy.stat().st_mtime_ns >= graph.stat().st_mtime_ns
+
+
 def fp16_path(graph: Path) -> Path:
-    """Where the FP16 copy of ``graph`` is kept: beside it when its folder is writable, else in the temp dir."""
-    if os.access(graph.parent, os.W_OK):
-        return graph.with_name(FP16_NAME)
+    """Where the FP16 copy of ``graph`` is kept: beside it when a copy is there (made at the image's build, read
+    by a user who may not write there) or its folder is writable, else in the temp dir."""
+    beside = graph.with_name(FP16_NAME)
+    if _fresh(beside, graph) or os.access(graph.parent, os.W_OK):
+        return beside
     stat = graph.stat()
     key = hashlib.sha256(f"{graph.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "evidentia-fp16" / f"{key}.onnx"
@@ -65,7 +71,7 @@ def fp16_path(graph: Path) -> Path:
 def fp16_graph(graph: Path) -> Path:
     """The FP16 copy of the FP32 ONNX file ``graph``, converted now unless a copy newer than it exists."""
     target = fp16_path(graph)
-    if target.is_file() and target.stat().st_mtime_ns >= graph.stat().st_mtime_ns:
+    if _fresh(target, graph):
         return target
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16

@@ -10,13 +10,14 @@ tests are skipped, and the one that asks for FP16 without it checks the refusal.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from shared.embedding import EmbedderError, clear_cache, get_embedder
+from shared.embedding import EmbedderError, clear_cache, fp16, get_embedder
 from shared.embedding import onnx as onnx_backend
 from shared.embedding.base import BaseEmbedder
 from shared.embedding.fp16 import FP16_NAME, FP16_TOLERANCE, fp16_available, fp16_graph, worst_cosine
@@ -56,6 +57,18 @@ def _embedder(folder: Path, **kw: Any) -> BaseEmbedder:
     return embedder
 
 
+def test_a_read_only_folder_without_a_copy_converts_into_the_temp_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = tmp_path / "onnx" / "model.onnx"
+    graph.parent.mkdir()
+    graph.write_bytes(b"graph")
+    assert fp16.fp16_path(graph) == graph.with_name(FP16_NAME)
+    monkeypatch.setattr(os, "access", lambda *a: False)
+    elsewhere = fp16.fp16_path(graph)
+    assert elsewhere.parent.name == "evidentia-fp16" and elsewhere.parent.parent != graph.parent.parent
+
+
 def test_worst_cosine() -> None:
     a = np.array([[1.0, 0.0], [0.0, 2.0]])
     assert worst_cosine(a, a) == pytest.approx(1.0)
@@ -92,6 +105,9 @@ def test_fp16_copy_is_reused_and_refused_when_it_moves_vectors_too_far(
     first = fp16_graph(graph)
     stamp = first.stat().st_mtime_ns
     assert fp16_graph(graph) == first and first.stat().st_mtime_ns == stamp  # cached: not converted again
+    monkeypatch.setattr(os, "access", lambda *a: False)  # a user who may not write there (the image's)
+    assert fp16_graph(graph) == first and first.stat().st_mtime_ns == stamp  # still the copy made at build
+    monkeypatch.undo()
     monkeypatch.setattr(onnx_backend, "FP16_TOLERANCE", -1.0)  # no copy can pass: the guard must keep FP32
     with caplog.at_level(logging.WARNING, logger="shared.embedding.onnx"):
         embedder = _embedder(bge_copy, fp16=True)
