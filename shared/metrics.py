@@ -93,7 +93,12 @@ CONSUMER_LAG = Gauge(
     "Records not yet consumed (high watermark - next offset) on the partitions of the last batch.",
     ["service", "topic"],
 )
-EMBED_DEVICE = Gauge("evidentia_embedding_device_info", "Device the embedder runs on.", ["device", "model"])
+EMBED_DEVICE = Gauge(
+    "evidentia_embedding_device_info",
+    "Device the embedding model runs on, what runs it (provider: an ONNX Runtime execution provider or torch) and "
+    "its precision.",
+    ["model", "device", "provider", "precision"],
+)
 NCBI_REQUESTS = Counter(
     "evidentia_ncbi_requests_total", "E-utilities calls by utility and status.", ["utility", "status"]
 )

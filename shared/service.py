@@ -3,15 +3,18 @@
 ``make_app`` wraps a broker in ``AsgiFastStream`` so the same process serves Prometheus metrics and
 Kubernetes probes next to its consumers; ``run_app`` runs it under uvicorn. ``/healthz`` (liveness)
 answers while the process's event loop is alive (and the service's own ``live()`` check, if it has one,
-passes); ``/readyz`` answers 204 only when the broker is
-connected and the service's own readiness check (database, model) passes.
+passes); ``/readyz`` answers 204 only when the broker is connected and the service's own readiness check
+(database, model) passes; ``/health`` is for people: JSON with the service's name and what it reports of
+itself (the embedder: its model, device, provider and precision). A service whose start hook fails exits
+with uvicorn's start-up failure status (3).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import uvicorn
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 
 Hook = Callable[[], Awaitable[Any]]
 ReadyCheck = Callable[[], Awaitable[bool]]
+Details = Callable[[], Mapping[str, Any]]
 
 
 class ServiceState(Protocol):
@@ -51,11 +55,13 @@ def service_app(
     state_class: Callable[[Settings], S],
     register: Callable[[KafkaBroker, S], None],
     description: str,
+    details: Callable[[S], Mapping[str, Any]] | None = None,
 ) -> AsgiFastStream:
     """The one way a consumer service is wired: settings -> broker -> state -> handlers -> app with probes.
 
     Takes the service's name, its state class (built from the settings), the function that subscribes its
-    handlers, and the description shown in its AsyncAPI document; returns the ASGI app ``run_app`` serves.
+    handlers, the description shown in its AsyncAPI document, and optionally what ``/health`` reports of
+    the state; returns the ASGI app ``run_app`` serves.
     """
     settings = get_settings()
     broker = make_broker(name, settings)
@@ -69,6 +75,7 @@ def service_app(
         ready=state.ready,
         live=getattr(state, "live", None),
         description=description,
+        details=(lambda: details(state)) if details is not None else None,
     )
 
 
@@ -82,12 +89,18 @@ def make_app(
     ready: ReadyCheck | None = None,
     live: ReadyCheck | None = None,
     description: str = "",
+    details: Details | None = None,
 ) -> AsgiFastStream:
     @get(include_in_schema=False)
     async def healthz(scope: Any) -> AsgiResponse:
         if live is not None and not await live():  # e.g. the embedder's model broken for minutes: restart me
             return AsgiResponse(b"not live", 503)
         return AsgiResponse(b"ok", 200)
+
+    @get(include_in_schema=False)
+    async def health(scope: Any) -> AsgiResponse:
+        body = {"service": name, "status": "ok", **(details() if details is not None else {})}
+        return AsgiResponse(json.dumps(body).encode(), 200, headers={"content-type": "application/json"})
 
     broker_ping = make_ping_asgi(broker, timeout=5.0, include_in_schema=False)
 
@@ -109,6 +122,7 @@ def make_app(
         asgi_routes=[
             ("/metrics", make_asgi_app(metrics.registry)),
             ("/healthz", healthz),
+            ("/health", health),
             ("/readyz", readyz),
             ("/ping", broker_ping),
         ],

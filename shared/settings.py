@@ -279,12 +279,26 @@ class EmbeddingSettings(BaseSettings):
             "(docs/benchmarks.md, issue #17)."
         ),
     )
-    device: str = Field("auto", description="`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:1`...")
+    device: str = Field(
+        "auto",
+        description=(
+            "`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:1`... An explicit `cuda` that cannot be "
+            "used (no GPU build of onnxruntime, no CUDA library, driver or GPU) stops the embedder at start "
+            "instead of running on the CPU."
+        ),
+    )
     batch_size: int = Field(64, ge=1, description="Texts per model forward pass.")
     consume_batch: int = Field(256, ge=1, description="Largest batch of `chunks.created` events taken at once.")
     query_prefix: str | None = Field(None, description="Prefix for queries; the model's own default if unset.")
     threads: int | None = Field(None, ge=1, description="Torch CPU threads; default: the CPUs given to the process.")
-    fp16: bool | None = Field(None, description="Half precision; default: on for CUDA, off on the CPU.")
+    fp16: bool | None = Field(
+        None,
+        description=(
+            "Half precision; default: on for CUDA, off on the CPU. ONNX models run in FP16 only where their "
+            "vectors stay within 1e-2 cosine of the CPU's FP32 ones (checked at start; needs the `onnx` package "
+            "of the `embedder-gpu` extra)."
+        ),
+    )
     backend: Literal["auto", "torch", "onnx"] = Field(
         "auto",
         description=(

@@ -9,5 +9,6 @@ app = service_app(
     "embedder",
     EmbedderState,
     register,
-    "Embeds chunks in batches with the configured sentence-transformers model (GPU when present).",
+    "Embeds chunks in batches with the configured embedding model (GPU when present).",
+    details=EmbedderState.health,
 )

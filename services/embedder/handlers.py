@@ -48,7 +48,8 @@ from shared.broker import (
     send_keyed,
     undecoded_batch,
 )
-from shared.embedding import Embedder, get_embedder
+from shared.embedding import Embedder, EmbedderError, get_embedder
+from shared.embedding.base import runtime_of
 from shared.events import ChunkCreated, ChunkEmbedded
 from shared.kafka_security import client_options
 from shared.settings import Settings
@@ -128,9 +129,13 @@ class EmbedderState:
 
     async def start(self) -> None:
         embedder = get_embedder(self.settings.embedding)
-        await asyncio.to_thread(embedder.warm_up)
-        self._embedder = with_fault_injection(embedder, self.settings.embedding.fault_file)  # tests only
-        metrics.EMBED_DEVICE.labels(embedder.device, embedder.name).set(1)
+        try:  # warm_up also sets the device metric (shared.embedding.base)
+            await asyncio.to_thread(embedder.warm_up)
+        except EmbedderError as exc:  # e.g. EVIDENTIA_EMBEDDING_DEVICE=cuda and no CUDA provider: exit, said plainly
+            log.critical("the embedder cannot start: %s", exc)
+            raise
+        # Wrapped after warm_up, so the wrapper copies the device the model actually got (tests only).
+        self._embedder = with_fault_injection(embedder, self.settings.embedding.fault_file)
         k = self.settings.kafka
         self._producer = AIOKafkaProducer(
             **client_options(k),
@@ -142,7 +147,7 @@ class EmbedderState:
         )
         await self._producer.start()
         await self.pipeline.start()
-        log.info("model loaded", extra={"model": embedder.name, "dim": embedder.dim, "device": embedder.device})
+        log.info("model loaded", extra={**runtime_of(embedder), "dim": embedder.dim})
 
     async def stop(self) -> None:
         await self.pipeline.stop()
@@ -153,6 +158,10 @@ class EmbedderState:
     async def ready(self) -> bool:
         """Model loaded, pipeline running, and the model not failing (see :meth:`live`)."""
         return self._embedder is not None and self.pipeline.running and self.pipeline.model_down_since is None
+
+    def health(self) -> dict[str, str]:
+        """What ``/health`` says: the model and where it runs (``loading`` until the model has loaded)."""
+        return runtime_of(self._embedder) if self._embedder is not None else {"model": "loading"}
 
     @property
     def embedder(self) -> Embedder:

@@ -56,6 +56,7 @@ app = make_app(
     on_shutdown=[state.stop],
     ready=state.ready,
     live=state.live,
+    details=state.health,
     description="Re-embeds the chunks.reindex events aimed at the configured model (evidentia reindex).",
 )
 

@@ -90,7 +90,11 @@ class EmbedderConfig:
     source: str
     """A local folder, or a hub name for the torch backend."""
     device: str = "cpu"
-    fp16: bool = False
+    """``cpu``, ``cuda``, ``cuda:N``; ``auto`` for the ONNX backend, which settles it when the model loads."""
+    device_required: bool = False
+    """The device was asked for (not ``auto``): a GPU that cannot be used is an error, not a CPU fallback."""
+    fp16: bool | None = False
+    """Half precision; ``None``: on when the model runs on CUDA (the ONNX backend, which settles it at load)."""
     batch_size: int = 64
     threads: int | None = None
     query_prefix: str = ""
@@ -98,6 +102,19 @@ class EmbedderConfig:
     dim: int | None = None
     max_seq_length: int | None = None
     pooling: Pooling | None = None
+
+
+def runtime_of(embedder: Embedder) -> dict[str, str]:
+    """What ``/health``, the start log and the device metric say of a loaded embedder: model, device, provider
+    (``CUDAExecutionProvider``, ``CPUExecutionProvider``, ``torch``) and precision (``fp32``, ``fp16``).
+
+    Read with defaults: an :class:`Embedder` need not be a :class:`BaseEmbedder` (a benchmark's stand-in)."""
+    return {
+        "model": embedder.name,
+        "device": embedder.device,
+        "provider": str(getattr(embedder, "provider", "") or "unknown"),
+        "precision": str(getattr(embedder, "precision", "") or "unknown"),
+    }
 
 
 def l2_normalise(x: npt.NDArray[np.floating]) -> FloatArray:
@@ -149,6 +166,9 @@ class BaseEmbedder(ABC):
         self._loaded = False
         self._dim = config.dim
         self._max_seq_length = config.max_seq_length
+        self.provider = ""
+        """What runs the model, set by the backend at load: an ONNX Runtime execution provider, or ``torch``."""
+        self.precision = "fp32"
 
     def __repr__(self) -> str:
         source = self.config.source
@@ -163,7 +183,7 @@ class BaseEmbedder(ABC):
                 self._loaded = True
                 from shared.metrics import EMBED_DEVICE
 
-                EMBED_DEVICE.labels(device=self.device, model=self.name).set(1)
+                EMBED_DEVICE.labels(**runtime_of(self)).set(1)
 
     @abstractmethod
     def _load(self) -> None:

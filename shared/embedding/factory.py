@@ -98,19 +98,34 @@ def _folder_canonical(folder: Path) -> str | None:
     return None
 
 
+def _common(settings: EmbeddingSettings, backend: type[BaseEmbedder]) -> dict[str, Any]:
+    """The device, precision and batching fields of a backend's config.
+
+    The torch backend gets its device resolved here (``auto``: CUDA when torch sees a GPU). The ONNX backend
+    keeps ``auto`` and an unset FP16: what ONNX Runtime can run is known only when its session loads (the GPU
+    image has no CUDA torch to ask), so :class:`~shared.embedding.onnx.OnnxEmbedder` settles both then.
+    """
+    from shared.embedding.onnx import OnnxEmbedder
+
+    if issubclass(backend, OnnxEmbedder):
+        device, fp16 = settings.device, settings.fp16
+    else:
+        device = resolve_device(settings.device)
+        fp16 = settings.fp16 if settings.fp16 is not None else device.startswith("cuda")
+    return {
+        "device": device,
+        "device_required": settings.device != "auto",
+        "fp16": fp16,
+        "batch_size": settings.batch_size,
+        "threads": settings.threads,
+    }
+
+
 def resolve(settings: EmbeddingSettings) -> tuple[type[BaseEmbedder], EmbedderConfig]:
     """The backend class and its configuration for ``settings`` (nothing is loaded)."""
     from shared.embedding.onnx import OnnxEmbedder
     from shared.embedding.sentence_transformers import SentenceTransformerEmbedder
 
-    device = resolve_device(settings.device)
-    fp16 = settings.fp16 if settings.fp16 is not None else device.startswith("cuda")
-    common: dict[str, Any] = {
-        "device": device,
-        "fp16": fp16,
-        "batch_size": settings.batch_size,
-        "threads": settings.threads,
-    }
     name = settings.model.strip()
     known = known_model(name)
     backend: type[BaseEmbedder]
@@ -134,7 +149,7 @@ def resolve(settings: EmbeddingSettings) -> tuple[type[BaseEmbedder], EmbedderCo
             dim=known.dim,
             max_seq_length=known.max_seq_length,
             pooling=known.pooling,
-            **common,
+            **_common(settings, backend),
         )
         if settings.backend == "torch" and backend is OnnxEmbedder:
             raise EmbedderError(
@@ -165,7 +180,7 @@ def resolve(settings: EmbeddingSettings) -> tuple[type[BaseEmbedder], EmbedderCo
             passage_prefix=passage,
             max_seq_length=max_len,
             pooling=pooling,
-            **common,
+            **_common(settings, backend),
         )
         return backend, config
 
@@ -177,7 +192,7 @@ def resolve(settings: EmbeddingSettings) -> tuple[type[BaseEmbedder], EmbedderCo
         source=name,
         query_prefix=query if settings.query_prefix is None else settings.query_prefix,
         passage_prefix=passage,
-        **common,
+        **_common(settings, SentenceTransformerEmbedder),
     )
     return SentenceTransformerEmbedder, config
 

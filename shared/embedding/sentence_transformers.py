@@ -68,8 +68,10 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             raise EmbedderError(
                 f"Could not load the embedding model {source!r} with sentence-transformers: {exc}"
             ) from exc
+        self.provider = "torch"
         if self.config.fp16 and self.device.startswith("cuda"):
             model.half()
+            self.precision = "fp16"
         model.eval()
         self._model = model
         self._tokenizer = model.tokenizer

@@ -167,6 +167,9 @@ LAZY_ONLY: dict[str, set[str]] = {
     # factory's model-loading paths (shared.embedding.factory, shared.embedding.onnx), never in the parser.
     "parser": {"torch", "sentence_transformers", "onnxruntime"},
 }
+# `onnx` is imported only to make a model's FP16 copy (shared.embedding.fp16), after checking it is installed: the
+# embedder-gpu extra has it, the CPU ones run FP32 without it.
+LAZY_EVERYWHERE = {"onnx"}
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -181,7 +184,7 @@ def test_each_service_extra_provides_what_its_code_imports(graph, service: str) 
     installed = _closure([*PYPROJECT["project"]["dependencies"], *EXTRAS[service]])
     dists = packages_distributions()
     missing = set()
-    for module in third_party - LAZY_ONLY.get(service, set()):
+    for module in third_party - LAZY_ONLY.get(service, set()) - LAZY_EVERYWHERE:
         providers = {canonicalize_name(d) for d in dists.get(module, [module])}
         if not providers & installed:
             missing.add(f"{module} ({', '.join(sorted(providers))})")
@@ -250,9 +253,23 @@ def test_service_locks_agree_with_the_dev_lock() -> None:
             assert dev.get(name, pin) == pin, f"{service}.lock pins {name}{pin}, dev.lock {dev.get(name)}"
 
 
+def test_the_gpu_lock_carries_the_cuda_build_and_never_reaches_ci() -> None:
+    gpu, dev = _pins(LOCKS / "embedder-gpu.lock"), _pins(LOCKS / "dev.lock")
+    missing = _direct("embedder-gpu") - {"evidentia"} - set(gpu)
+    assert not missing, f"embedder-gpu.lock lacks {sorted(missing)}: run `make lock`"
+    assert {"onnxruntime-gpu", "onnx", "nvidia-cuda-runtime", "nvidia-cublas"} <= set(gpu)
+    assert any(p.startswith("nvidia-cudnn") for p in gpu)
+    assert "onnxruntime" not in gpu and "torch" not in gpu  # the CPU build would shadow the GPU one's module
+    assert all(dev[name] == pin for name, pin in gpu.items() if name in dev), "embedder-gpu.lock disagrees with dev"
+    assert not {"onnxruntime-gpu", "onnx"} & set(dev) and not any(p.startswith("nvidia-") for p in dev)
+    assert "embedder-gpu" not in str(EXTRAS["all"]) + str(EXTRAS["dev"]) + str(EXTRAS["cli"])
+    assert "make lock" in (LOCKS / "embedder-gpu.lock").read_text().splitlines()[1]
+    assert "-o requirements/embedder-gpu.lock" in (REPO / "Makefile").read_text()
+
+
 def test_every_image_has_its_lock_and_the_dockerfile_picks_it() -> None:
     docker = (REPO / "Dockerfile").read_text()
-    assert "ARG SERVICE=" in docker and "COPY requirements/${SERVICE}.lock" in docker
+    assert "ARG SERVICE=" in docker and "ARG LOCK=${SERVICE}" in docker and "COPY requirements/${LOCK}.lock" in docker
     assert "pip install --no-deps -r" in docker
     for service in SERVICES:
         assert (LOCKS / f"{service}.lock").is_file()
