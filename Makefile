@@ -82,10 +82,11 @@ test-unit: venv ## Unit tests only (no Kafka, no Postgres)
 test-integration: venv model ## Integration tests only
 	$(PY) -m pytest -m integration
 
-chaos: venv model ## Fault tests (kill -9, Kafka/Postgres restarts, a read-only database, a PostgreSQL switchover, a broken model, poison, timeouts) and API fuzzing
+chaos: venv model ## Fault tests (kill -9, Kafka/Postgres restarts, a read-only database, a PostgreSQL switchover, a broken model, poison, timeouts), API fuzzing and a 5-minute soak
 	$(PY) -m pytest tests/integration/test_faults.py tests/integration/test_api_fuzz.py
 	$(PY) -m pytest tests/integration/test_database_faults.py tests/integration/test_database_switchover.py
 	$(PY) -m pytest tests/integration/test_model_fault.py
+	$(PY) bench/soak.py --duration 300 --db-restarts 1  # a short soak: random kill -9s and a database restart
 
 load: venv model ## Load test: own stack with the sample, K clients on /v1/search and /v1/ask vs in-process search
 	$(PY) bench/load.py --start-stack --clients 1,8 --duration 15
