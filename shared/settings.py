@@ -39,7 +39,10 @@ class KafkaSettings(BaseSettings):
     )
     retry_backoff_s: float = Field(0.5, ge=0, description="First back-off between attempts (doubles each time).")
     request_timeout_s: float = Field(
-        30.0, gt=0, description="How long the gateway waits for a retriever/synthesizer reply (then HTTP 504)."
+        30.0,
+        gt=0,
+        description="How long the gateway waits for a retriever/synthesizer reply (then HTTP 504). A request resent "
+        "after silence (below) waits this long again for its copy.",
     )
     request_resend_after_s: float = Field(
         10.0,
