@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from devstack.common import DEVSTACK_DIR_ENV, DevstackError, default_root
+from devstack.java import find_java
 from devstack.kafka import KAFKA_VERSION, LocalKafka
 from devstack.postgres import LocalPostgres
 
@@ -41,7 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("component", choices=["kafka", "postgres", "all"])
-    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument(
+        "action",
+        choices=["start", "stop", "status", "lock-jars"],
+        help="lock-jars (kafka only): re-pin infra/kafka/jars.lock from the pom with Maven",
+    )
     parser.add_argument(
         "--dir",
         type=Path,
@@ -72,10 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _start_kafka(kafka: LocalKafka, timeout: float) -> None:
     if not kafka.libs_ready():
-        print(f"kafka: fetching Kafka {KAFKA_VERSION} jars with Maven into {kafka.libs_dir} ...", flush=True)
+        how = "with Maven" if shutil.which("mvn") else "from Maven Central (pinned in infra/kafka/jars.lock)"
+        print(f"kafka: fetching Kafka {KAFKA_VERSION} jars {how} into {kafka.libs_dir} ...", flush=True)
         began = time.monotonic()
         kafka.ensure_libs()
         print(f"kafka: jars ready ({time.monotonic() - began:.1f}s)", flush=True)
+    java = find_java()
+    print(f"kafka: Java {java.major} from {java.origin} ({java.java})", flush=True)
     began = time.monotonic()
     launched = kafka.start(timeout=timeout)
     verb = f"started in {time.monotonic() - began:.1f}s" if launched else "already running, reused"
@@ -96,6 +105,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     want_postgres = args.component in ("postgres", "all")
     kafka = LocalKafka(root / "kafka", port=args.kafka_port, controller_port=args.kafka_controller_port)
     postgres = LocalPostgres(root / "postgres", port=args.postgres_port)
+
+    if args.action == "lock-jars":
+        if args.component != "kafka":
+            raise DevstackError("lock-jars is a kafka action: python -m devstack kafka lock-jars")
+        lock = kafka.lock_jars()
+        print(f"kafka: {kafka.jar_lock} pins {len(lock.jars)} jars ({lock.total_bytes / 1e6:.1f} MB)")
+        return 0
 
     if args.action == "status":
         stopped = False

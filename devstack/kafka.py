@@ -2,9 +2,11 @@
 
 Kafka is not packaged for Debian and its release archive is unreachable from CI, but Maven
 Central carries ``org.apache.kafka:kafka_2.13``.  ``infra/kafka/pom.xml`` resolves the broker's
-classpath into ``<repo>/.cache/kafka/libs`` once; :class:`LocalKafka` then formats a data
-directory once and runs ``java -cp 'libs/*' kafka.Kafka server.properties`` detached, so the
-broker outlives the command that started it and keeps its topics across restarts.
+classpath into ``<repo>/.cache/kafka/libs`` once (with Maven where it is installed, else from the
+pinned ``infra/kafka/jars.lock`` over HTTPS: :mod:`devstack.kafka_jars`); :class:`LocalKafka` then
+formats a data directory once and runs ``java -cp 'libs/*' kafka.Kafka server.properties`` detached
+(on the Java :func:`devstack.java.find_java` picks), so the broker outlives the command that started
+it and keeps its topics across restarts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -36,13 +39,12 @@ from devstack.common import (
     repo_root,
     tail,
 )
+from devstack.java import find_java
+from devstack.kafka_jars import JarLock, download_jars, lock_from_repository, read_lock
 from devstack.kafka_tls import BrokerTls
 
 #: The Kafka release ``infra/kafka/pom.xml`` pins; docker-compose.yml uses the same image tag.
 KAFKA_VERSION = "4.4.0"
-
-#: Kafka 4 brokers need Java 17 or newer.
-MIN_JAVA = 17
 
 #: Cheap JVM flags for a dev broker on a small machine: serial GC and the C1 compiler only
 #: start noticeably faster than the G1/C2 defaults and a dev broker never needs C2's peak speed.
@@ -194,64 +196,60 @@ class LocalKafka:
             return False
 
     def ensure_libs(self) -> bool:
-        """Resolve the broker's jars with Maven unless they are already there.
+        """Put the broker's jars in ``libs_dir`` unless they are already there: resolved by Maven when ``mvn``
+        is on PATH, else downloaded from the pinned ``jars.lock`` beside the pom.
 
-        Returns True when Maven ran.  A changed pom (say, a version bump) fetches afresh into a
-        new directory that replaces the old one only once Maven succeeded.
+        Returns True when it fetched.  A changed pom (say, a version bump) fetches afresh into a new
+        directory that replaces the old one only once every jar is in.
         """
         if self.libs_ready():
             return False
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise DevstackError(
-                "Maven ('mvn') is not on PATH; it fetches Kafka's jars from Maven Central. "
-                "Install it (Debian: apt-get install maven) and retry."
-            )
         digest = self._pom_digest()
         staging = self.libs_dir.with_name(self.libs_dir.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        cmd = [
-            mvn, "-B", "-q", "-f", str(self.pom),
-            "dependency:copy-dependencies", f"-DoutputDirectory={staging}",
-        ]  # fmt: skip
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if result.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+        try:
+            mvn = shutil.which("mvn")
+            if mvn is not None:
+                self._maven_copy(mvn, staging)
+            else:
+                download_jars(read_lock(self.jar_lock), self.pom, staging)
+        except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
-            output = _ANSI_ESCAPE.sub("", result.stdout + result.stderr).strip()[-3000:]
-            raise DevstackError(
-                f"Maven could not resolve Kafka's jars (exit {result.returncode}): {shlex.join(cmd)}\n{output}"
-            )
+            raise
         (staging / ".complete").write_text(digest + "\n")
         shutil.rmtree(self.libs_dir, ignore_errors=True)
         staging.rename(self.libs_dir)
         return True
 
-    # ---------------------------------------------------------------- java
-    @staticmethod
-    def java_executable() -> str:
-        """``$JAVA_HOME/bin/java`` or ``java`` from PATH, checked to be Java 17 or newer."""
-        java_home = os.environ.get("JAVA_HOME")
-        candidate = Path(java_home) / "bin" / "java" if java_home else None
-        java = str(candidate) if candidate and candidate.exists() else shutil.which("java")
-        if java is None:
+    @property
+    def jar_lock(self) -> Path:
+        """The pinned classpath beside the pom (``infra/kafka/jars.lock``)."""
+        return self.pom.with_name("jars.lock")
+
+    def lock_jars(self, maven_repo: Path | None = None) -> JarLock:
+        """Resolve the pom with Maven and write ``jars.lock`` from what it resolved (``maven_repo``: Maven's
+        local repository, default ``~/.m2/repository``, which gives each jar's path in Maven Central)."""
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise DevstackError("making jars.lock needs Maven ('mvn') on PATH once")
+        with tempfile.TemporaryDirectory() as tmp:
+            self._maven_copy(mvn, Path(tmp))
+            lock = lock_from_repository(Path(tmp), maven_repo or Path.home() / ".m2" / "repository", self.pom)
+        self.jar_lock.write_text(lock.render())
+        return lock
+
+    def _maven_copy(self, mvn: str, dest: Path) -> None:
+        cmd = [
+            mvn, "-B", "-q", "-f", str(self.pom),
+            "dependency:copy-dependencies", f"-DoutputDirectory={dest}",
+        ]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0 or not any(dest.glob("kafka_2.13-*.jar")):
+            output = _ANSI_ESCAPE.sub("", result.stdout + result.stderr).strip()[-3000:]
             raise DevstackError(
-                f"Java is not installed (no 'java' on PATH, no JAVA_HOME); Kafka {KAFKA_VERSION} needs "
-                f"Java {MIN_JAVA}+ (Debian: apt-get install openjdk-17-jre-headless)."
+                f"Maven could not resolve Kafka's jars (exit {result.returncode}): {shlex.join(cmd)}\n{output}"
             )
-        try:
-            out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise DevstackError(f"could not run {java} -version: {exc}") from exc
-        match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-        if match is None:
-            raise DevstackError(f"could not tell the Java version from: {out.stderr.strip()}")
-        major = int(match.group(1))
-        if major == 1 and match.group(2):  # "1.8.0_392" style
-            major = int(match.group(2))
-        if major < MIN_JAVA:
-            raise DevstackError(f"{java} is Java {major}; Kafka {KAFKA_VERSION} needs Java {MIN_JAVA}+.")
-        return java
 
     # ---------------------------------------------------------------- configuration
     def render_server_properties(self) -> str:
@@ -418,7 +416,7 @@ class LocalKafka:
                     f"port {self.host}:{port} is already in use by another process; "
                     "stop it or choose other ports (--kafka-port / --kafka-controller-port)."
                 )
-        java = self.java_executable()
+        java = find_java().java
         self.ensure_libs()
         self._write_config()
         if not self.is_formatted():

@@ -3,21 +3,21 @@
 :func:`make_broker_tls` writes, into one folder: a throw-away certificate authority (``ca.p12``), its
 certificate as PEM (``ca.pem``: what clients trust, ``EVIDENTIA_KAFKA_SSL_CAFILE``), and the broker's
 PKCS#12 keystore (``broker.p12``) whose key is signed by that CA for the given host names and addresses.
-Java 17+ is already needed by the broker itself, so ``keytool`` is always beside ``java``.
+``keytool`` runs on the Java the broker runs on (:meth:`devstack.java.JavaRuntime.keytool`), so it is there
+wherever the broker can start.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import secrets
-import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.common import DevstackError
+from devstack.java import find_java
 
 
 @dataclass(frozen=True)
@@ -29,17 +29,8 @@ class BrokerTls:
     ca_pem: Path
 
 
-def keytool_executable() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = Path(java_home) / "bin" / "keytool" if java_home else None
-    tool = str(candidate) if candidate and candidate.exists() else shutil.which("keytool")
-    if tool is None:
-        raise DevstackError("keytool (part of the JDK/JRE) is not on PATH; it makes the broker's TLS certificates")
-    return tool
-
-
-def _run(tool: str, *args: str) -> None:
-    result = subprocess.run([tool, *args], capture_output=True, text=True, check=False, timeout=120)
+def _run(tool: list[str], *args: str) -> None:
+    result = subprocess.run([*tool, *args], capture_output=True, text=True, check=False, timeout=120)
     if result.returncode != 0:
         raise DevstackError(f"keytool {args[0]} failed: {(result.stdout + result.stderr).strip()[-2000:]}")
 
@@ -57,7 +48,7 @@ def _san(hosts: Sequence[str]) -> str:
 
 def make_broker_tls(folder: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), days: int = 7) -> BrokerTls:
     """A CA and a broker keystore signed by it for ``hosts`` (DNS names or IP addresses), valid ``days``."""
-    tool = keytool_executable()
+    tool = find_java().keytool()
     folder.mkdir(parents=True, exist_ok=True)
     password = secrets.token_urlsafe(18)
     ca_store, ca_pem = folder / "ca.p12", folder / "ca.pem"

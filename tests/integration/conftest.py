@@ -162,8 +162,8 @@ class Stack:
                 time.sleep(0.5)
 
 
-@pytest.fixture(scope="session")
-def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
+def stack_env(infra: Infra, fake_eutils: FakeEutils) -> dict[str, str]:
+    """The services' environment for a test stack on ``infra`` with the fake E-utilities."""
     env = dict(os.environ)
     env.update(infra.env)
     env.update(
@@ -183,6 +183,12 @@ def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
         }
     )
     env.pop("ANTHROPIC_API_KEY", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
+    env = stack_env(infra, fake_eutils)
     ports = {name: free_port() for name in SERVICES}
     services = ServiceStack(log_dir=infra.root / "logs", env=env, ports=ports)
     services.start(timeout=300)
