@@ -39,7 +39,9 @@ def test_the_readme_is_at_most_300_lines() -> None:
 
 
 def test_the_anchor_rule() -> None:
-    assert anchor("Where a new filter, source, model and workflow go") == "where-a-new-filter-source-model-and-workflow-go"
+    assert anchor("Where a new filter, source, model and workflow go") == (
+        "where-a-new-filter-source-model-and-workflow-go"
+    )
     assert anchor("Extending: events, services, Claude calls, schema changes") == (
         "extending-events-services-claude-calls-schema-changes"
     )
