@@ -106,7 +106,7 @@ typecheck: venv ## mypy (strict)
 
 check: lint typecheck test ## Everything CI checks
 
-docs: venv ## Regenerate docs/schemas (JSON Schema per event) and docs/asyncapi
+docs: venv ## Regenerate docs/schemas (JSON Schema per event), docs/asyncapi and docs/settings.md
 	$(VENV)/bin/evidentia docs
 	$(PY) -m docgen.settings_table
 

@@ -253,7 +253,7 @@ async def publish_documents(
                 settings.kafka,
                 job_id=job_id,
                 kind="file",
-                # the operator, with the database's credentials, may re-prioritise stored documents (migration 230)
+                # the operator (database credentials) may re-prioritise stored documents: 230_ingest_priority_scope.sql
                 params={"path": source}
                 if priority is None
                 else {"path": source, "priority": priority, "priority_stored": True},

@@ -1,1 +1,2 @@
-"""Documentation generators: event JSON Schemas, the AsyncAPI document and the README settings table."""
+"""Documentation generators: event JSON Schemas, the AsyncAPI documents, the settings table (docs/settings.md)
+and the alert rules' copies."""

@@ -4,7 +4,8 @@ One object, nested by concern (paper-qa style). Each concern has its own prefix,
 variable for ``settings.kafka.bootstrap`` is ``EVIDENTIA_KAFKA_BOOTSTRAP``. The Anthropic SDK's own
 ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` are honoured exactly as the SDK names them.
 
-``evidentia settings`` prints the table of every variable; the README's table is generated from it.
+``evidentia settings`` prints the table of every variable; docs/settings.md is generated from it
+(``python -m docgen.settings_table``).
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ def encode_isolating(
 ) -> Encoded:
     """Encode ``events``; when the batch fails, bisect it so only the events that fail alone are rejected.
 
-    One bad event (or a batch too big for the GPU's memory) used to dead-letter the whole batch. Halves
-    are retried down to single events; a single event that fails is rejected with its error.
+    So one bad event (or a batch too big for the GPU's memory) never dead-letters the whole batch: halves
+    are retried down to single events, and a single event that fails is rejected with its error.
 
     Before any event is rejected, the model itself is checked: ``probe()`` encodes a known-good passage.
     When it fails too, the fault is the model's or the device's (a sticky CUDA error, the GPU's memory
@@ -134,11 +134,11 @@ def serialize_vectors(
 ) -> list[Payload]:
     """``(key, ChunkEmbedded JSON)`` per event, dumped once each (the serialiser's thread).
 
-    ``packed`` writes version 2 (``embedding_f32``, about 5 us an event): the vectors are checked once
-    for the whole batch (shape, finite), packed in one base64 call, and each event's JSON is filled into
-    one template (:meth:`ChunkEmbedded.packed_json_batch`) without per-field validation.
-    Otherwise version 1 (a JSON list of 384 numbers, validated per event, about 40 us). One timestamp
-    serves the whole batch.
+    ``packed`` writes version 2 (``embedding_f32``, the cheap path, ``docs/benchmarks.md``): the vectors are
+    checked once for the whole batch (shape, finite), packed in one base64 call, and each event's JSON is
+    filled into one template (:meth:`ChunkEmbedded.packed_json_batch`) without per-field validation.
+    Otherwise version 1 (a JSON list of 384 numbers, validated per event). One timestamp serves the whole
+    batch.
     """
     payloads: list[Payload] = []
     now = datetime.now(UTC)

@@ -3,9 +3,9 @@
 The Kafka handler only decodes a batch and :meth:`EmbedPipeline.submit`\\ s it, then returns, so
 FastStream fetches the next batch while the model encodes this one. One encoder task runs the model
 in a dedicated worker thread, batch after batch; a serialiser task turns vectors into the
-``chunks.embedded`` payloads in a second thread (JSON of 384 floats per event costs about 60 us, as
-much as a GPU needs to embed ten passages: off the model's thread, it overlaps the next batch's
-forward pass); one publisher task sends a batch's payloads and then commits its offsets. While batch
+``chunks.embedded`` payloads in a second thread (serialising a batch's vectors costs host CPU of the
+order of the GPU's forward pass, ``docs/benchmarks.md``: off the model's thread, it overlaps the next
+batch's forward pass); one publisher task sends a batch's payloads and then commits its offsets. While batch
 ``k`` is encoded, batch ``k+1`` is fetched and decoded and batch ``k-1`` is serialised, published and
 committed.
 

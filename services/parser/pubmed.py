@@ -1,6 +1,6 @@
 """PubMed XML (``PubmedArticle`` and ``PubmedBookArticle``) to :class:`ParsedDocument`.
 
-Every field the issue lists: PMID, title, abstract with its structured sections (``Label`` and
+The fields read: PMID, title, abstract with its structured sections (``Label`` and
 ``NlmCategory`` kept), authors (names, collective names, affiliations), journal, publication date
 normalised to ISO 8601 (Year/Month/Day, ``Season`` and ``MedlineDate`` forms), publication types,
 MeSH headings with qualifiers and major-topic flags, keywords, chemicals, DOI / PMCID / PII from

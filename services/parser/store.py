@@ -62,10 +62,11 @@ async def store_document(
     stored before it that claim it by their pmid or pmcid (``claims_withdrawn``). Either side first locks the ids
     in question, so an inline document and the record stored at the same moment end as in either order.
 
-    Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (migration 211; for a
-    stored document only when the job may change stored documents' priority, migration 230),
-    else the stored document's (a replaced document keeps the priority it was given), else 50. A new priority
-    alone changes no content: an unchanged document only has its priority updated.
+    Priority: the document's own ``priority``, else the priority of ingestion job ``job_id`` (for a stored
+    document only when the job may change stored documents' priority), else the stored document's (a replaced
+    document keeps the priority it was given), else 50; the database holds the rule
+    (``211_document_priority.sql``, ``230_ingest_priority_scope.sql``). A new priority alone changes no
+    content: an unchanged document only has its priority updated.
     """
     digest = doc.content_hash()
     doc_id = doc.document_id

@@ -1,4 +1,4 @@
-"""The README's settings table is the one the code generates, so it stays true."""
+"""docs/settings.md is the table the code generates, so it stays true."""
 
 from __future__ import annotations
 
@@ -6,16 +6,27 @@ from pathlib import Path
 
 import pytest
 
+from docgen.settings_table import SETTINGS_DOC, document, main
 from shared.settings import Settings, settings_markdown, settings_table
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+REPO = Path(__file__).resolve().parents[3]
 
 
-def test_readme_settings_table_matches_the_code() -> None:
-    text = README.read_text()
-    start, end = "<!-- settings:start -->\n", "<!-- settings:end -->"
-    table = text[text.index(start) + len(start) : text.index(end)]
-    assert table == settings_markdown(), "README settings table is stale: run `python -m docgen.settings_table`"
+def test_the_settings_doc_matches_the_code() -> None:
+    text = (REPO / "docs" / "settings.md").read_text()
+    assert SETTINGS_DOC == REPO / "docs" / "settings.md"
+    assert text == document(), "docs/settings.md is stale: run `python -m docgen.settings_table`"
+    assert text.endswith(settings_markdown())
+    assert main(["--check"]) == 0
+
+
+def test_the_check_fails_on_a_stale_settings_doc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    stale = tmp_path / "settings.md"
+    stale.write_text(document().replace("EVIDENTIA_KAFKA_BOOTSTRAP", "EVIDENTIA_KAFKA_BOOTSTRAPS"))
+    monkeypatch.setattr("docgen.settings_table.SETTINGS_DOC", stale)
+    assert main(["--check"]) == 1
+    monkeypatch.setattr("docgen.settings_table.SETTINGS_DOC", tmp_path / "absent.md")
+    assert main(["--check"]) == 1
 
 
 def test_every_variable_is_prefixed_and_described() -> None:
