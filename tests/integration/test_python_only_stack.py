@@ -23,6 +23,7 @@ from devstack.processes import ServiceStack
 from shared.registry import SERVICES
 from tests.fakes.eutils_server import FakeEutils
 from tests.integration.conftest import Infra, stack_env
+from tests.integration.db import db_fetch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -99,9 +100,12 @@ def test_the_stack_starts_ingests_and_answers_without_java_or_maven_installed(
             while not (status := http.get(f"/v1/ingest/{job}").json())["done"] and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert status["done"] and status["state"] != "failed", status
-            hit = http.post("/v1/search", json={"query": "randomized trial", "mode": "lexical", "top_n": 1}).json()
-            title = hit["hits"][0]["title"]
-            r = http.post("/v1/ask", json={"question": f"What is known about {title}?"})
+            doc = db_fetch(
+                infra.postgres.url,
+                "SELECT title FROM documents WHERE pmid = ANY($1::text[]) AND length(title) > 30 ORDER BY pmid LIMIT 1",
+                pmids,
+            )[0]
+            r = http.post("/v1/ask", json={"question": f"What is known about {doc['title']}?"})
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["citations"], body
