@@ -25,7 +25,8 @@ from tests.fakes.eutils_server import FakeEutils
 from tests.integration.conftest import Infra, stack_env
 from tests.integration.db import db_fetch
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Downloads 45 MB of jars and starts Kafka, PostgreSQL and six services of its own.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 #: What a machine with only Python and make does not have.
 HIDDEN = {"java", "javac", "keytool", "jshell", "jar", "mvn", "mvnw"}
