@@ -7,17 +7,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.gateway.intelligence import language as language_module
 from services.gateway.intelligence.cache import MemoryCache, cache_key, cached
-from services.gateway.intelligence.classify import drug_pair, rule_classify
-from services.gateway.intelligence.disease import (
+from services.gateway.intelligence.guidelines import attribute
+from services.gateway.intelligence.rxnav import NOT_CONFIGURED, RxNavClient
+from services.gateway.understanding import language as language_module
+from services.gateway.understanding.classify import drug_pair, rule_classify
+from services.gateway.understanding.disease import (
     DiseaseNormalizer,
     drug_disease_query,
     is_blocked,
     rule_normalise,
 )
-from services.gateway.intelligence.enhance import QueryEnhancer, expanded_query, mesh_expand
-from services.gateway.intelligence.expansion import (
+from services.gateway.understanding.enhance import QueryEnhancer, expanded_query, mesh_expand
+from services.gateway.understanding.expansion import (
     AXIS_CAPS,
     MAX_QUERIES,
     MIN_QUERIES,
@@ -28,9 +30,7 @@ from services.gateway.intelligence.expansion import (
     rule_organ,
     rule_queries,
 )
-from services.gateway.intelligence.guidelines import attribute
-from services.gateway.intelligence.language import detect_language
-from services.gateway.intelligence.rxnav import NOT_CONFIGURED, RxNavClient
+from services.gateway.understanding.language import detect_language
 from shared.models import QueryForm
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
