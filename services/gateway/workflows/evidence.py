@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from services.gateway.deps import ScopesDep, SettingsDep
 from services.gateway.schemas.common import Metered, WorkflowStep, check_query_form
 from services.gateway.sse import STREAM_RESPONSES, event_stream
-from services.gateway.understanding.disease import DiseaseNormalizer
-from services.gateway.understanding.expansion import DrugProfile, SearchTermExpander
+from services.gateway.understanding.disease import DiseaseNormalizer, NormalisedDisease
+from services.gateway.understanding.expansion import DrugProfile, Expansion, SearchTermExpander
 from services.gateway.workflows.base import (
     ContextDep,
     Progress,
@@ -32,7 +32,15 @@ from services.gateway.workflows.base import (
     workflow_router,
 )
 from shared.citations import INSUFFICIENT
-from shared.events import Citation, CitationCheck, EvidenceSummary, RetrievalRequest, SynthesisRequest, new_trace_id
+from shared.events import (
+    Citation,
+    CitationCheck,
+    EvidenceSummary,
+    RetrievalRequest,
+    SynthesisReply,
+    SynthesisRequest,
+    new_trace_id,
+)
 from shared.models import QueryForm, SearchFilters, SearchHit, SearchMode, strongest_evidence_first
 from shared.safety import DISCLAIMER
 from shared.settings import Settings
@@ -132,105 +140,18 @@ class EvidenceResponse(Metered):
 
 
 class EvidenceWorkflow(Workflow):
+    """Five steps, each reported as it runs: normalise, expand, fetch, search, synthesize."""
+
     @metered
     async def run(self, body: EvidenceRequest, progress: Progress = no_progress) -> EvidenceResponse:
-        w = self.settings.workflow
         trace_id = new_trace_id()
         run = Run(progress)
         drug = body.drug.strip()
-
-        async def count(term: str) -> int | None:
-            return await self.backend.count(term, trace_id)
-
-        t0 = await run.start("normalise", f"normalising {body.disease!r}")
-        normaliser = DiseaseNormalizer(self.llm, self.ctx.cache, count, min_results=w.min_results, ttl_s=w.cache_ttl_s)
-        disease = await normaliser.normalise(body.disease.strip(), drug)
-        await run.end(
-            "normalise",
-            "done",
-            f"{body.disease!r} -> {disease.search_term!r}"
-            + (f" ({disease.count} PubMed hits)" if disease.count is not None else ""),
-            t0,
-            method=disease.method,
-            notes=disease.notes,
-        )
-
-        t0 = await run.start("expand", "writing PubMed searches")
-        profile = body.drug_profile or DrugProfile()
-        expander = SearchTermExpander(self.llm, self.ctx.cache, ttl_s=w.cache_ttl_s)
-        expansion = await expander.expand(drug, disease.search_term, profile)
-        queries = [ExpandedQuery(axis=q.axis, query=q.query) for q in expansion.queries[: w.evidence_max_queries]]
-        await run.end(
-            "expand",
-            "done",
-            f"{len(queries)} searches over {len({q.axis for q in queries})} axes; organ: {expansion.organ or 'none'}",
-            t0,
-            method=expansion.method,
-            organ=expansion.organ,
-            queries=[q.model_dump() for q in queries],
-        )
-
-        ingestion = IngestionSummary(finished=True)
-        if body.ingest:
-            t0 = await run.start("fetch", f"{len(queries)} ingestion jobs")
-            per_query = body.max_per_query or w.evidence_max_per_query
-            for q in queries:
-                q.job_id = await self.backend.ingest(q.query, per_query, trace_id)
-                ingestion.jobs.append(q.job_id)
-            ingestion = await self._wait_jobs(
-                ingestion, body.wait_s if body.wait_s is not None else w.ingest_wait_s, progress
-            )
-            await run.end(
-                "fetch",
-                "done" if ingestion.finished else "failed",
-                f"{ingestion.documents} documents found ({ingestion.failed} failed); stored ones are not "
-                "fetched again" + ("" if ingestion.finished else "; not all jobs finished in time"),
-                t0,
-                jobs=ingestion.jobs,
-            )
-        else:
-            await run.end("fetch", "skipped", "ingest=false: searching what is stored", time.perf_counter())
-
-        form = QueryForm(kind="therapeutic", drug=drug, disease=disease.normalised)
-        t0 = await run.start("search", f"therapeutic intent: {drug} for {disease.normalised}")
-        reply = await self.backend.retrieve(  # the retriever renders the form and sends its text back
-            RetrievalRequest(
-                trace_id=trace_id,
-                top_k=body.top_k,
-                top_n=body.top_n,
-                mode=body.mode,
-                filters=SearchFilters(sources=["pubmed", "pmc"]),  # the literature: what the searches fetched
-                query_form=form,
-            )
-        )
-        hits = reply.hits
-        therapeutic = reply.rendered_query or form.keywords()
-        await run.end(
-            "search",
-            "done",
-            f"{len(hits)} passages (top {body.top_k} -> {body.top_n}, {body.mode})",
-            t0,
-            pmids=[h.pmid for h in hits if h.pmid],
-        )
-
-        t0 = await run.start("synthesize", "evidence summary")
-        synth = await self.backend.synthesize(
-            SynthesisRequest(
-                trace_id=trace_id,
-                question=therapeutic,
-                passages=hits,
-                summarize=True,
-            )
-        )
-        summary = _sourced(synth.summary) or EvidenceSummary(
-            summary=INSUFFICIENT,
-            study_count=0,
-            strength="insufficient",
-            method="llm" if synth.mode == "llm" else "extractive",
-        )
-        await run.end(
-            "synthesize", "done", f"{synth.mode}: strength {summary.strength}, {len(summary.key_findings)} findings", t0
-        )
+        disease = await self._normalise(run, body, drug, trace_id)
+        expansion, queries = await self._expand(run, drug, disease.search_term, body.drug_profile or DrugProfile())
+        ingestion = await self._fetch(run, body, queries, trace_id)
+        hits, therapeutic = await self._search(run, body, drug, disease.normalised, trace_id)
+        synth, summary = await self._synthesize(run, hits, therapeutic, trace_id)
         return EvidenceResponse(
             drug=drug,
             disease=DiseaseTerm(
@@ -262,6 +183,124 @@ class EvidenceWorkflow(Workflow):
             disclaimer=synth.disclaimer or DISCLAIMER,
             timings_ms=run.total(),
         )
+
+    async def _normalise(self, run: Run, body: EvidenceRequest, drug: str, trace_id: str) -> NormalisedDisease:
+        """The disease as PubMed is searched for it, its hit count with the drug checked through the fetcher."""
+        w = self.settings.workflow
+
+        async def count(term: str) -> int | None:
+            return await self.backend.count(term, trace_id)
+
+        t0 = await run.start("normalise", f"normalising {body.disease!r}")
+        normaliser = DiseaseNormalizer(self.llm, self.ctx.cache, count, min_results=w.min_results, ttl_s=w.cache_ttl_s)
+        disease = await normaliser.normalise(body.disease.strip(), drug)
+        await run.end(
+            "normalise",
+            "done",
+            f"{body.disease!r} -> {disease.search_term!r}"
+            + (f" ({disease.count} PubMed hits)" if disease.count is not None else ""),
+            t0,
+            method=disease.method,
+            notes=disease.notes,
+        )
+        return disease
+
+    async def _expand(
+        self, run: Run, drug: str, disease_term: str, profile: DrugProfile
+    ) -> tuple[Expansion, list[ExpandedQuery]]:
+        """The PubMed searches of the drug-disease pair (at most ``evidence_max_queries``)."""
+        w = self.settings.workflow
+        t0 = await run.start("expand", "writing PubMed searches")
+        expander = SearchTermExpander(self.llm, self.ctx.cache, ttl_s=w.cache_ttl_s)
+        expansion = await expander.expand(drug, disease_term, profile)
+        queries = [ExpandedQuery(axis=q.axis, query=q.query) for q in expansion.queries[: w.evidence_max_queries]]
+        await run.end(
+            "expand",
+            "done",
+            f"{len(queries)} searches over {len({q.axis for q in queries})} axes; organ: {expansion.organ or 'none'}",
+            t0,
+            method=expansion.method,
+            organ=expansion.organ,
+            queries=[q.model_dump() for q in queries],
+        )
+        return expansion, queries
+
+    async def _fetch(
+        self, run: Run, body: EvidenceRequest, queries: list[ExpandedQuery], trace_id: str
+    ) -> IngestionSummary:
+        """One ingestion job per search (with ``ingest``), waited for; each query gets its job's id."""
+        w = self.settings.workflow
+        if not body.ingest:
+            await run.end("fetch", "skipped", "ingest=false: searching what is stored", time.perf_counter())
+            return IngestionSummary(finished=True)
+        t0 = await run.start("fetch", f"{len(queries)} ingestion jobs")
+        ingestion = IngestionSummary(finished=True)
+        per_query = body.max_per_query or w.evidence_max_per_query
+        for q in queries:
+            q.job_id = await self.backend.ingest(q.query, per_query, trace_id)
+            ingestion.jobs.append(q.job_id)
+        ingestion = await self._wait_jobs(
+            ingestion, body.wait_s if body.wait_s is not None else w.ingest_wait_s, run.progress
+        )
+        await run.end(
+            "fetch",
+            "done" if ingestion.finished else "failed",
+            f"{ingestion.documents} documents found ({ingestion.failed} failed); stored ones are not "
+            "fetched again" + ("" if ingestion.finished else "; not all jobs finished in time"),
+            t0,
+            jobs=ingestion.jobs,
+        )
+        return ingestion
+
+    async def _search(
+        self, run: Run, body: EvidenceRequest, drug: str, disease: str, trace_id: str
+    ) -> tuple[list[SearchHit], str]:
+        """The therapeutic-intent search over the literature: the passages and the query text searched."""
+        form = QueryForm(kind="therapeutic", drug=drug, disease=disease)
+        t0 = await run.start("search", f"therapeutic intent: {drug} for {disease}")
+        reply = await self.backend.retrieve(  # the retriever renders the form and sends its text back
+            RetrievalRequest(
+                trace_id=trace_id,
+                top_k=body.top_k,
+                top_n=body.top_n,
+                mode=body.mode,
+                filters=SearchFilters(sources=["pubmed", "pmc"]),  # the literature: what the searches fetched
+                query_form=form,
+            )
+        )
+        hits = reply.hits
+        await run.end(
+            "search",
+            "done",
+            f"{len(hits)} passages (top {body.top_k} -> {body.top_n}, {body.mode})",
+            t0,
+            pmids=[h.pmid for h in hits if h.pmid],
+        )
+        return hits, reply.rendered_query or form.keywords()
+
+    async def _synthesize(
+        self, run: Run, hits: list[SearchHit], therapeutic: str, trace_id: str
+    ) -> tuple[SynthesisReply, EvidenceSummary]:
+        """The answer and its evidence summary, keeping only the findings that name their PMIDs."""
+        t0 = await run.start("synthesize", "evidence summary")
+        synth = await self.backend.synthesize(
+            SynthesisRequest(
+                trace_id=trace_id,
+                question=therapeutic,
+                passages=hits,
+                summarize=True,
+            )
+        )
+        summary = _sourced(synth.summary) or EvidenceSummary(
+            summary=INSUFFICIENT,
+            study_count=0,
+            strength="insufficient",
+            method="llm" if synth.mode == "llm" else "extractive",
+        )
+        await run.end(
+            "synthesize", "done", f"{synth.mode}: strength {summary.strength}, {len(summary.key_findings)} findings", t0
+        )
+        return synth, summary
 
     def events(self, body: EvidenceRequest) -> AsyncIterator[str]:
         """The workflow as server-sent events: ``step`` per step as it runs, then ``result`` (or ``error``)."""
