@@ -69,7 +69,7 @@ def expanded_queries(
     own_out: bool,
 ) -> dict[str, tuple[str, list[str]]]:
     """question id -> (the query the product's offline enhancement would search, the descriptors added)."""
-    from services.gateway.intelligence.enhance import expanded_query, mesh_expand
+    from services.gateway.understanding.enhance import expanded_query, mesh_expand
 
     out = {}
     for qid, question in questions.items():

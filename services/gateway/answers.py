@@ -39,14 +39,10 @@ from typing import Any, Protocol
 from fastapi import HTTPException
 
 from services.gateway.errors import sse_error
-from services.gateway.intelligence.classify import Classification
-from services.gateway.intelligence.enhance import Enhancement
-from services.gateway.intelligence.language import detect_language
 from services.gateway.intelligence.rxnav import RxNavClient
-from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.runtime import TurnLocks
 from services.gateway.schemas import AskRequest, AskResponse
-from services.gateway.schemas.workflows import InteractionOut, QueryIntelligence
+from services.gateway.schemas.common import InteractionOut, QueryIntelligence
 from services.gateway.sse import error_event, sse
 from services.gateway.store.conversations import (
     ConversationConflict,
@@ -56,14 +52,12 @@ from services.gateway.store.conversations import (
     TurnRecord,
     new_conversation_id,
 )
-from services.gateway.understanding import (
-    Analysis,
-    QueryAnalyser,
-    check_interaction,
-    language_named,
-    routed_search,
-    with_interaction,
-)
+from services.gateway.understanding.analysis import Analysis, QueryAnalyser, language_named
+from services.gateway.understanding.classify import Classification
+from services.gateway.understanding.enhance import Enhancement
+from services.gateway.understanding.language import detect_language
+from services.gateway.understanding.rewrite import FollowUpRewriter
+from services.gateway.understanding.routing import check_interaction, routed_search, with_interaction
 from shared import metrics
 from shared.citations import StreamGate, gate_reply, scrub
 from shared.events import (

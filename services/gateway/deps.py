@@ -18,12 +18,12 @@ from services.gateway.intelligence.cache import Cache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.kafka import GatewayKafka
-from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.runtime import Gateway, TurnLocks
 from services.gateway.store.cache import PgCache
 from services.gateway.store.conversations import ConversationStore, PgConversationStore
-from services.gateway.understanding import QueryAnalyser
-from services.gateway.workflows import WorkflowBackend, WorkflowService
+from services.gateway.understanding.analysis import QueryAnalyser
+from services.gateway.understanding.rewrite import FollowUpRewriter
+from services.gateway.workflows.backend import WorkflowBackend
 from shared.settings import Settings
 
 
@@ -114,19 +114,6 @@ def get_workflow_llm(gateway: GatewayDep) -> WorkflowLlm:
 
 def get_rxnav(gateway: GatewayDep) -> RxNavClient:
     return gateway.rxnav
-
-
-def get_workflows(
-    settings: SettingsDep,
-    backend: Annotated[WorkflowBackend, Depends(get_workflow_backend)],
-    cache: Annotated[Cache, Depends(get_workflow_cache)],
-    llm: Annotated[WorkflowLlm, Depends(get_workflow_llm)],
-    rxnav: Annotated[RxNavClient, Depends(get_rxnav)],
-) -> WorkflowService:
-    return WorkflowService(settings, backend, cache, llm, rxnav)
-
-
-WorkflowsDep = Annotated[WorkflowService, Depends(get_workflows)]
 
 
 def get_answers(

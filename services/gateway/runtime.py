@@ -15,9 +15,9 @@ from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.kafka import GatewayKafka
 from services.gateway.retention import ConversationRetention
-from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.security import SharedRateLimit
-from services.gateway.workflows import GatewayBackend
+from services.gateway.understanding.rewrite import FollowUpRewriter
+from services.gateway.workflows.backend import GatewayBackend
 from shared.db import create_pool
 from shared.periodic import run_every
 from shared.safety import default_guard

@@ -1,13 +1,10 @@
-"""Workflow intelligence of the gateway: rules and fallbacks, as pure modules without Kafka.
+"""What the workflows work with besides query understanding (:mod:`services.gateway.understanding`): pure
+modules without Kafka, each with a rule-based fallback where a model would otherwise decide.
 
 - :mod:`.llm`: the LLM steps, asked of the synthesizer (``llm.steps.requests``), absent without an API key;
 - :mod:`.cache`: results cached with a time to live (PostgreSQL ``workflow_cache``, or memory in tests);
-- :mod:`.disease`: disease-name normalisation, hit-count check and broadening with a blocklist;
-- :mod:`.expansion`: PubMed search-term expansion over five axes with per-axis caps;
-- :mod:`.classify`: question classification and drug-pair extraction;
-- :mod:`.language`: language detection;
-- :mod:`.enhance`: query rewriting (the synthesizer's step) or MeSH-based expansion from the stored headings;
-- :mod:`.rxnav`: an RxNav-style drug interaction client;
-- :mod:`.agent`: the agentic loop and its tools (each model turn: the synthesizer's step);
-- :mod:`.guidelines`: the condition + findings query and the Assessment & Plan.
+- :mod:`.agent`: the agentic loop over its tools (each model turn: the synthesizer's step);
+- :mod:`.rxnav`: an RxNav-style drug interaction client (a tool of the agent, and the interaction check);
+- :mod:`.guidelines`: the guideline Assessment & Plan (``/v1/guidelines/recommend``);
+- :mod:`.consult`: the interview's clinical findings by rules (``/v1/guidelines/consult``).
 """

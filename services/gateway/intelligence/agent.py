@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.gateway.errors import new_error_id
-from services.gateway.intelligence.classify import Category, drug_pair
 from services.gateway.intelligence.llm import WorkflowLlm
+from services.gateway.understanding.classify import Category, drug_pair
 from shared.models import SearchHit
 from shared.passages import source_block
 

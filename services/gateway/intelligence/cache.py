@@ -3,7 +3,7 @@
 Namespaces: ``disease_norm`` (raw disease -> normalised term), ``disease_broader``,
 ``pubmed_count`` (query -> hit count), ``organ`` (disease -> organ term), ``search_terms`` (drug,
 disease, profile -> queries), ``query_rewrite``. :class:`services.gateway.store.cache.PgCache` keeps
-them in PostgreSQL (``workflow_cache``, migration 047) so every gateway instance shares them;
+them in PostgreSQL (``workflow_cache``) so every gateway instance shares them;
 :class:`MemoryCache` is the same contract in memory.
 """
 

@@ -6,8 +6,13 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from services.gateway.schemas.common import MIN_QUESTION_CHARS, check_query_terms, check_question_length
-from services.gateway.schemas.workflows import InteractionOut, QueryIntelligence
+from services.gateway.schemas.common import (
+    MIN_QUESTION_CHARS,
+    InteractionOut,
+    QueryIntelligence,
+    check_query_terms,
+    check_question_length,
+)
 from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
 from shared.models import SearchFilters, SearchHit, SearchMode, Source, evidence_level_weight
 

@@ -1,4 +1,4 @@
-"""The workflow cache in PostgreSQL (``workflow_cache``, migration 047): shared by every gateway instance.
+"""The workflow cache in PostgreSQL (``workflow_cache``): shared by every gateway instance.
 
 The same contract as :class:`services.gateway.intelligence.cache.MemoryCache`; entries expire after their
 time to live.

@@ -22,9 +22,9 @@ from services.gateway import deps
 from services.gateway.app import create_app
 from services.gateway.intelligence.cache import MemoryCache
 from services.gateway.intelligence.rxnav import RxNavClient
-from services.gateway.rewrite import FollowUpRewriter
 from services.gateway.schemas.conversations import ConversationView, MessageView
 from services.gateway.store.conversations import ConversationContext, ConversationGone, TurnRecord
+from services.gateway.understanding.rewrite import FollowUpRewriter
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.broker import RemoteError

@@ -16,7 +16,7 @@ from services.gateway.app import create_app
 from services.gateway.intelligence.cache import MemoryCache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
-from services.gateway.workflows import WorkflowService
+from services.gateway.workflows.base import WorkflowContext
 from services.retriever.queries import render
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
@@ -185,7 +185,7 @@ def build(
     mesh: dict[str, int] | None = None,
     rxnav_url: str | None = None,
     gateway: GatewaySettings | None = None,
-) -> tuple[FastAPI, WorkflowService, FakeBackend]:
+) -> tuple[FastAPI, WorkflowContext, FakeBackend]:
     settings = Settings(
         workflow=WorkflowSettings(rxnav_url=rxnav_url, ingest_wait_s=2),  # type: ignore[call-arg]
         gateway=gateway or GatewaySettings(),
@@ -202,7 +202,7 @@ def build(
     app.dependency_overrides[deps.get_workflow_cache] = lambda: cache
     app.dependency_overrides[deps.get_workflow_llm] = lambda: llm
     app.dependency_overrides[deps.get_rxnav] = lambda: rxnav
-    return app, WorkflowService(settings, backend, cache, llm, rxnav), backend
+    return app, WorkflowContext(settings, backend, cache, llm, rxnav), backend
 
 
 def client(app: FastAPI, key: str | None = None) -> httpx.AsyncClient:

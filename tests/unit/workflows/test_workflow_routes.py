@@ -8,8 +8,7 @@ import json
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from services.gateway.schemas.workflows import QueryRequest
-from services.gateway.workflows import _Tools
+from services.gateway.workflows.query import QueryRequest, QueryTools
 from services.retriever.queries import render
 from shared.events import SynthesisRequest
 from shared.models import relevant_hits
@@ -217,7 +216,7 @@ async def test_the_gateway_sends_query_forms_unrendered_and_shows_the_retrievers
         therapeutic = backend.retrievals[-1]
         recommend = (await http.post("/v1/guidelines/recommend", json=guideline)).json()
         condition = backend.retrievals[-1]
-    await _Tools(service, QueryRequest(question="malaria?"), "t").get_guideline("Malaria", ["symptom: fever"])
+    await QueryTools(service, QueryRequest(question="malaria?"), "t").get_guideline("Malaria", ["symptom: fever"])
     tool = backend.retrievals[-1]
     for request in (therapeutic, condition, tool):
         assert request.query_form is not None and request.query is None  # only the retriever renders a form

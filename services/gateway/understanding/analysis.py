@@ -1,9 +1,9 @@
 """Query intelligence shared by the answering routes, ``/v1/query`` and ``/v1/ask`` (and its stream): one owner of
 how a question is understood and routed, whichever route asked.
 
-- :class:`QueryAnalyser` classifies the question (:mod:`~services.gateway.intelligence.classify`), detects its
-  language (:mod:`~services.gateway.intelligence.language`) and decides what is searched
-  (:mod:`~services.gateway.intelligence.enhance`): ``/v1/query`` enhances (Claude's rewrite, or offline the
+- :class:`QueryAnalyser` classifies the question (:mod:`~services.gateway.understanding.classify`), detects its
+  language (:mod:`~services.gateway.understanding.language`) and decides what is searched
+  (:mod:`~services.gateway.understanding.enhance`): ``/v1/query`` enhances (Claude's rewrite, or offline the
   stored MeSH headings); ``/v1/ask`` only translates (with a key, a question not in English is searched as
   Claude's English translation; MeSH enhancement stays off there until the retrieval harness shows it does
   not hurt).
@@ -24,14 +24,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from services.gateway.intelligence.cache import Cache
-from services.gateway.intelligence.classify import Classification, QueryClassifier, drug_pair
-from services.gateway.intelligence.enhance import Enhancement, QueryEnhancer
-from services.gateway.intelligence.language import NAMES, Language, detect_language
 from services.gateway.intelligence.llm import WorkflowLlm
-from services.gateway.intelligence.rxnav import RxNavClient
-from services.gateway.schemas.workflows import ClassificationOut, InteractionOut, LanguageOut, QueryIntelligence
-from shared.events import RetrievalReply
-from shared.models import SearchFilters, SearchHit, relevant_hits
+from services.gateway.schemas.common import ClassificationOut, LanguageOut, QueryIntelligence
+from services.gateway.understanding.classify import Classification, QueryClassifier
+from services.gateway.understanding.enhance import Enhancement, QueryEnhancer
+from services.gateway.understanding.language import NAMES, Language, detect_language
 
 log = logging.getLogger(__name__)
 
@@ -138,51 +135,3 @@ class QueryAnalyser:
         except Exception as exc:  # enhancement helps; it never fails the question
             log.warning("MeSH vocabulary unavailable", extra={"error": repr(exc)[:300]})
             return {}
-
-
-async def check_interaction(
-    rxnav: RxNavClient, analysis: Analysis, question: str, intelligence: QueryIntelligence
-) -> InteractionOut | None:
-    """The interaction service's check of a drug-interaction question's drugs (None for any other class); the
-    route taken is added to ``intelligence``."""
-    if analysis.classification.category != "drug_interaction":
-        return None
-    drugs = drug_pair(analysis.enhancement.english_question) or drug_pair(question)
-    check = await rxnav.check(drugs)
-    intelligence.route.append(
-        f"drug interaction: checked {', '.join(check.drugs) or 'no drugs found'} "
-        f"({'service configured' if check.configured else 'no service configured'})"
-    )
-    return InteractionOut(drugs=check.drugs, configured=check.configured, text=check.text())
-
-
-def with_interaction(text: str, interaction: InteractionOut | None) -> str:
-    """An answer with the interaction check said first."""
-    return text if interaction is None else f"Drug interaction check: {interaction.text}\n\n{text}"
-
-
-async def routed_search(
-    retrieve: Callable[[SearchFilters], Awaitable[RetrievalReply]],
-    category: str,
-    filters: SearchFilters,
-    min_score: float,
-    intelligence: QueryIntelligence,
-) -> list[SearchHit]:
-    """The search a question's class calls for: a guideline question (with no source chosen) searches guideline
-    sources first and every source when no guideline passage clears ``min_score``; any other searches as asked.
-    The route taken is added to ``intelligence``."""
-    if category == "guideline" and not filters.sources:
-        reply = await retrieve(filters.model_copy(update={"sources": ["bookshelf"]}))
-        useful = relevant_hits(reply.hits, min_score)
-        intelligence.route.append(
-            f"guideline question: searched guideline sources first ({len(useful)} relevant passages)"
-        )
-        if useful:
-            return reply.hits
-        intelligence.route.append("no guideline passage: searched every source")
-    else:
-        intelligence.route.append(
-            f"{category}: searched " + (", ".join(filters.sources) if filters.sources else "every source")
-        )
-    reply = await retrieve(filters)
-    return reply.hits

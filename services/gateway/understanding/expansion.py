@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.gateway.intelligence.cache import Cache, cache_key, cached
-from services.gateway.intelligence.disease import search_clause
 from services.gateway.intelligence.llm import WorkflowLlm
+from services.gateway.understanding.disease import search_clause
 
 Axis = Literal["drug", "class_organ", "mechanism_organ", "target_gene", "synonym"]
 AXES: tuple[Axis, ...] = ("drug", "class_organ", "mechanism_organ", "target_gene", "synonym")

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.gateway.intelligence.cache import Cache, cache_key, cached
-from services.gateway.intelligence.language import Language
 from services.gateway.intelligence.llm import WorkflowLlm
+from services.gateway.understanding.language import Language
 
 # Check tags and other headings that say nothing about a question's topic.
 GENERIC_MESH = frozenset(

@@ -1,0 +1,140 @@
+"""What the workflows need from the running system (:class:`WorkflowBackend`) and the running gateway's
+implementation of it (:class:`GatewayBackend`): retrieval and synthesis over Kafka request/reply, PubMed hit
+counts through the fetcher (``ncbi.requests``: the gateway never calls NCBI), ingestion jobs through
+``ingest.requests``, job states and MeSH headings in PostgreSQL (:mod:`services.gateway.store`).
+
+:class:`MeteredBackend` adds the Claude calls the retriever and synthesizer made (they come back in their
+replies) to the current answer's ledger, so a workflow's ``llm_calls`` counts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+import asyncpg
+
+from services.gateway.kafka import GatewayKafka
+from services.gateway.store import documents as documents_store
+from shared.broker import RemoteError, RequestTimeout
+from shared.db.jobs import JobStatus, job_status
+from shared.events import (
+    IngestRequested,
+    NcbiCountReply,
+    NcbiCountRequest,
+    RetrievalReply,
+    RetrievalRequest,
+    SynthesisReply,
+    SynthesisRequest,
+)
+from shared.ingestion import submit_documents
+from shared.llm import absorb
+from shared.topics import NCBI_REQUESTS
+
+log = logging.getLogger(__name__)
+
+
+class WorkflowBackend(Protocol):
+    """What the workflows need from the running system."""
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply: ...
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply: ...
+
+    async def count(self, term: str, trace_id: str) -> int | None: ...
+
+    async def ingest(self, query: str, max_results: int, trace_id: str) -> str: ...
+
+    async def job(self, job_id: str) -> JobStatus | None: ...
+
+    async def mesh_vocabulary(self) -> dict[str, int]: ...
+
+
+class MeteredBackend:
+    """A backend whose replies' Claude calls (``llm_calls``) go to the current usage ledger."""
+
+    def __init__(self, inner: WorkflowBackend):
+        self.inner = inner
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        reply = await self.inner.retrieve(request)
+        absorb(reply.llm_calls)
+        return reply
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
+        reply = await self.inner.synthesize(request)
+        absorb(reply.llm_calls)
+        return reply
+
+    async def count(self, term: str, trace_id: str) -> int | None:
+        return await self.inner.count(term, trace_id)
+
+    async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
+        return await self.inner.ingest(query, max_results, trace_id)
+
+    async def job(self, job_id: str) -> JobStatus | None:
+        return await self.inner.job(job_id)
+
+    async def mesh_vocabulary(self) -> dict[str, int]:
+        return await self.inner.mesh_vocabulary()
+
+
+class GatewayBackend:
+    """The backend of the running gateway: its Kafka client and its PostgreSQL pool (``pool`` gives the pool
+    of the started gateway). The MeSH vocabulary is read again after ``mesh_ttl_s``."""
+
+    def __init__(self, kafka: GatewayKafka, pool: Callable[[], asyncpg.Pool], mesh_ttl_s: float = 600.0):
+        self.kafka = kafka
+        self._pool = pool
+        self._mesh: tuple[float, dict[str, int]] | None = None
+        self.mesh_ttl_s = mesh_ttl_s
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self._pool()
+
+    async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
+        return await self.kafka.retrieve(request)
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisReply:
+        return await self.kafka.synthesize(request)
+
+    async def count(self, term: str, trace_id: str) -> int | None:
+        try:
+            reply: NcbiCountReply = await self.kafka.replies.request(
+                NCBI_REQUESTS,
+                NcbiCountRequest(trace_id=trace_id, term=term),
+                NcbiCountReply,
+                self.kafka.settings.kafka.request_timeout_s,
+            )
+        except (RemoteError, RequestTimeout) as exc:
+            log.warning("PubMed count unavailable", extra={"term": term, "error": str(exc)[:300]})
+            return None
+        return reply.count
+
+    async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
+        job_id = uuid.uuid4().hex
+        await submit_documents(
+            self.pool,
+            self.kafka.publish,
+            self.kafka.settings.kafka,
+            job_id=job_id,
+            kind="query",
+            params={"query": query, "max_results": max_results, "workflow": "evidence"},
+            request=IngestRequested(trace_id=trace_id, job_id=job_id, query=query, max_results=max_results),
+        )
+        return job_id
+
+    async def job(self, job_id: str) -> JobStatus | None:
+        return await job_status(self.pool, job_id)
+
+    async def mesh_vocabulary(self) -> dict[str, int]:
+        now = time.monotonic()
+        if self._mesh is not None and now - self._mesh[0] < self.mesh_ttl_s:
+            return self._mesh[1]
+        vocab = await documents_store.mesh_vocabulary(self.pool)
+        self._mesh = (now, vocab)
+        return vocab

@@ -1,0 +1,342 @@
+"""The question workflow (``POST /v1/query``): a question understood (classified, its language detected,
+enhanced: :mod:`services.gateway.understanding`), routed by its class, and answered; or, with
+``mode: agent``, Claude with tools looping until it answers (:mod:`services.gateway.intelligence.agent`; offline
+a rule-based plan over the same tools, :class:`QueryTools`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+from services.gateway.intelligence.agent import Agent, ToolOutput
+from services.gateway.intelligence.rxnav import InteractionCheck
+from services.gateway.schemas.common import InteractionOut, Metered, QueryIntelligence, check_query_terms
+from services.gateway.understanding.analysis import QueryAnalyser
+from services.gateway.understanding.classify import Classification
+from services.gateway.understanding.enhance import Enhancement
+from services.gateway.understanding.routing import check_interaction, routed_search, with_interaction
+from services.gateway.workflows.base import ContextDep, Run, Workflow, WorkflowContext, metered, workflow_router
+from shared.citations import INSUFFICIENT, CitationVerifier
+from shared.events import (
+    Citation,
+    CitationCheck,
+    EmergencyCheck,
+    EvidenceSummary,
+    RetrievalReply,
+    RetrievalRequest,
+    SynthesisRequest,
+    new_trace_id,
+)
+from shared.models import MAX_QUERY_CHARS, QueryForm, SearchFilters, SearchHit, SearchMode, strongest_evidence_first
+from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
+
+router = workflow_router()
+
+
+class QueryRequest(BaseModel):
+    """A question with query intelligence: classified, language detected, enhanced, routed; or agentic."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    question: str = Field(
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        validation_alias=AliasChoices("question", "message"),
+        description="The question (alias: `message`), in any language; at most 200 terms "
+        "(`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; longer: 422).",
+    )
+    mode: Literal["standard", "agent"] = Field(
+        "standard", description="agent: Claude with tools, looping until it answers (offline: a rule-based plan)."
+    )
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    search_mode: SearchMode = "hybrid"
+    top_k: int = Field(20, ge=1, le=200)
+    top_n: int = Field(5, ge=1, le=20)
+    return_sources: bool = True
+    summary: bool = Field(True, description="Include the structured evidence summary (standard mode).")
+
+    @model_validator(mode="after")
+    def _blank(self) -> QueryRequest:
+        if not self.question.strip():
+            raise ValueError("question is blank")
+        check_query_terms(self.question, "question")
+        return self
+
+
+class AgentStepOut(BaseModel):
+    step: int
+    tool: str
+    input: dict[str, Any]
+    output: str
+    source_ids: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class AgentTrace(BaseModel):
+    planner: str = Field(description="llm (Claude chose the tools) or rules (offline plan).")
+    steps: list[AgentStepOut]
+    stop_reason: str
+
+
+class QueryResponse(Metered):
+    question: str
+    answer: str
+    numbered_answer: str
+    mode: str = Field(description="llm, extractive, insufficient-evidence or emergency.")
+    model: str | None
+    answer_language: str = Field(description="Language code of the answer.")
+    citations: list[Citation]
+    citation_check: CitationCheck
+    summary: EvidenceSummary | None
+    emergency: EmergencyCheck | None = Field(
+        None, description="Mode `emergency`: why the emergency guard answered instead of the literature."
+    )
+    disclaimer: str
+    sources: list[SearchHit] = Field(
+        description="The retrieved passages, strongest evidence first (equal evidence in retrieval order); each "
+        "keeps its retrieval `rank`."
+    )
+    intelligence: QueryIntelligence
+    interaction: InteractionOut | None = None
+    agent: AgentTrace | None = None
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class QueryTools:
+    """The agent's tools over the backend."""
+
+    def __init__(self, ctx: WorkflowContext, body: QueryRequest, trace_id: str):
+        self.ctx = ctx
+        self.body = body
+        self.trace_id = trace_id
+        self.interaction: InteractionCheck | None = None
+
+    async def search_literature(self, query: str) -> ToolOutput:
+        reply = await self.ctx.backend.retrieve(
+            RetrievalRequest(
+                trace_id=self.trace_id,
+                query=query[:10_000],
+                top_k=self.body.top_k,
+                top_n=self.body.top_n,
+                mode=self.body.search_mode,
+                filters=self.body.filters,
+            )
+        )
+        return ToolOutput("", reply.hits)
+
+    async def get_guideline(self, condition: str, findings: list[str]) -> ToolOutput:
+        form = QueryForm.condition_findings(condition, findings)
+        filters = self.body.filters.model_copy(update={"sources": ["bookshelf"]})
+        reply = await self.ctx.backend.retrieve(
+            RetrievalRequest(
+                trace_id=self.trace_id,
+                top_k=self.body.top_k,
+                top_n=self.body.top_n,
+                mode=self.body.search_mode,
+                filters=filters,
+                query_form=form,
+            )
+        )
+        return ToolOutput("" if reply.hits else "No guideline section matched.", reply.hits)
+
+    async def check_drug_interaction(self, drugs: list[str]) -> ToolOutput:
+        check = await self.ctx.rxnav.check(drugs)
+        self.interaction = check
+        return ToolOutput(check.text(), [], {"configured": check.configured})
+
+
+class QueryWorkflow(Workflow):
+    def analyser(self) -> QueryAnalyser:
+        """The query understanding shared with ``/v1/ask``, here with MeSH headings for the offline enhancement."""
+        return QueryAnalyser(
+            self.llm, self.ctx.cache, ttl_s=self.settings.workflow.cache_ttl_s, vocabulary=self.backend.mesh_vocabulary
+        )
+
+    @metered
+    async def run(self, body: QueryRequest) -> QueryResponse:
+        run = Run()
+        trace_id = new_trace_id()
+        question = body.question.strip()
+        t0 = time.perf_counter()
+        analysis = await self.analyser().analyse(question)
+        classification, enh = analysis.classification, analysis.enhancement
+        run.lap("analysis", t0)
+        intelligence = analysis.intelligence()
+        answer_language = analysis.answer_language
+        if analysis.emergency:
+            intelligence.route.append("emergency: answered at once, no retrieval and no model")
+            emergency = emergency_reply(await acheck_emergency(question), trace_id)
+            return QueryResponse(
+                question=question,
+                answer=emergency.answer,
+                numbered_answer=emergency.answer,
+                mode="emergency",
+                model=None,
+                answer_language="en",
+                citations=[],
+                citation_check=CitationCheck(),
+                summary=None,
+                emergency=emergency.emergency,
+                disclaimer=emergency.disclaimer,
+                sources=[],
+                intelligence=intelligence,
+                timings_ms=run.total(),
+            )
+        instruction = analysis.instruction
+        if body.mode == "agent":
+            return await self._agent(
+                body,
+                question,
+                classification,
+                enh,
+                intelligence,
+                instruction,
+                answer_language,
+                trace_id,
+                run,
+            )
+        interaction = await check_interaction(self.ctx.rxnav, analysis, question, intelligence)
+        t0 = time.perf_counter()
+
+        async def retrieve(filters: SearchFilters) -> RetrievalReply:
+            return await self.backend.retrieve(
+                RetrievalRequest(
+                    trace_id=trace_id,
+                    query=enh.search_query[:10_000],
+                    top_k=body.top_k,
+                    top_n=body.top_n,
+                    mode=body.search_mode,
+                    filters=filters,
+                )
+            )
+
+        hits = await routed_search(
+            retrieve, classification.category, body.filters, self.settings.relevance_floor, intelligence
+        )
+        run.lap("retrieval", t0)
+        t0 = time.perf_counter()
+        synth = await self.backend.synthesize(
+            SynthesisRequest(
+                trace_id=trace_id,
+                question=analysis.question_for_synthesis(enh.english_question),
+                passages=hits,
+                summarize=body.summary,
+            )
+        )
+        run.lap("synthesis", t0)
+        return QueryResponse(
+            question=question,
+            answer=with_interaction(synth.answer, interaction),
+            numbered_answer=with_interaction(synth.numbered_answer or synth.answer, interaction),
+            mode=synth.mode,
+            model=synth.model,
+            answer_language=answer_language if synth.mode == "llm" else "en",
+            citations=synth.citations,
+            citation_check=synth.citation_check,
+            summary=synth.summary,
+            disclaimer=synth.disclaimer or DISCLAIMER,
+            sources=strongest_evidence_first(hits) if body.return_sources else [],
+            intelligence=intelligence,
+            interaction=interaction,
+            timings_ms=run.total(),
+        )
+
+    async def _agent(
+        self,
+        body: QueryRequest,
+        question: str,
+        classification: Classification,
+        enh: Enhancement,
+        intelligence: QueryIntelligence,
+        instruction: str,
+        answer_language: str,
+        trace_id: str,
+        run: Run,
+    ) -> QueryResponse:
+        tools = QueryTools(self.ctx, body, trace_id)
+        agent = Agent(self.llm, tools, max_steps=self.settings.workflow.agent_max_steps)
+        t0 = time.perf_counter()
+        interaction: InteractionOut | None = None
+        if self.llm.available:
+            intelligence.route.append("agent: Claude chose the tools")
+            agent_run = await agent.run(question, instruction=instruction)
+            run.lap("agent", t0)
+            raw = agent_run.answer or ""
+            verified = CitationVerifier(agent_run.sources).verify(raw)
+            numbered = CitationVerifier(agent_run.sources).verify(raw, renumber=True)
+            mode = "llm" if verified.citations or not agent_run.sources else "insufficient-evidence"
+            answer, numbered_text = verified.text or INSUFFICIENT, numbered.text or INSUFFICIENT
+            citations, check, summary = verified.citations, verified.check, None
+            model: str | None = self.llm.model
+        else:
+            intelligence.route.append(
+                "agent: no model configured, so the tools were chosen by rules from the "
+                f"question's class ({classification.category})"
+            )
+            agent_run = await agent.run_rules(question, classification.category, enh.search_query)
+            run.lap("agent", t0)
+            t1 = time.perf_counter()
+            synth = await self.backend.synthesize(
+                SynthesisRequest(
+                    trace_id=trace_id,
+                    question=enh.english_question[:10_000],
+                    passages=agent_run.sources,
+                    summarize=body.summary,
+                )
+            )
+            run.lap("synthesis", t1)
+            answer, numbered_text = synth.answer, synth.numbered_answer or synth.answer
+            citations, check, model, summary, mode = (
+                synth.citations,
+                synth.citation_check,
+                synth.model,
+                synth.summary,
+                synth.mode,
+            )
+            answer_language = "en"
+            checked = next((s for s in agent_run.steps if s.tool == "check_drug_interaction"), None)
+            if checked is not None:
+                answer = f"Drug interaction check: {checked.output}\n\n{answer}"
+                numbered_text = f"Drug interaction check: {checked.output}\n\n{numbered_text}"
+        last = tools.interaction
+        if last is not None:
+            interaction = InteractionOut(drugs=last.drugs, configured=last.configured, text=last.text())
+        return QueryResponse(
+            question=question,
+            answer=answer,
+            numbered_answer=numbered_text,
+            mode=mode,
+            model=model,
+            answer_language=answer_language,
+            citations=citations,
+            citation_check=check,
+            summary=summary,
+            disclaimer=DISCLAIMER,
+            sources=strongest_evidence_first(agent_run.sources) if body.return_sources else [],
+            intelligence=intelligence,
+            interaction=interaction,
+            agent=AgentTrace(
+                planner=agent_run.planner,
+                stop_reason=agent_run.stop_reason,
+                steps=[
+                    AgentStepOut(
+                        step=s.step, tool=s.tool, input=s.input, output=s.output, source_ids=s.source_ids, error=s.error
+                    )
+                    for s in agent_run.steps
+                ],
+            ),
+            timings_ms=run.total(),
+        )
+
+
+@router.post(
+    "/v1/query",
+    response_model=QueryResponse,
+    summary="A question with query intelligence: classified, language detected, enhanced and "
+    "routed; `mode: agent` for Claude with tools",
+)
+async def query(body: QueryRequest, ctx: ContextDep) -> QueryResponse:
+    return await QueryWorkflow(ctx).run(body)
