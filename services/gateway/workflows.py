@@ -83,6 +83,7 @@ from shared.events import (
     RetrievalRequest,
     SynthesisReply,
     SynthesisRequest,
+    ncbi_sources,
     new_trace_id,
 )
 from shared.ingestion import submit_documents
@@ -204,7 +205,9 @@ class GatewayBackend:
             job_id=job_id,
             kind="query",
             params={"query": query, "max_results": max_results, "workflow": "evidence"},
-            request=IngestRequested(trace_id=trace_id, job_id=job_id, query=query, max_results=max_results),
+            request=IngestRequested(
+                trace_id=trace_id, job_id=job_id, sources=ncbi_sources(query=query), max_results=max_results
+            ),
         )
         return job_id
 

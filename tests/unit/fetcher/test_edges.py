@@ -16,8 +16,8 @@ from services.fetcher.bookshelf import (
     publisher_packages,
 )
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsUnavailable
-from services.fetcher.handlers import FetcherState
 from services.fetcher.ratelimit import TokenBucket
+from services.fetcher.state import FetcherState
 from shared.broker import is_transient
 from shared.claimcheck import ClaimMissing, check_in, claim, content_ref, oversized_reason
 from shared.events import DocumentFetched
@@ -155,7 +155,7 @@ class RecordingPool:
 
 
 async def test_a_dead_lettered_package_fails_its_task_and_a_dead_lettered_request_its_job() -> None:
-    from services.fetcher.handlers import fail_jobs_hook, package_key
+    from services.fetcher.jobs import fail_jobs_hook, package_key
 
     pool = RecordingPool()
     await fail_jobs_hook(pool)(["pubmed:1", package_key("job1", "NBK5"), "job2"], RuntimeError("boom"))  # type: ignore[arg-type]
