@@ -19,7 +19,6 @@ from shared.sources import SourceRule
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS, PMIDS_DISCOVERED
 from tests.fakes.eutils_server import FakeEutils, fake_ncbi_settings
 
-
 RECORD_WITH_FULL_TEXT = (
     b'<PubmedArticleSet><PubmedArticle><MedlineCitation><PMID Version="1">17299597</PMID>'
     b"<Article><ArticleTitle>An article with open-access full text</ArticleTitle></Article>"
