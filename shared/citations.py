@@ -12,6 +12,10 @@ reader would take for a citation is recognised and checked alike:
   ``NBK123``;
 - links to a record: ``https://pubmed.ncbi.nlm.nih.gov/123/``, ``.../pmc/articles/PMC123``, ``.../books/NBK123``.
 
+The kinds, their id forms and the record links come from the source registry (:mod:`shared.sources`): a
+source's rule names its citation kind, its self-identifying id prefix and its link patterns, and the patterns
+here are built from those. A bare number is a PMID (PubMed, the first source of the registry).
+
 Ids among the sources are rewritten to the canonical ``[KIND:value]`` form (links stay links); the rest are
 removed, with the blank before them, and reported in :class:`CitationCheck`. :class:`StreamGate` applies the same
 rule to text arriving piece by piece: it releases text as soon as no citation can still be forming at its end,
@@ -26,25 +30,27 @@ from dataclasses import dataclass
 
 from shared.events import Citation, CitationCheck, EvidenceSummary, SynthesisReply, UnsupportedClaim
 from shared.models import SearchHit, evidence_weight_of
+from shared.sources import SOURCES, rule_by_kind
+from shared.sources.pubmed import PUBMED
 
-KINDS = ("PMID", "PMCID", "NBK")
+KINDS = tuple(rule.citation_kind for rule in SOURCES.values())
 INSUFFICIENT = (
     "The retrieved evidence is insufficient to answer this question: no stored source is relevant enough. "
     "Try rephrasing, widening the filters, or ingesting more literature on the topic."
 )
 """What an answer says when no source supports one (the synthesizer's, the agent's and a workflow's)."""
 
+_PREFIXED = [rule for rule in SOURCES.values() if rule.id_prefix]
+# Longest first, so that no kind is taken for the start of another.
+_KIND = "(?:" + "|".join(sorted((k.lower() for k in KINDS), key=len, reverse=True)) + ")"
 _SEP = r"[ \t]*[:#=]?[ \t]*"
-_VALUE = r"(?:pmc|nbk)?\d+"
-_KINDED = rf"(?:pmcid|pmid|nbk){_SEP}{_VALUE}"
-_SELF = r"(?:pmc\d+|nbk\d+)"
+_VALUE = r"(?:" + "|".join(re.escape(r.id_prefix.lower()) for r in _PREFIXED) + r")?\d+"
+_KINDED = rf"{_KIND}{_SEP}{_VALUE}"
+_SELF = "(?:" + "|".join(rf"{re.escape(r.id_prefix.lower())}\d+" for r in _PREFIXED) + ")"
 _ONE = rf"(?:{_KINDED}|{_SELF})"
 _JOIN = r"[ \t]*(?:[,;]|\band\b|&)[ \t]*"
 _GROUP_ITEMS = rf"{_ONE}(?:{_JOIN}(?:{_ONE}|\d+))*"
-_URL = (
-    r"https?://(?:www\.)?(?:pubmed\.ncbi\.nlm\.nih\.gov/|ncbi\.nlm\.nih\.gov/(?:pubmed/|pmc/articles/|books/))"
-    r"(?:pmc|nbk)?\d+/?"
-)
+_URL = r"https?://(?:www\.)?(?:" + "|".join(p for r in SOURCES.values() for p in r.url_patterns) + rf"){_VALUE}/?"
 # One regex for every form; the leading blanks are part of the match so that a removed citation takes its
 # blank with it ("benefit [PMID:9]." -> "benefit.").
 _CITATION = re.compile(
@@ -57,29 +63,23 @@ _CITATION = re.compile(
     rf")",
     re.IGNORECASE,
 )
-_TOKEN = re.compile(rf"(?P<kind>pmcid|pmid|nbk)?{_SEP}(?P<value>{_VALUE})", re.IGNORECASE)
-_URL_ID = re.compile(r"/(?:(?P<pmc>pmc\d+)|(?P<nbk>nbk\d+)|(?P<pmid>\d+))/?$", re.IGNORECASE)
-_CANONICAL = re.compile(r"\[(?:PMID|PMCID|NBK):[A-Za-z0-9]+(?:, (?:PMID|PMCID|NBK):[A-Za-z0-9]+)*\]")
+_TOKEN = re.compile(rf"(?P<kind>{_KIND})?{_SEP}(?P<value>{_VALUE})", re.IGNORECASE)
+_URL_ID = re.compile(rf"/(?P<value>{_VALUE})/?$", re.IGNORECASE)
+_CANONICAL_ID = "(?:" + "|".join(KINDS) + "):[A-Za-z0-9]+"
+_CANONICAL = re.compile(rf"\[{_CANONICAL_ID}(?:, {_CANONICAL_ID})*\]")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\[])")
 # How long an open bracket is held back at most: a real citation group closes well before this.
 _MAX_OPEN = 240
-_TRAILING_KIND = re.compile(rf"(?:{_KINDED}|(?:pmcid|pmid|nbk){_SEP})[ \t]*$", re.IGNORECASE)
+_TRAILING_KIND = re.compile(rf"(?:{_KINDED}|{_KIND}{_SEP})[ \t]*$", re.IGNORECASE)
 
 
 def normalise(kind: str, value: str) -> str:
-    """``("pmid", "123")`` -> ``PMID:123``; ``("PMCID", "123")`` -> ``PMCID:PMC123``; ids read by their prefix."""
-    kind = kind.strip().upper()
+    """``("pmid", "123")`` -> ``PMID:123``; ``("PMCID", "123")`` -> ``PMCID:PMC123``; ids read by their prefix
+    first (``("PMID", "NBK1")`` -> ``NBK:NBK1``), an unknown kind as a PMID."""
     value = value.strip()
     upper = value.upper()
-    if upper.startswith("PMC"):
-        return f"PMCID:PMC{value[3:]}"
-    if upper.startswith("NBK"):
-        return f"NBK:NBK{value[3:]}"
-    if kind == "PMCID":
-        return f"PMCID:PMC{value}"
-    if kind == "NBK":
-        return f"NBK:NBK{value}"
-    return f"PMID:{value}"
+    rule = next((r for r in _PREFIXED if upper.startswith(r.id_prefix)), None) or rule_by_kind(kind.strip()) or PUBMED
+    return rule.citation_id(rule.canonical(value))
 
 
 def parse_id(raw: str) -> str | None:
@@ -106,11 +106,7 @@ def _match_ids(m: re.Match[str]) -> list[str]:
         u = _URL_ID.search(m.group("url"))
         if u is None:  # pragma: no cover - the URL pattern always ends in an id
             return []
-        if u.group("pmc"):
-            return [normalise("PMCID", u.group("pmc"))]
-        if u.group("nbk"):
-            return [normalise("NBK", u.group("nbk"))]
-        return [normalise("PMID", u.group("pmid"))]
+        return [normalise(PUBMED.citation_kind, u.group("value"))]
     group = m.group("square") or m.group("round") or m.group("bare") or m.group("inline") or ""
     return ids_in(group)
 

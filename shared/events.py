@@ -77,8 +77,98 @@ class Event(BaseModel):
 # --- ingestion -------------------------------------------------------------------------------------
 
 
+#: Options of a source request: PubMed and PMC read ``full_text`` (also fetch the open-access PMC full text of
+#: the PMIDs found), Bookshelf reads ``publisher`` (the exact name whose Open Access books to ingest).
+FULL_TEXT_OPTION = "full_text"
+PUBLISHER_OPTION = "publisher"
+
+
+class SourceRequest(BaseModel):
+    """What to discover at one source: a query, ids, or what the source's options name."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: Source = Field(description="The source to discover at (its name in the source registry).")
+    query: str | None = Field(None, min_length=1, description="A query in the source's own search syntax.")
+    ids: list[str] = Field(default_factory=list, description="Record ids at the source, given directly.")
+    options: dict[str, str | bool] = Field(
+        default_factory=dict,
+        description="The source's own options: `full_text` (PubMed, PMC), `publisher` (Bookshelf).",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> SourceRequest:
+        if not self.query and not self.ids and not self.options.get(PUBLISHER_OPTION):
+            raise ValueError(f"a {self.source} request needs a query, ids or a publisher")
+        return self
+
+
+def ncbi_sources(
+    *,
+    query: str | None = None,
+    pmids: Sequence[str] = (),
+    database: Literal["pubmed", "pmc"] = "pubmed",
+    full_text: bool = False,
+    bookshelf_publisher: str | None = None,
+) -> list[SourceRequest]:
+    """The source requests of an NCBI-shaped ingest (the HTTP API's and version 1's fields): the query at
+    ``database`` (with the PMIDs when that is PubMed), the PMIDs at PubMed, the publisher at Bookshelf."""
+    options: dict[str, str | bool] = {FULL_TEXT_OPTION: True} if full_text else {}
+    ids = list(pmids)
+    out: list[SourceRequest] = []
+    if query and database == "pmc":
+        out.append(SourceRequest(source="pmc", query=query, options=options))
+        query = None
+    if query or ids:
+        out.append(SourceRequest(source="pubmed", query=query, ids=ids, options=options))
+    if bookshelf_publisher:
+        out.append(SourceRequest(source="bookshelf", options={PUBLISHER_OPTION: bookshelf_publisher}))
+    return out
+
+
+_V1_FIELDS = ("query", "pmids", "database", "full_text", "bookshelf_publisher")
+
+
 class IngestRequested(Event):
-    """A request to discover documents (topic ``ingest.requests``, keyed by job id)."""
+    """A request to discover documents (topic ``ingest.requests``, keyed by job id).
+
+    Version 2 names no source in its fields: ``sources`` lists what to discover at each source, the source's
+    own options with it. Version 1 (``query``, ``pmids``, ``database``, ``full_text``, ``bookshelf_publisher``)
+    is still read: it is turned into version 2 as it is validated (:func:`ncbi_sources`).
+    """
+
+    schema_version: Literal[2] = 2
+    job_id: str
+    sources: list[SourceRequest] = Field(min_length=1, description="What to discover, one request per source.")
+    max_results: int = Field(500, ge=1, le=100_000, description="The most records taken from each query.")
+    refresh: bool = Field(False, description="Fetch again even when already stored.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_version_1(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "sources" in data:
+            return data
+        if data.get("schema_version", 1) != 1 and not any(k in data for k in _V1_FIELDS):
+            return data
+        v1 = IngestRequestedV1.model_validate(data)
+        upgraded = {k: v for k, v in data.items() if k not in _V1_FIELDS}
+        upgraded["schema_version"] = 2
+        upgraded["sources"] = ncbi_sources(
+            query=v1.query,
+            pmids=v1.pmids,
+            database=v1.database,
+            full_text=v1.full_text,
+            bookshelf_publisher=v1.bookshelf_publisher,
+        )
+        return upgraded
+
+    def of(self, source: str) -> list[SourceRequest]:
+        """The requests of this one for ``source``."""
+        return [s for s in self.sources if s.source == source]
+
+
+class IngestRequestedV1(Event):
+    """Version 1 of :class:`IngestRequested`, NCBI-shaped; read only to be turned into version 2."""
 
     schema_version: Literal[1] = 1
     job_id: str
@@ -101,7 +191,7 @@ class IngestRequested(Event):
     )
 
     @model_validator(mode="after")
-    def _one_of(self) -> IngestRequested:
+    def _one_of(self) -> IngestRequestedV1:
         if not self.query and not self.pmids and not self.bookshelf_publisher:
             raise ValueError("an ingest request needs a query, PMIDs or a Bookshelf publisher")
         return self

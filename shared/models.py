@@ -14,6 +14,8 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from shared import sources
+
 _QUERY_TERM = re.compile(r"\w+")
 
 
@@ -238,13 +240,8 @@ class ParsedDocument(BaseModel):
 
     @property
     def url(self) -> str | None:
-        if self.pmid:
-            return f"https://pubmed.ncbi.nlm.nih.gov/{self.pmid}/"
-        if self.pmcid:
-            return f"https://pmc.ncbi.nlm.nih.gov/articles/{self.pmcid}/"
-        if self.source == "bookshelf":
-            return f"https://www.ncbi.nlm.nih.gov/books/{self.source_id}/"
-        return None
+        """The document's link, by its source's rule (:func:`shared.sources.record_url`)."""
+        return sources.record_url(self.source, self.source_id, self.pmid, self.pmcid)
 
 
 class CitationMetrics(BaseModel):
@@ -438,12 +435,8 @@ class SearchHit(BaseModel):
 
     @property
     def citation_id(self) -> str:
-        """The id an answer cites this passage by: PMID, else PMCID, else the Bookshelf id."""
-        if self.pmid:
-            return f"PMID:{self.pmid}"
-        if self.pmcid:
-            return f"PMCID:{self.pmcid}"
-        return f"NBK:{self.source_id}" if self.source == "bookshelf" else f"{self.source}:{self.source_id}"
+        """The id an answer cites this passage by, by its source's rule (:func:`shared.sources.citation_id`)."""
+        return sources.citation_id(self.source, self.source_id, self.pmid, self.pmcid)
 
 
 def evidence_weight_of(hit: SearchHit) -> float:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from services.fetcher.handlers import FetcherState, register
+from services.fetcher.routers import register
+from services.fetcher.state import FetcherState
 from shared.service import service_app
 
 app = service_app(

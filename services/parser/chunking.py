@@ -38,6 +38,7 @@ from functools import lru_cache
 from services.parser.tokens import Tokenizer, TokenizerError, get_tokenizer
 from shared.models import Chunk, ParsedDocument, Section
 from shared.settings import ChunkingSettings, EmbeddingSettings, Settings
+from shared.sources import guideline_sources
 
 SEPARATOR = "\n\n"
 PATH_SEPARATOR = " > "
@@ -154,8 +155,9 @@ class Chunker:
     # -- documents ----------------------------------------------------------------------------------------
 
     def chunk(self, doc: ParsedDocument) -> list[Chunk]:
-        """Chunks of a document: hierarchical for Bookshelf guidelines, windowed for articles."""
-        if doc.source == "bookshelf":
+        """Chunks of a document: hierarchical for a guideline source's (:func:`shared.sources.guideline_sources`),
+        windowed for articles."""
+        if doc.source in guideline_sources():
             return self.chunk_guideline(doc)
         return self.chunk_article(doc)
 

@@ -30,8 +30,8 @@ from services.parser.detect import Format, detect_format, head_of
 from services.parser.jats import parse_jats
 from services.parser.nxml import parse_bookshelf
 from services.parser.pubmed import parse_record
-from shared.bookshelf import skipped_name
 from shared.models import ParsedDocument
+from shared.sources.bookshelf_parts import skipped_name
 from shared.xmlsafe import (
     MAX_DOCUMENT_BYTES,
     MAX_PROLOG_BYTES,

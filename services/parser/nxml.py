@@ -31,8 +31,8 @@ from services.parser.jats import (
     text_without,
 )
 from services.parser.pubmed import abstract_text
-from shared.bookshelf import BookshelfParseError, book_id, document_parts, part_source_id
 from shared.models import EVIDENCE_WEIGHTS, AbstractSection, Journal, ParsedDocument, StudyType
+from shared.sources.bookshelf_parts import BookshelfParseError, book_id, document_parts, part_source_id
 from shared.xmlsafe import parse_xml
 
 GUIDELINE_WORDS = ("guideline", "recommendation", "standard treatment", "consensus")

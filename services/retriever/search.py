@@ -60,6 +60,7 @@ from shared.models import (
     SearchHit,
 )
 from shared.settings import DEFAULT_IVFFLAT_PROBES
+from shared.sources import record_url
 
 if TYPE_CHECKING:
     from services.retriever.rerank import Reranker
@@ -219,13 +220,7 @@ async def hydrate(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asy
 
 
 def _url(r: asyncpg.Record) -> str | None:
-    if r["pmid"]:
-        return f"https://pubmed.ncbi.nlm.nih.gov/{r['pmid']}/"
-    if r["pmcid"]:
-        return f"https://pmc.ncbi.nlm.nih.gov/articles/{r['pmcid']}/"
-    if r["source"] == "bookshelf":
-        return f"https://www.ncbi.nlm.nih.gov/books/{r['source_id']}/"
-    return None
+    return record_url(r["source"], r["source_id"], r["pmid"], r["pmcid"])
 
 
 def _citation_metrics(r: asyncpg.Record) -> CitationMetrics | None:

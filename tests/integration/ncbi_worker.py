@@ -12,7 +12,7 @@ import json
 import sys
 
 from services.fetcher.eutils import EutilsError, RetryPolicy
-from services.fetcher.handlers import FetcherState
+from services.fetcher.state import FetcherState
 from shared.settings import Settings
 
 

@@ -13,10 +13,12 @@ import asyncpg
 import pytest
 
 from services.fetcher import store as fetcher_store
+from services.fetcher.discovery import discover
 from services.fetcher.eutils import EutilsClient, EutilsQueryError
-from services.fetcher.ingest import discover, fetch_pubmed
+from services.fetcher.sources import pmid_sources
+from services.fetcher.sources.pubmed import fetch_pubmed
 from shared.db import jobs
-from shared.events import IngestRequested
+from shared.events import IngestRequested, SourceRequest
 from tests.fakes.eutils_server import DEFAULT_RECORDS_DIR as FIXTURES
 from tests.fakes.eutils_server import FakeEutils, fake_ncbi_settings
 
@@ -122,21 +124,28 @@ async def test_discover_searches_once_dedups_and_records_the_job(
 ) -> None:
     settings = fake_ncbi_settings(fake_eutils)
     await _store(private_pool, [CANCER[1]])
-    req = IngestRequested(job_id="job-q", query="cancer", max_results=50, pmids=[CANCER[0], "9997", "9997", "x"])
+    pubmed = SourceRequest(source="pubmed", query="cancer", ids=[CANCER[0], "9997", "9997", "x"])
+    req = IngestRequested(job_id="job-q", sources=[pubmed], max_results=50)
     # The fake may be the session's (the integration stack shares it): count this test's searches only.
     before = len(fake_eutils.requests_to("esearch"))
-    new = await discover(req, client, private_pool, settings)
+    new = await discover(req, pmid_sources(client, private_pool, settings), private_pool)
     assert new == [p for p in CANCER[:50] if p != CANCER[1]] + ["9997"]
     searches = len(fake_eutils.requests_to("esearch")) - before
     assert searches == 2  # 50 ids in pages of 30
 
-    again = await discover(req.model_copy(update={"job_id": "job-q2"}), client, private_pool, settings)
+    again = await discover(
+        req.model_copy(update={"job_id": "job-q2"}), pmid_sources(client, private_pool, settings), private_pool
+    )
     assert again == new and len(fake_eutils.requests_to("esearch")) - before == searches  # answered from the record
     status = await jobs.job_status(private_pool, "job-q")
     assert status is not None and status.total == 51 and status.state == "discovered"
     assert status.counts["discovered"] == 50 and status.counts["parsed"] == 1
 
-    await discover(req.model_copy(update={"job_id": "job-r", "refresh": True}), client, private_pool, settings)
+    await discover(
+        req.model_copy(update={"job_id": "job-r", "refresh": True}),
+        pmid_sources(client, private_pool, settings),
+        private_pool,
+    )
     assert len(fake_eutils.requests_to("esearch")) - before > searches  # refresh searches NCBI again
 
 
@@ -146,10 +155,10 @@ async def test_a_killed_fetcher_resumes_and_stores_each_pmid_once(
     settings = fake_ncbi_settings(fake_eutils, efetch_batch=2)
     known = ["12091962", "9997", "11748933", "11700088", "27797938", "17284678", "20301295"]
     fake_eutils.add_search("recorded papers", known)
-    req = IngestRequested(job_id="job-k", query="recorded papers")
+    req = IngestRequested(job_id="job-k", sources=[SourceRequest(source="pubmed", query="recorded papers")])
     stored: list[str] = []
 
-    first = await discover(req, client, private_pool, settings)
+    first = await discover(req, pmid_sources(client, private_pool, settings), private_pool)
     assert first == known
     async for event in fetch_pubmed(first, client, batch_size=2):
         stored.append(event.source_id)
@@ -157,7 +166,9 @@ async def test_a_killed_fetcher_resumes_and_stores_each_pmid_once(
         if len(stored) == 3:
             break  # the fetcher is killed mid-job
 
-    second = await discover(req, client, private_pool, settings)  # Kafka redelivers the request
+    second = await discover(
+        req, pmid_sources(client, private_pool, settings), private_pool
+    )  # Kafka redelivers the request
     assert second == known[3:]
     async for event in fetch_pubmed(second, client, batch_size=2):
         stored.append(event.source_id)
@@ -169,9 +180,10 @@ async def test_a_killed_fetcher_resumes_and_stores_each_pmid_once(
 async def test_a_bad_query_fails_the_job_with_the_reason(
     private_pool: asyncpg.Pool, client: EutilsClient, fake_eutils: FakeEutils
 ) -> None:
-    req = IngestRequested(job_id="job-bad", query="obstetrics[MeSH Terms] AND fleegle[MeSH Terms]")
+    bad = SourceRequest(source="pubmed", query="obstetrics[MeSH Terms] AND fleegle[MeSH Terms]")
+    req = IngestRequested(job_id="job-bad", sources=[bad])
     with pytest.raises(EutilsQueryError):
-        await discover(req, client, private_pool, fake_ncbi_settings(fake_eutils))
+        await discover(req, pmid_sources(client, private_pool, fake_ncbi_settings(fake_eutils)), private_pool)
     status = await jobs.job_status(private_pool, "job-bad")
     assert status is not None and status.state == "failed" and "PhraseNotFound" in (status.error or "")
     assert status.done

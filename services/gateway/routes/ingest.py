@@ -13,7 +13,7 @@ from services.gateway.deps import KafkaDep, PoolDep, ScopesDep, SettingsDep
 from services.gateway.schemas.ingest import IngestAccepted, IngestRequest
 from shared import provenance
 from shared.db.jobs import JobStatus, job_status
-from shared.events import IngestRequested
+from shared.events import IngestRequested, ncbi_sources
 from shared.ingestion import document_event, submit_documents
 
 router = APIRouter(tags=["ingestion"])
@@ -65,15 +65,13 @@ async def ingest(
     kind = "documents" if body.documents else "query" if body.query else "pmids" if body.pmids else "bookshelf"
     request = None
     if body.query or body.pmids or body.bookshelf_publisher:
-        request = IngestRequested(
-            job_id=job_id,
+        sources = ncbi_sources(
             query=body.query,
             pmids=[p.strip() for p in body.pmids],
-            max_results=body.max_results,
-            refresh=body.refresh,
             full_text=body.full_text,
             bookshelf_publisher=body.bookshelf_publisher,
         )
+        request = IngestRequested(job_id=job_id, sources=sources, max_results=body.max_results, refresh=body.refresh)
     documents = [document_event(doc, job_id=job_id) for doc in body.documents]
     await submit_documents(
         pool,

@@ -29,6 +29,7 @@ from shared.events import (
     RetrievalRequest,
     SynthesisReply,
     SynthesisRequest,
+    ncbi_sources,
 )
 from shared.ingestion import submit_documents
 from shared.llm import absorb
@@ -124,7 +125,9 @@ class GatewayBackend:
             job_id=job_id,
             kind="query",
             params={"query": query, "max_results": max_results, "workflow": "evidence"},
-            request=IngestRequested(trace_id=trace_id, job_id=job_id, query=query, max_results=max_results),
+            request=IngestRequested(
+                trace_id=trace_id, job_id=job_id, sources=ncbi_sources(query=query), max_results=max_results
+            ),
         )
         return job_id
 

@@ -1,4 +1,4 @@
-"""Issue #16 items 2-4 in the fetcher, without Kafka: NCBI outages are transient, publishers match
+"""The fetcher's edges, without Kafka: NCBI outages are transient, publishers match
 exactly and are capped, large documents travel by reference (claim check)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from services.fetcher.bookshelf import (
     publisher_packages,
 )
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsUnavailable
-from services.fetcher.handlers import FetcherState
 from services.fetcher.ratelimit import TokenBucket
+from services.fetcher.state import FetcherState
 from shared.broker import is_transient
 from shared.claimcheck import ClaimMissing, check_in, claim, content_ref, oversized_reason
 from shared.events import DocumentFetched
@@ -54,7 +54,7 @@ def _pkg(publisher: str, n: int) -> BookshelfPackage:
 def test_publisher_match_is_exact_and_capped() -> None:
     packages = [_pkg("World Health Organization", 1), _pkg("University of Washington", 2), _pkg("WHO Press", 3)]
     packages += [_pkg("world  health organization ", 4)]
-    # "A" used to match almost every book (substring); now only the exact name, case and spacing aside.
+    # A publisher matches by its exact name, case and spacing aside: never as a substring of another.
     assert filter_publisher(packages, "a") == []
     assert [p.accession for p in filter_publisher(packages, "World Health Organization")] == ["NBK1", "NBK4"]
     with pytest.raises(PublisherRefused, match="similar name: World Health Organization"):
@@ -155,7 +155,7 @@ class RecordingPool:
 
 
 async def test_a_dead_lettered_package_fails_its_task_and_a_dead_lettered_request_its_job() -> None:
-    from services.fetcher.handlers import fail_jobs_hook, package_key
+    from services.fetcher.jobs import fail_jobs_hook, package_key
 
     pool = RecordingPool()
     await fail_jobs_hook(pool)(["pubmed:1", package_key("job1", "NBK5"), "job2"], RuntimeError("boom"))  # type: ignore[arg-type]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from services.fetcher.eutils import EutilsClient
-from services.fetcher.ingest import fetch_pmc, fetch_pubmed
+from services.fetcher.sources.pmc import fetch_pmc
+from services.fetcher.sources.pubmed import fetch_pubmed
 from shared.events import DocumentDeleted, DocumentFetched
 from tests.fakes.eutils_server import DEFAULT_RECORDS_DIR as FIXTURES
 from tests.fakes.eutils_server import FakeEutils

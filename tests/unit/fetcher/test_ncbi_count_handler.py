@@ -5,7 +5,8 @@ from __future__ import annotations
 from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 
 from services.fetcher.eutils import EutilsClient
-from services.fetcher.handlers import FetcherState, register
+from services.fetcher.routers import register
+from services.fetcher.state import FetcherState
 from shared.events import NcbiCountReply, NcbiCountRequest
 from shared.settings import Settings
 from shared.topics import NCBI_REQUESTS

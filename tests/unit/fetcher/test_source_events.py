@@ -8,21 +8,28 @@ import pytest
 from pydantic import ValidationError
 
 from services.fetcher.bookshelf import nxml_events
-from services.fetcher.handlers import bookshelf_document_ids
+from services.fetcher.sources.bookshelf import bookshelf_document_ids
 from services.gateway.schemas import IngestRequest
-from shared.events import DocumentFetched, IngestRequested, PmidDiscovered
+from shared.events import (
+    PUBLISHER_OPTION,
+    DocumentFetched,
+    IngestRequested,
+    PmidDiscovered,
+    SourceRequest,
+    ncbi_sources,
+)
 
 GUIDELINE = Path(__file__).resolve().parents[2] / "fixtures" / "bookshelf" / "malaria-guideline.nxml"
 
 
 def test_ingest_request_takes_a_bookshelf_publisher_alone() -> None:
-    req = IngestRequested(job_id="j", bookshelf_publisher="World Health Organization")
-    assert req.full_text is False and req.pmids == []
+    req = IngestRequested(job_id="j", sources=ncbi_sources(bookshelf_publisher="World Health Organization"))
+    assert req.sources == [SourceRequest(source="bookshelf", options={PUBLISHER_OPTION: "World Health Organization"})]
     with pytest.raises(ValidationError):
-        IngestRequested(job_id="j")
-    # Producers that do not know the new fields still make valid events.
+        IngestRequested(job_id="j")  # type: ignore[call-arg]
+    # Producers that do not know the newer version-1 fields still make valid events.
     old = IngestRequested.model_validate({"schema_version": 1, "job_id": "j", "pmids": ["1"]})
-    assert old.full_text is False and old.bookshelf_publisher is None
+    assert old.sources == [SourceRequest(source="pubmed", ids=["1"])]  # no full text, no publisher
     assert PmidDiscovered(pmid="1").full_text is False
     body = IngestRequest(bookshelf_publisher="World Health Organization")
     assert body.bookshelf_publisher == "World Health Organization"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.gateway import deps
-from shared.events import DocumentFetched, Event, IngestRequested
+from shared.events import DocumentFetched, Event, IngestRequested, SourceRequest
 from shared.ingestion import document_event
 from shared.models import ParsedDocument
 from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
@@ -53,7 +53,7 @@ async def test_pmids_and_inline_documents_start_one_job_that_publishes_both() ->
     assert r.json()["status_url"] == f"/v1/ingest/{job_id}"
     (request, t1, k1), (doc, t2, k2) = kafka.published
     assert isinstance(request, IngestRequested) and (t1, k1) == (INGEST_REQUESTS, job_id)
-    assert request.pmids == ["10808977"] and request.job_id == job_id
+    assert request.sources == [SourceRequest(source="pubmed", ids=["10808977"])] and request.job_id == job_id
     assert isinstance(doc, DocumentFetched) and (t2, k2) == (DOCUMENTS_FETCHED, "pubmed:555")
     assert doc.job_id == job_id and doc.format == "document-json"
     # built as every structured document is (the JSON-lines import too), in the request's trace

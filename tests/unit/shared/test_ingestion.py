@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.events import DocumentFetched, Event, IngestRequested
+from shared.events import DocumentFetched, Event, IngestRequested, ncbi_sources
 from shared.ingestion import document_event, submit_documents
 from shared.models import ParsedDocument
 from shared.settings import KafkaSettings
@@ -73,7 +73,7 @@ async def test_a_discovery_request_is_published_and_leaves_the_job_to_the_fetche
     async def publish(event: Event, topic: str, key: str) -> None:
         published.append((type(event).__name__, topic, key))
 
-    request = IngestRequested(job_id="q1", query="metformin AND pcos", max_results=5)
+    request = IngestRequested(job_id="q1", sources=ncbi_sources(query="metformin AND pcos"), max_results=5)
     n = await submit_documents(
         db,  # type: ignore[arg-type]
         publish,
