@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from shared.events import Citation, CitationCheck, EvidenceSummary, SynthesisReply, UnsupportedClaim
 from shared.models import SearchHit, evidence_weight_of
+from shared.text import SENTENCE_BREAK, split_sentences
 
 KINDS = ("PMID", "PMCID", "NBK")
 INSUFFICIENT = (
@@ -60,7 +61,6 @@ _CITATION = re.compile(
 _TOKEN = re.compile(rf"(?P<kind>pmcid|pmid|nbk)?{_SEP}(?P<value>{_VALUE})", re.IGNORECASE)
 _URL_ID = re.compile(r"/(?:(?P<pmc>pmc\d+)|(?P<nbk>nbk\d+)|(?P<pmid>\d+))/?$", re.IGNORECASE)
 _CANONICAL = re.compile(r"\[(?:PMID|PMCID|NBK):[A-Za-z0-9]+(?:, (?:PMID|PMCID|NBK):[A-Za-z0-9]+)*\]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\[])")
 # How long an open bracket is held back at most: a real citation group closes well before this.
 _MAX_OPEN = 240
 _TRAILING_KIND = re.compile(rf"(?:{_KINDED}|(?:pmcid|pmid|nbk){_SEP})[ \t]*$", re.IGNORECASE)
@@ -122,10 +122,6 @@ def cited_ids(text: str) -> list[str]:
         for cid in _match_ids(m):
             out[cid] = None
     return list(out)
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
 
 
 def rewrite(
@@ -301,7 +297,7 @@ def cited_sentences(text: str) -> list[tuple[str, list[str]]]:
     """
     pieces: list[str] = []
     for line in text.splitlines():
-        for s in _SENTENCE.split(line.strip()):
+        for s in SENTENCE_BREAK.split(line.strip()):
             s = s.strip()
             if pieces and s and not _CITATION.sub("", s).strip(" \t.;,"):
                 pieces[-1] = f"{pieces[-1]} {s}"
