@@ -7,7 +7,10 @@ or a sentence to be, so that a change is made, and measured, once (docs/benchmar
 Words. :data:`WORD` on lower-cased text: runs of letters and digits, joined across an inner hyphen or apostrophe
 ("beta-blocker", "crohn's" are one word). :data:`WORD_PIECE` splits those joins, for matching where the parts of
 a compound must match one by one (MeSH descriptors against a question, a plan sentence against guideline
-sections). :data:`LETTER_WORD` is letters of any script, for telling languages apart.
+sections). :data:`MESH_WORD` is the MeSH expansion's: pieces as :data:`WORD_PIECE`, but a possessive kept whole
+("crohn's" does not match the descriptor "Crohn Disease"); :data:`WORD_PIECE` there would add eponym descriptors
+to a few questions, a change the MeSH retrieval benchmark has not measured yet (docs/benchmarks.md).
+:data:`LETTER_WORD` is letters of any script, for telling languages apart.
 
 Stop words. :data:`STOP_WORDS` is the one English list for content words. :data:`QUERY_STOP_WORDS` is the short
 list the MeSH expansion drops from a question and a descriptor alike: a descriptor's "Under" or "Other" must
@@ -34,6 +37,7 @@ import snowballstemmer  # type: ignore[import-untyped]
 
 WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 WORD_PIECE = re.compile(r"[a-z0-9]+")
+MESH_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 LETTER_WORD = re.compile(r"[^\W\d_]+(?:['-][^\W\d_]+)?", re.UNICODE)
 
 

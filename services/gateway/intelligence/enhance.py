@@ -17,7 +17,7 @@ from typing import Any
 from services.gateway.intelligence.cache import Cache, cache_key, cached
 from services.gateway.intelligence.language import Language
 from services.gateway.intelligence.llm import WorkflowLlm
-from shared.text import QUERY_STOP_WORDS, WORD_PIECE, singular
+from shared.text import MESH_WORD, QUERY_STOP_WORDS, singular
 
 # Check tags and other headings that say nothing about a question's topic.
 GENERIC_MESH = frozenset(
@@ -94,13 +94,13 @@ LAY_TO_MESH: dict[str, tuple[str, ...]] = {
 
 
 def words(text: str) -> list[str]:
-    return [singular(w) for w in WORD_PIECE.findall(text.lower()) if w not in QUERY_STOP_WORDS]
+    return [singular(w) for w in MESH_WORD.findall(text.lower()) if w not in QUERY_STOP_WORDS]
 
 
 def mesh_expand(question: str, vocabulary: Mapping[str, int], *, limit: int = 6) -> list[str]:
     """MeSH descriptors of the stored corpus that the question names or implies, most used first."""
     q_words = set(words(question))
-    q_text = " " + " ".join(WORD_PIECE.findall(question.lower())) + " "
+    q_text = " " + " ".join(MESH_WORD.findall(question.lower())) + " "
     by_lower = {d.lower(): d for d in vocabulary}
     found: dict[str, int] = {}
     for lay, descriptors in LAY_TO_MESH.items():

@@ -9,6 +9,7 @@ import pytest
 
 from shared.text import (
     LETTER_WORD,
+    MESH_WORD,
     QUERY_STOP_WORDS,
     SENTENCE_END,
     STOP_WORDS,
@@ -38,6 +39,7 @@ def test_words_join_inner_hyphens_and_apostrophes_and_lower_case() -> None:
 
 def test_word_pieces_split_compounds() -> None:
     assert WORD_PIECE.findall("beta-blockers in crohn's") == ["beta", "blockers", "in", "crohn", "s"]
+    assert MESH_WORD.findall("beta-blockers in crohn's") == ["beta", "blockers", "in", "crohn's"]
 
 
 def test_letter_words_read_any_script_and_no_digits() -> None:
