@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -56,6 +55,8 @@ for _p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(_p))
 
 from load import Failure, _env, drive, free_port, percentile  # noqa: E402
+
+from shared.text import split_sentences  # noqa: E402
 
 SAMPLE = ROOT / "data" / "samples" / "pubmedqa500.jsonl"
 STUDY_TYPES = [
@@ -98,11 +99,8 @@ class Source:
     mesh_pool: list[str] = field(default_factory=list)
 
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
-
-
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 20]
+    return [s for s in split_sentences(text) if len(s) > 20]
 
 
 def _open(path: Path) -> Any:

@@ -12,7 +12,6 @@ Every gateway command goes through :class:`GatewayClient`:
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import random
@@ -20,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -28,6 +26,7 @@ from httpx_sse import ServerSentEvent, connect_sse
 
 from cli import exits
 from cli.version import cli_version
+from shared.text import parse_retry_after
 
 API_KEY_ENV = "EVIDENTIA_API_KEY"
 
@@ -44,25 +43,6 @@ class GatewayError(Exception):
 
     def as_json(self) -> dict[str, Any]:
         return {"error": self.message, "status": self.status, "exit_code": self.exit_code, "detail": self.detail}
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds from now: a number of seconds or an HTTP date; None when absent or unreadable."""
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now_dt = datetime.fromtimestamp(time.time() if now is None else now, UTC)
-    return max(0.0, (when - now_dt).total_seconds())
 
 
 def _detail(response: httpx.Response) -> Any:
@@ -208,7 +188,7 @@ class GatewayClient:
         together do not all come back at once."""
         if deadline is None and attempt >= self.max_429_retries:
             return False
-        asked = retry_after_seconds(response.headers.get("retry-after")) or 0.0
+        asked = parse_retry_after(response.headers.get("retry-after")) or 0.0
         wait = max(asked, 2.0 ** min(attempt, 10))  # refused again and again: come back ever later
         wait = min(wait * (1.0 + self._random.uniform(0.0, self.jitter)), max(asked, self.max_retry_wait))
         if deadline is not None and time.monotonic() + wait > deadline:

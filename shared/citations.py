@@ -32,6 +32,7 @@ from shared.events import Citation, CitationCheck, EvidenceSummary, SynthesisRep
 from shared.models import SearchHit, evidence_weight_of
 from shared.sources import SOURCES, rule_by_kind
 from shared.sources.pubmed import PUBMED
+from shared.text import SENTENCE_BREAK, split_sentences
 
 KINDS = tuple(rule.citation_kind for rule in SOURCES.values())
 INSUFFICIENT = (
@@ -67,7 +68,6 @@ _TOKEN = re.compile(rf"(?P<kind>{_KIND})?{_SEP}(?P<value>{_VALUE})", re.IGNORECA
 _URL_ID = re.compile(rf"/(?P<value>{_VALUE})/?$", re.IGNORECASE)
 _CANONICAL_ID = "(?:" + "|".join(KINDS) + "):[A-Za-z0-9]+"
 _CANONICAL = re.compile(rf"\[{_CANONICAL_ID}(?:, {_CANONICAL_ID})*\]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\[])")
 # How long an open bracket is held back at most: a real citation group closes well before this.
 _MAX_OPEN = 240
 _TRAILING_KIND = re.compile(rf"(?:{_KINDED}|{_KIND}{_SEP})[ \t]*$", re.IGNORECASE)
@@ -118,10 +118,6 @@ def cited_ids(text: str) -> list[str]:
         for cid in _match_ids(m):
             out[cid] = None
     return list(out)
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
 
 
 def rewrite(
@@ -297,7 +293,7 @@ def cited_sentences(text: str) -> list[tuple[str, list[str]]]:
     """
     pieces: list[str] = []
     for line in text.splitlines():
-        for s in _SENTENCE.split(line.strip()):
+        for s in SENTENCE_BREAK.split(line.strip()):
             s = s.strip()
             if pieces and s and not _CITATION.sub("", s).strip(" \t.;,"):
                 pieces[-1] = f"{pieces[-1]} {s}"

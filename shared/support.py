@@ -19,7 +19,6 @@ alone is used (``method="lexical"``).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -27,6 +26,7 @@ from typing import Literal
 import numpy as np
 
 from shared.embedding.base import Embedder
+from shared.text import content_words, prefix_stem, split_sentences
 
 
 @dataclass(frozen=True)
@@ -62,20 +62,10 @@ def calibration_for(model_name: str) -> SupportModel | None:
 
 SupportMethod = Literal["similarity", "lexical"]
 
-_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
-_STOP_WORDS = """
-    a about above after again against all also among an and any are as at be been before being between both but by
-    can could did do does during each either for from had has have having here how however if in into is it its
-    itself may might more most much must no nor not of on only or other our out over own per same shall should so
-    some such than that the their them then there these they this those through thus to too under until up upon
-    very via was we were what when where whether which while who whom why will with within without would yet"""
-_STOP = frozenset(_STOP_WORDS.split())
-
 
 def content_stems(text: str) -> set[str]:
     """Content words of a text, lower-cased, stop words out, cut to six letters (a crude, language-free stem)."""
-    return {w[:6] for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
+    return {prefix_stem(w) for w in content_words(text)}
 
 
 def overlap(claim: str, passage: str) -> float:
@@ -87,7 +77,7 @@ def overlap(claim: str, passage: str) -> float:
 
 
 def passage_sentences(passage: str, limit: int = 40) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(passage) if s.strip()][:limit]
+    return split_sentences(passage)[:limit]
 
 
 @dataclass(frozen=True)

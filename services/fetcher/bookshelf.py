@@ -33,12 +33,12 @@ from services.fetcher.eutils import (
     EutilsError,
     EutilsUnavailable,
     NcbiHttpClient,
-    parse_retry_after,
     retryable,
     send_with_retries,
 )
 from shared.events import DocumentFetched
 from shared.metrics import NCBI_REQUESTS
+from shared.text import parse_retry_after
 
 log = logging.getLogger(__name__)
 

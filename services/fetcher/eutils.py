@@ -19,11 +19,9 @@ stored in full.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import random
 import re
-import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Self
@@ -35,6 +33,7 @@ from services.fetcher.ratelimit import Limiter, Sleep, process_limiter, rate_for
 from shared.broker import TransientError
 from shared.metrics import NCBI_REQUESTS
 from shared.settings import NcbiSettings
+from shared.text import parse_retry_after
 from shared.xmlsafe import MalformedXmlError, UnsafeXmlError, parse_xml
 
 log = logging.getLogger(__name__)
@@ -116,25 +115,6 @@ class RetryPolicy:
         """Delay before retry ``attempt`` (0-based): ``base * 2**attempt`` capped, "equal jitter"."""
         ceiling = min(self.backoff_max_s, self.backoff_base_s * (2.0**attempt))
         return float(ceiling / 2 + rng.uniform(0, ceiling / 2))
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date); None if absent."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
 
 
 async def send_with_retries(

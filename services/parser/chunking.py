@@ -39,10 +39,11 @@ from services.parser.tokens import Tokenizer, TokenizerError, get_tokenizer
 from shared.models import Chunk, ParsedDocument, Section
 from shared.settings import ChunkingSettings, EmbeddingSettings, Settings
 from shared.sources import guideline_sources
+from shared.text import SENTENCE_END
 
 SEPARATOR = "\n\n"
 PATH_SEPARATOR = " > "
-_SENTENCE_END = frozenset({".", "!", "?"})
+_SENTENCE_END = frozenset(SENTENCE_END)
 _CLOSERS = frozenset({")", "]", '"', "'", "\u201d", "\u2019"})
 
 

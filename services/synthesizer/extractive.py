@@ -12,89 +12,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import snowballstemmer  # type: ignore[import-untyped]
-
-from shared.citations import split_sentences
 from shared.models import SearchHit
+from shared.text import content_words, split_sentences, stem_words
 
 _LABEL = re.compile(r"^(?:[A-Z][A-Z &/,-]{2,40}):\s+")
-_WORD = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "been",
-        "being",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "may",
-        "might",
-        "more",
-        "most",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "our",
-        "should",
-        "so",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "to",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-    ]
-)
-
-
-_STEM = snowballstemmer.stemmer("english")
 # Sentences that report a finding (what answers a question), not background or methods.
 _FINDING = re.compile(
     r"\b(conclu|result|found|find|show|demonstrat|suggest|indicat|associat|reduc|increas|decreas|improv|"
@@ -106,12 +27,12 @@ _FINDING = re.compile(
 
 def terms(text: str) -> list[str]:
     """The content words of ``text``: lower-cased, stop words and one-letter words left out, in order."""
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
+    return content_words(text)
 
 
 def stems(text: str) -> set[str]:
     """The content words of ``text``, stemmed (Snowball English): "statins" and "statin" match."""
-    return set(_STEM.stemWords(terms(text)))
+    return set(stem_words(terms(text)))
 
 
 def nearest_source(hits: Sequence[SearchHit]) -> str:

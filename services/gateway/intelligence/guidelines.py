@@ -23,10 +23,9 @@ from typing import Any, Literal, Protocol
 from shared.citations import CitationVerifier, cited_ids
 from shared.events import CitationCheck, LlmStepName
 from shared.models import SearchHit
+from shared.text import SENTENCE_BREAK, WORD_PIECE
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\[])")
 _BRACKET = re.compile(r"\[[^\]]*\]")
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 def plan_question(condition: str, findings: Sequence[str], population: str | None = None) -> str:
@@ -47,7 +46,7 @@ class PlanItem:
 
 
 def _overlap(a: str, b: str) -> float:
-    wa, wb = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+    wa, wb = set(WORD_PIECE.findall(a.lower())), set(WORD_PIECE.findall(b.lower()))
     return len(wa & wb) / max(1, len(wa))
 
 
@@ -60,7 +59,7 @@ def attribute(text: str, hits: Sequence[SearchHit]) -> list[PlanItem]:
     items = []
     pieces: list[str] = []
     for line in text.splitlines():
-        for x in _SENTENCE.split(line.strip().removeprefix("- ")):
+        for x in SENTENCE_BREAK.split(line.strip().removeprefix("- ")):
             x = x.strip()
             if pieces and x and not _BRACKET.sub("", x).strip():  # "... treatment. [NBK:1]": the citation
                 pieces[-1] = f"{pieces[-1]} {x}"  # belongs to the sentence before it

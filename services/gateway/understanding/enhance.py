@@ -10,7 +10,6 @@ added when all its words occur in the question, or when a lay term of the questi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from services.gateway.intelligence.cache import Cache, cache_key, cached
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.understanding.language import Language
+from shared.text import MESH_WORD, QUERY_STOP_WORDS, singular
 
 # Check tags and other headings that say nothing about a question's topic.
 GENERIC_MESH = frozenset(
@@ -91,26 +91,16 @@ LAY_TO_MESH: dict[str, tuple[str, ...]] = {
     "heart failure": ("Heart Failure",),
     "smoking": ("Smoking",),
 }
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_STOP_WORDS = (
-    "a an the of and or in on for with to from by is are was were be does do can should what "
-    "which how why when who whom whose than that this these those it its as at into about"
-)
-_STOP = frozenset(_STOP_WORDS.split())
-
-
-def _stem(word: str) -> str:
-    return word[:-1] if len(word) > 4 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def words(text: str) -> list[str]:
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+    return [singular(w) for w in MESH_WORD.findall(text.lower()) if w not in QUERY_STOP_WORDS]
 
 
 def mesh_expand(question: str, vocabulary: Mapping[str, int], *, limit: int = 6) -> list[str]:
     """MeSH descriptors of the stored corpus that the question names or implies, most used first."""
     q_words = set(words(question))
-    q_text = " " + " ".join(_WORD.findall(question.lower())) + " "
+    q_text = " " + " ".join(MESH_WORD.findall(question.lower())) + " "
     by_lower = {d.lower(): d for d in vocabulary}
     found: dict[str, int] = {}
     for lay, descriptors in LAY_TO_MESH.items():

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from shared.text import LETTER_WORD
+
 try:
     from langdetect import DetectorFactory, detect_langs
     from langdetect.lang_detect_exception import LangDetectException
@@ -80,7 +82,6 @@ STOPWORDS: dict[str, frozenset[str]] = {
     "pt": _words("o a os as um uma de do da dos das e ou é são em para com que qual como no na contra durante depois"),
     "nl": _words("de het een en of is zijn in voor met wat welke hoe van bij te tegen tijdens na"),
 }
-_WORD = re.compile(r"[^\W\d_]+(?:['-][^\W\d_]+)?", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Language:
 
 
 def stopword_scores(text: str) -> dict[str, int]:
-    words = [w.lower() for w in _WORD.findall(text)]
+    words = [w.lower() for w in LETTER_WORD.findall(text)]
     return {lang: sum(1 for w in words if w in stops) for lang, stops in STOPWORDS.items()}
 
 

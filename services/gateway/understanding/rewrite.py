@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from services.gateway.intelligence.llm import WorkflowLlm
 from shared.events import ChatTurn
 from shared.llm import UsageLedger
+from shared.text import content_words
 
 log = logging.getLogger(__name__)
 
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'-]*")
 _REFERRING = re.compile(
     r"\b(it|its|it's|this|that|these|those|they|them|their|theirs|he|she|his|her|such|same|"
     r"the drug|the treatment|the intervention|the condition|the disease|the study|the studies|"
@@ -31,70 +31,12 @@ _OPENING = re.compile(
     r"what are the|compared)",
     re.IGNORECASE,
 )
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "could",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "how",
-        "i",
-        "in",
-        "is",
-        "it",
-        "its",
-        "may",
-        "of",
-        "on",
-        "or",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "these",
-        "they",
-        "this",
-        "those",
-        "to",
-        "was",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "would",
-        "about",
-        "any",
-        "also",
-        "else",
-        "more",
-    ]
-)
-
-
-def content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 2]
 
 
 def is_follow_up(question: str) -> bool:
-    return bool(_REFERRING.search(question) or _OPENING.search(question)) or len(content_words(question)) < 3
+    return (
+        bool(_REFERRING.search(question) or _OPENING.search(question)) or len(content_words(question, min_length=3)) < 3
+    )
 
 
 def rule_rewrite(question: str, previous: str | None) -> str:

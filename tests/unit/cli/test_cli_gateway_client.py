@@ -4,7 +4,6 @@ exit statuses, polling that backs off while a job stands still."""
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import socket
 import time
 from typing import Any
@@ -14,21 +13,9 @@ import pytest
 
 from cli import exits
 from cli._common import follow_job
-from cli.gateway import Backoff, GatewayClient, GatewayError, retry_after_seconds
+from cli.gateway import Backoff, GatewayClient, GatewayError
 from cli.main import build_parser, main
 from shared.db.jobs import JobStatus
-
-
-def test_retry_after_reads_seconds_and_http_dates() -> None:
-    assert retry_after_seconds("7") == 7.0
-    assert retry_after_seconds(" 0 ") == 0.0
-    now = time.time()
-    date = email.utils.formatdate(now + 30, usegmt=True)
-    wait = retry_after_seconds(date, now=now)
-    assert wait is not None and 29.0 <= wait <= 31.0
-    assert retry_after_seconds(email.utils.formatdate(now - 60, usegmt=True), now=now) == 0.0
-    assert retry_after_seconds(None) is None
-    assert retry_after_seconds("soon") is None
 
 
 def _client(handler: Any, key: str | None = "k-123", **kw: Any) -> tuple[GatewayClient, list[float]]:

@@ -14,7 +14,6 @@ from services.fetcher.eutils import (
     EutilsError,
     EutilsQueryError,
     is_open_access,
-    parse_retry_after,
 )
 from services.fetcher.ratelimit import TokenBucket
 from shared.settings import NcbiSettings
@@ -214,13 +213,6 @@ async def test_every_call_takes_a_token(fake_eutils: FakeEutils, sleeps: SleepRe
         await c.esearch("cancer", max_results=90)  # 3 pages
         await c.efetch(["9997"])
     assert waits == pytest.approx([1 / 3, 2 / 3, 1.0])
-
-
-def test_retry_after_header_forms() -> None:
-    assert parse_retry_after("7") == 7
-    assert parse_retry_after(None) is None
-    assert parse_retry_after("soon") is None
-    assert parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) == pytest.approx(10.0)
 
 
 # ------------------------------------------------------------------------------------------ PMC
