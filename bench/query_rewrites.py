@@ -27,8 +27,8 @@ DATA = ROOT / "data" / "samples" / "pqal_dev500.json"
 
 
 def decisions() -> dict[str, Any]:
-    from services.gateway.intelligence.enhance import mesh_expand
-    from services.gateway.rewrite import is_follow_up
+    from services.gateway.understanding.enhance import mesh_expand
+    from services.gateway.understanding.rewrite import is_follow_up
 
     data: dict[str, dict[str, Any]] = json.loads(DATA.read_text(encoding="utf-8"))
     vocabulary: Counter[str] = Counter()
