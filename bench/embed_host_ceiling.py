@@ -346,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cprofile", type=Path, help="cProfile the service's event-loop thread into this file (one per round)."
     )
+    p.add_argument(
+        "--chunk-format",
+        choices=("binary", "json"),
+        default="binary",
+        help="ChunkCreated on the wire: the parser's binary version 2, or JSON version 1 (packed ids).",
+    )
     p.add_argument("--repeat", type=int, default=1, help="Rounds on one broker (a backlog each); one line per round.")
     p.add_argument("--serve-standin", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -364,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ids = embedder.passage_token_ids(texts)
     cycled = [texts[i % len(texts)] for i in range(args.n)]
     cycled_ids = [ids[i % len(ids)] for i in range(args.n)]
-    events = chunk_events(cycled, "ceiling", cycled_ids, embedder.name)
+    events = chunk_events(cycled, "ceiling", cycled_ids, embedder.name, binary=args.chunk_format == "binary")
     results = []
     for encoding in [e.strip() for e in args.encoding.split(",") if e.strip()]:
         for result in measure(encoding, events, args):
