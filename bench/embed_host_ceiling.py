@@ -1,4 +1,4 @@
-"""How fast the embedder service moves events through Kafka when the model costs (almost) nothing (issue 8).
+"""How fast the embedder service moves events through Kafka when the model costs (almost) nothing.
 
 The GPU target (20,000 passages/s on one H200 with MiniLM) is reached by the model alone (the fast
 path on token ids: ~35,000/s there), so what decides it is the service's own per-event host work:

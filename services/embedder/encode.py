@@ -155,10 +155,10 @@ def serialize_vectors(
 ) -> list[Payload]:
     """``(key, ChunkEmbedded JSON)`` per event, dumped once each (the serialiser's thread).
 
-    ``packed`` writes version 2 (``embedding_f32``, about 5 us an event): the vectors are checked once
+    ``packed`` writes version 2 (``embedding_f32``): the vectors are checked once
     for the whole batch (shape, finite), packed in one base64 call, and each event's JSON is filled into
     one template (:meth:`ChunkEmbedded.packed_json_batch`) without per-field validation.
-    Otherwise version 1 (a JSON list of 384 numbers, validated per event, about 40 us). One timestamp
+    Otherwise version 1 (a JSON list of 384 numbers, validated per event, several times dearer). One timestamp
     serves the whole batch.
     """
     payloads: list[Payload] = []
