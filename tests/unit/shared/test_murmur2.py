@@ -13,7 +13,7 @@ def _keys() -> list[bytes]:
     rng = random.Random(7)
     keys = [f"doc-{i}".encode() for i in range(300)]
     keys += [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 41))) for _ in range(500)]
-    return keys + [b"", b"a", b"ab", b"abc", b"abcd", "é日本語".encode()]
+    return [*keys, b"", b"a", b"ab", b"abc", b"abcd", "é日本語".encode()]
 
 
 def test_hashes_equal_aiokafka_murmur2_for_every_length() -> None:
