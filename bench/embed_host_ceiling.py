@@ -1,4 +1,4 @@
-"""How fast the embedder service moves events through Kafka when the model costs (almost) nothing (issue 8).
+"""How fast the embedder service moves events through Kafka when the model costs (almost) nothing.
 
 The GPU target (20,000 passages/s on one H200 with MiniLM) is reached by the model alone (the fast
 path on token ids: ~35,000/s there), so what decides it is the service's own per-event host work:
@@ -52,6 +52,7 @@ from devstack.common import free_port  # noqa: E402
 from devstack.processes import ServiceProcess  # noqa: E402
 
 STANDIN_RATE_ENV = "BENCH_STANDIN_RATE"
+CPROFILE_ENV = "BENCH_CPROFILE"
 
 
 # ------------------------------------------------------------------------------ the service side
@@ -98,7 +99,19 @@ def standin_main() -> None:
     from services.embedder.app import app
     from shared.service import run_app
 
-    run_app("embedder", app)
+    profile_path = os.environ.get(CPROFILE_ENV)
+    if not profile_path:
+        run_app("embedder", app)
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()  # the event loop's thread only (Kafka client, decoding, publishing)
+    profiler.enable()
+    try:
+        run_app("embedder", app)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
 
 
 # ------------------------------------------------------------------------------ the measuring side
@@ -133,9 +146,10 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 
 
 async def _watch(
-    bootstrap: str, partitions: int, n: int, timeout: float, pids: Sequence[int], members: int
+    bootstrap: str, partitions: int, n: int, timeout: float, pids: Sequence[int], members: int, base: int = 0
 ) -> list[tuple[float, int, float, bool]]:
-    """(time, vectors on chunks.embedded, service CPU seconds, group stable with ``members``) until ``n``."""
+    """(time, vectors on chunks.embedded beyond ``base``, service CPU seconds, group stable with ``members``)
+    until ``n``."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -151,7 +165,7 @@ async def _watch(
         deadline = time.perf_counter() + timeout
         stable = members <= 1
         while time.perf_counter() < deadline:
-            count = int(sum((await consumer.end_offsets(tps)).values()))
+            count = int(sum((await consumer.end_offsets(tps)).values())) - base
             if not stable:
                 stable = await _group_stable(admin, members)
             samples.append((time.perf_counter(), count, cpu_seconds(pids), stable))
@@ -194,7 +208,9 @@ def steady_state(
     return (c1 - c0) / (t1 - t0), (cpu1 - cpu0) / (c1 - c0) * 1e6
 
 
-def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Namespace) -> dict[str, Any]:
+def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``args.repeat`` rounds on one broker: each publishes the backlog, starts the service(s), measures the
+    drain and stops them (the group's committed offsets carry the next round past the last backlog)."""
     import shutil
     import tempfile
 
@@ -206,7 +222,7 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
     kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
     kafka.ensure_libs()
     kafka.start(timeout=180)
-    procs: list[ServiceProcess] = []
+    results: list[dict[str, Any]] = []
     try:
         asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(args.partitions)))
         env = {
@@ -223,6 +239,29 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
         }
         if args.profile:
             env["BENCH_PROFILE"] = str(args.profile.with_suffix(f".{encoding}.txt"))
+        for round_ in range(args.repeat):
+            round_env = dict(env)
+            if args.cprofile:
+                round_env[CPROFILE_ENV] = str(args.cprofile.with_suffix(f".{encoding}.{round_}.prof"))
+            results.append(_round(kafka.bootstrap, encoding, events, args, root, round_env, round_ * len(events)))
+        return results
+    finally:
+        kafka.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _round(
+    bootstrap: str,
+    encoding: str,
+    events: list[tuple[bytes, bytes]],
+    args: argparse.Namespace,
+    root: Path,
+    env: dict[str, str],
+    base: int,
+) -> dict[str, Any]:
+    """One round: publish the backlog, start the replicas, measure the drain of ``len(events)`` vectors."""
+    procs: list[ServiceProcess] = []
+    try:
         for i in range(args.replicas):  # one consumer group: the partitions are shared out among them
             port = free_port()
             procs.append(
@@ -230,13 +269,14 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
                     "embedder", port, root / f"embedder-{i}.log", {**env, "EVIDENTIA_METRICS_PORT": str(port)}
                 )
             )
-        asyncio.run(_publish(kafka.bootstrap, events))  # the backlog first: the services only drain it
+        asyncio.run(_publish(bootstrap, events))  # the backlog first: the services only drain it
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
         for proc in procs:
             proc.start()
         # Under py-spy the children are py-spy: no CPU figure then.
         pids = [] if args.profile else [p.proc.pid for p in procs if p.proc is not None]
-        samples = asyncio.run(_watch(kafka.bootstrap, args.partitions, len(events), args.timeout, pids, args.replicas))
+        samples = asyncio.run(_watch(bootstrap, args.partitions, len(events), args.timeout, pids, args.replicas, base))
         for proc in procs:
             if not proc.alive():
                 raise RuntimeError(f"a service died:\n{proc.tail(40)}")
@@ -250,13 +290,12 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
             "service_cpu_us_per_passage": round(cpu_us, 1),
             "first_vector_s": round(first - started, 1),
             "drain_s": round(samples[-1][0] - first, 2),
+            "load_average_before": round(load_before, 2),
             "load_average_after": round(os.getloadavg()[0], 2),
         }
     finally:
         for proc in procs:
             proc.stop()
-        kafka.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class StandInProcess(ServiceProcess):
@@ -304,6 +343,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true")
     p.add_argument("--profile", type=Path, help="Record the service with py-spy (GIL holders) into this file.")
+    p.add_argument(
+        "--cprofile", type=Path, help="cProfile the service's event-loop thread into this file (one per round)."
+    )
+    p.add_argument(
+        "--chunk-format",
+        choices=("binary", "json"),
+        default="binary",
+        help="ChunkCreated on the wire: the parser's binary version 2, or JSON version 1 (packed ids).",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="Rounds on one broker (a backlog each); one line per round.")
     p.add_argument("--serve-standin", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -321,19 +370,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ids = embedder.passage_token_ids(texts)
     cycled = [texts[i % len(texts)] for i in range(args.n)]
     cycled_ids = [ids[i % len(ids)] for i in range(args.n)]
-    events = chunk_events(cycled, "ceiling", cycled_ids, embedder.name)
+    events = chunk_events(cycled, "ceiling", cycled_ids, embedder.name, binary=args.chunk_format == "binary")
     results = []
     for encoding in [e.strip() for e in args.encoding.split(",") if e.strip()]:
-        result = measure(encoding, events, args)
-        result.update(
-            model_rate=args.rate,
-            batch_size=args.batch_size,
-            consume_batch=args.consume_batch,
-            partitions=args.partitions,
-            cpus=os.cpu_count(),
-        )
-        results.append(result)
-        print(json.dumps(result) if args.json else "  ".join(f"{k}={v}" for k, v in result.items()), flush=True)
+        for result in measure(encoding, events, args):
+            result.update(
+                model_rate=args.rate,
+                batch_size=args.batch_size,
+                consume_batch=args.consume_batch,
+                partitions=args.partitions,
+                cpus=os.cpu_count(),
+            )
+            results.append(result)
+            print(json.dumps(result) if args.json else "  ".join(f"{k}={v}" for k, v in result.items()), flush=True)
     return 0
 
 

@@ -120,9 +120,16 @@ def pretokenized_throughput(
 
 
 def chunk_events(
-    texts: Sequence[str], run: str, token_ids: Sequence[Sequence[int]] | None = None, token_model: str | None = None
+    texts: Sequence[str],
+    run: str,
+    token_ids: Sequence[Sequence[int]] | None = None,
+    token_model: str | None = None,
+    *,
+    binary: bool = True,
 ) -> list[tuple[bytes, bytes]]:
-    """``(key, ChunkCreated JSON)`` for each text, as the parser publishes them (packed ids; one document each)."""
+    """``(key, ChunkCreated)`` for each text, as the parser publishes them (one document each): the binary
+    version 2 (:mod:`shared.chunk_wire`), or with ``binary=False`` the JSON version 1 with packed ids."""
+    from shared.chunk_wire import encode_chunk
     from shared.events import ChunkCreated
 
     out: list[tuple[bytes, bytes]] = []
@@ -135,10 +142,14 @@ def chunk_events(
             text=text,
             token_count=len(ids) if ids else len(text.split()),
             job_id=run,
-            token_ids_u32=ChunkCreated.pack_ids(ids) if ids is not None else None,
             token_model=token_model if ids is not None else None,
         )
-        out.append((event.document_id.encode(), event.model_dump_json(exclude_none=True).encode()))
+        if binary:
+            body = encode_chunk(event, ids)
+        else:
+            packed = event.model_copy(update={"token_ids_u32": ChunkCreated.pack_ids(ids) if ids is not None else None})
+            body = packed.model_dump_json(exclude_none=True).encode()
+        out.append((event.document_id.encode(), body))
     return out
 
 

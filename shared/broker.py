@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import time
@@ -28,7 +27,6 @@ from typing import Any, TypeVar
 import asyncpg
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
-from aiokafka.partitioner import DefaultPartitioner
 from faststream import BaseMiddleware, ContextRepo
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.kafka.prometheus import KafkaPrometheusMiddleware
@@ -41,18 +39,9 @@ from shared.dlq import UNDECODABLE_HEADER, make_letter
 from shared.events import ErrorInfo, Event, RequestProgress
 from shared.kafka_security import broker_security
 from shared.logs import trace_id_var
+from shared.murmur2 import partition_slots
 from shared.settings import KafkaSettings, Settings, get_settings
 from shared.topics import dlq
-
-_PARTITIONER = DefaultPartitioner()
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _key_slot(key: bytes, partitions: int) -> int:
-    """Index of ``key``'s partition among ``partitions`` sorted ids (aiokafka's murmur2 is pure Python:
-    ~10 us a key; one document's chunks share a key)."""
-    return _PARTITIONER(key, list(range(partitions)), [])  # type: ignore[no-any-return]
-
 
 log = logging.getLogger(__name__)
 
@@ -514,7 +503,8 @@ async def send_keyed(
     With tracing on, every record also carries the current span's W3C ``traceparent`` header.
 
     Each message goes to the partition ``producer.send`` would pick (the producer's default murmur2
-    partitioner on the key, as Java clients do), and in the given order within its partition. One
+    partitioner on the key, as Java clients do; hashed for the whole batch at once by
+    :func:`shared.murmur2.partition_slots`), and in the given order within its partition. One
     future per record batch instead of one per message: ``send`` costs about 15 us of Python per
     message, which at tens of thousands of messages a second is the publisher's whole budget.
     Returns the number of record batches sent.
@@ -523,8 +513,9 @@ async def send_keyed(
         return 0
     partitions = sorted(await producer.partitions_for(topic))
     by_partition: dict[int, list[tuple[bytes | None, bytes]]] = {}
+    slots = iter(partition_slots([key for key, _ in messages if key is not None], len(partitions)))
     for key, value in messages:
-        part = partitions[_key_slot(key, len(partitions))] if key is not None else partitions[0]
+        part = partitions[next(slots)] if key is not None else partitions[0]
         by_partition.setdefault(part, []).append((key, value))
     hdrs = list(headers)
     tracing.inject_headers(hdrs)  # W3C traceparent of the current span, when tracing is on

@@ -297,9 +297,15 @@ class DocumentDeleted(Event):
 
 
 class ChunkCreated(Event):
-    """One chunk to embed (topic ``chunks.created``, keyed by document id)."""
+    """One chunk to embed (topics ``chunks.created`` and ``chunks.reindex``, keyed by document id).
 
-    schema_version: Literal[1] = 1
+    Version 1 is this model as JSON. Version 2 is the same fields in a binary frame (the token ids as raw
+    uint16/uint32 bytes, the text as raw UTF-8, the other fields as JSON metadata): see
+    :mod:`shared.chunk_wire`, which writes it and reads both. The parser writes version 2; readers tell
+    the two apart by the record's first byte.
+    """
+
+    schema_version: Literal[1, 2] = 1
     chunk_id: str
     document_id: str
     ordinal: int = Field(ge=0)

@@ -11,15 +11,36 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from services.embedder.pipeline import EncoderUnavailable, Payload
 from shared import metrics
 from shared.embedding.base import Embedder
-from shared.events import ChunkCreated, ChunkEmbedded, PackedVector
+from shared.events import ChunkEmbedded, PackedVector
 
 log = logging.getLogger(__name__)
+
+
+class ChunkInput(Protocol):
+    """What encoding and serialising read of one chunk: a ``ChunkCreated`` or the embedder's lean
+    :class:`shared.chunk_wire.WireChunk` of one."""
+
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def chunk_id(self) -> str: ...
+    @property
+    def document_id(self) -> str: ...
+    @property
+    def job_id(self) -> str | None: ...
+    @property
+    def token_model(self) -> str | None: ...
+    @property
+    def text(self) -> str: ...
+    def input_ids(self) -> npt.NDArray[Any] | None: ...
 
 
 @dataclass
@@ -33,8 +54,8 @@ class Encoded:
 
 
 def encode_isolating(
-    encode: Callable[[list[ChunkCreated]], np.ndarray],
-    events: Sequence[ChunkCreated],
+    encode: Callable[[list[ChunkInput]], np.ndarray],
+    events: Sequence[ChunkInput],
     probe: Callable[[], None] | None = None,
 ) -> Encoded:
     """Encode ``events``; when the batch fails, bisect it so only the events that fail alone are rejected.
@@ -96,7 +117,7 @@ def finite_rows(vectors: np.ndarray) -> np.ndarray:
     return np.isfinite(vectors).all(axis=1) if vectors.size else np.ones(len(vectors), dtype=bool)
 
 
-def encode_vectors(embedder: Embedder, events: Sequence[ChunkCreated], batch_size: int) -> np.ndarray:
+def encode_vectors(embedder: Embedder, events: Sequence[ChunkInput], batch_size: int) -> np.ndarray:
     """Vectors of ``events`` (the model's thread), in length-sorted model batches of ``batch_size``.
 
     Events whose token ids (``token_ids_u32`` or ``token_ids``) were made by this model's tokenizer
@@ -130,7 +151,7 @@ def encode_vectors(embedder: Embedder, events: Sequence[ChunkCreated], batch_siz
 
 
 def serialize_vectors(
-    model: str, dim: int, events: Sequence[ChunkCreated], vectors: np.ndarray, *, packed: bool = True
+    model: str, dim: int, events: Sequence[ChunkInput], vectors: np.ndarray, *, packed: bool = True
 ) -> list[Payload]:
     """``(key, ChunkEmbedded JSON)`` per event, dumped once each (the serialiser's thread).
 
@@ -170,7 +191,7 @@ def serialize_vectors(
 
 
 def serialize_encoded(
-    model: str, dim: int, events: Sequence[ChunkCreated], encoded: Encoded, *, packed: bool = True
+    model: str, dim: int, events: Sequence[ChunkInput], encoded: Encoded, *, packed: bool = True
 ) -> list[Payload]:
     """Payloads of an :class:`Encoded` batch: its good rows whose vector is finite. A non-finite vector is
     added to ``encoded.rejected`` (dead-lettered alone) instead of failing the whole batch."""
@@ -188,7 +209,7 @@ def serialize_encoded(
 
 
 def encode_events(
-    embedder: Embedder, events: Sequence[ChunkCreated], batch_size: int, *, packed: bool = True
+    embedder: Embedder, events: Sequence[ChunkInput], batch_size: int, *, packed: bool = True
 ) -> list[Payload]:
     """Encode ``events`` and serialise them in one call (tests, benchmarks): the ``(key, ChunkEmbedded JSON)``
     payload of each event, in order; empty for no events."""

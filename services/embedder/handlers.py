@@ -28,6 +28,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -35,6 +36,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
+from services.embedder.decode import decode_chunks
 from services.embedder.encode import Encoded, encode_isolating, encode_vectors, probe_model, serialize_encoded
 from services.embedder.fault import with_fault_injection
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
@@ -42,15 +44,15 @@ from shared import metrics, tracing
 from shared.broker import (
     EVENT_TYPE_HEADER,
     PartitionPause,
-    decode_records,
     publish_dead_letters,
     records_of,
     send_keyed,
     undecoded_batch,
 )
+from shared.chunk_wire import WireChunk
 from shared.embedding import Embedder, EmbedderError, get_embedder
 from shared.embedding.base import runtime_of
-from shared.events import ChunkCreated, ChunkEmbedded
+from shared.events import ChunkEmbedded
 from shared.kafka_security import client_options
 from shared.settings import Settings
 from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
@@ -111,7 +113,8 @@ class EmbedderState:
         self._embedder: Embedder | None = None
         self._producer: AIOKafkaProducer | None = None
         self._broker: KafkaBroker | None = None
-        self.pipeline: EmbedPipeline[ChunkCreated] = EmbedPipeline(
+        self._decode_pool: ThreadPoolExecutor | None = None
+        self.pipeline: EmbedPipeline[WireChunk] = EmbedPipeline(
             self._encode,
             self._publish,
             serialize=self._serialize,
@@ -146,11 +149,15 @@ class EmbedderState:
             max_request_size=k.max_request_size,
         )
         await self._producer.start()
+        self._decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-decode")
         await self.pipeline.start()
         log.info("model loaded", extra={**runtime_of(embedder), "dim": embedder.dim})
 
     async def stop(self) -> None:
         await self.pipeline.stop()
+        if self._decode_pool is not None:
+            self._decode_pool.shutdown(wait=False, cancel_futures=True)
+            self._decode_pool = None
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
@@ -174,13 +181,13 @@ class EmbedderState:
         down = self.pipeline.model_down_since
         return down is None or time.monotonic() - down < self.settings.embedding.model_down_restart_s
 
-    def _encode(self, events: list[ChunkCreated]) -> Encoded:
+    def _encode(self, events: list[WireChunk]) -> Encoded:
         batch_size = self.settings.embedding.batch_size
         return encode_isolating(
             lambda part: encode_vectors(self.embedder, part, batch_size), events, lambda: probe_model(self.embedder)
         )
 
-    def _serialize(self, events: list[ChunkCreated], encoded: Encoded) -> list[Payload]:
+    def _serialize(self, events: list[WireChunk], encoded: Encoded) -> list[Payload]:
         return serialize_encoded(
             self.embedder.name,
             self.embedder.dim,
@@ -194,18 +201,19 @@ class EmbedderState:
         assert producer is not None, "embedder not started"
         await send_keyed(producer, CHUNKS_EMBEDDED, payloads, _HEADERS)
 
-    async def _dead_letter(self, batch: Batch[ChunkCreated], exc: BaseException) -> None:
+    async def _dead_letter(self, batch: Batch[WireChunk], exc: BaseException) -> None:
         assert self._broker is not None
         await publish_dead_letters(self._broker, SERVICE, list(batch.records), exc, 1)
 
     async def take(self, msg: KafkaMessage, *, target_model: str | None = None) -> None:
-        """Decode a consumed batch and queue it (waits while the pipeline is full)."""
+        """Decode a consumed batch (in the decode thread) and queue it (waits while the pipeline is full)."""
         assert self._broker is not None
         records = records_of(msg)
         if not records:
             return
-        pairs: list[tuple[ConsumerRecord[Any, Any], ChunkCreated]] = []
-        for record, event, exc in decode_records(ChunkCreated, records):
+        pairs: list[tuple[ConsumerRecord[Any, Any], WireChunk]] = []
+        decoded = await asyncio.get_running_loop().run_in_executor(self._decode_pool, decode_chunks, records)
+        for record, event, exc in decoded:
             if event is None:
                 assert exc is not None
                 await publish_dead_letters(self._broker, SERVICE, [record], exc, 1)

@@ -17,6 +17,7 @@ from services.parser.imported import server_side
 from services.parser.store import chunks_missing_vectors, delete_document, store_document
 from shared import metrics
 from shared.broker import PoisonEvent, add_dead_letter_hook, decode
+from shared.chunk_wire import encode_chunk
 from shared.claimcheck import ClaimMissing, claim
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook, set_stage
@@ -151,16 +152,18 @@ def register(broker: KafkaBroker, state: ParserState) -> None:
             await asyncio.gather(
                 *(
                     chunks_out.publish(
-                        ChunkCreated(
-                            trace_id=event.trace_id,
-                            chunk_id=chunk.chunk_id,
-                            document_id=doc.document_id,
-                            ordinal=chunk.ordinal,
-                            text=chunk.embedding_text,
-                            token_count=chunk.token_count,
-                            job_id=event.job_id,
-                            token_ids_u32=ChunkCreated.pack_ids(chunk_ids) if chunk_ids is not None else None,
-                            token_model=tok.model if tok is not None and chunk_ids is not None else None,
+                        encode_chunk(  # version 2: the binary frame (shared.chunk_wire)
+                            ChunkCreated(
+                                trace_id=event.trace_id,
+                                chunk_id=chunk.chunk_id,
+                                document_id=doc.document_id,
+                                ordinal=chunk.ordinal,
+                                text=chunk.embedding_text,
+                                token_count=chunk.token_count,
+                                job_id=event.job_id,
+                                token_model=tok.model if tok is not None and chunk_ids is not None else None,
+                            ),
+                            chunk_ids,
                         ),
                         key=key,
                     )
