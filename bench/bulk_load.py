@@ -75,9 +75,10 @@ def rows(docs: list[scale.GeneratedDoc]) -> tuple[list[tuple[Any, ...]], list[tu
 
 
 async def run(url: str, gen: scale.Generator, model: str, dim: int, args: argparse.Namespace) -> dict[str, Any]:
-    from services.retriever import bulk_store
-    from services.retriever.lexical_store import corpus_counts
-    from services.retriever.store import ensure_active_index, nearest_chunks
+    from services.retriever.engine import bulk as bulk_store
+    from services.retriever.engine.lexical.postings import corpus_counts
+    from services.retriever.engine.vector.search import nearest_chunks
+    from services.retriever.engine.vector.tables import ensure_active_index
     from shared.db import create_pool
     from shared.models import SearchFilters
     from shared.settings import DatabaseSettings

@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def bulk(args: argparse.Namespace) -> int:
-    from services.retriever import bulk_store
-    from services.retriever.store import active_index
+    from services.retriever.engine import bulk as bulk_store
+    from services.retriever.engine.vector.tables import active_index
     from shared.db import create_pool
     from shared.settings import get_settings
 

@@ -14,10 +14,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.parser.store import store_document
-from services.retriever.doc_values import DocValues, holds_all
-from services.retriever.doc_values_store import DocValuesFollower, load, prune_changes
-from services.retriever.lexical_store import Bm25Scoring, bm25_rank, corpus_counts
-from services.retriever.search import Bm25Params, CorpusStats, bm25_search
+from services.retriever.engine.doc_values.columns import DocValues
+from services.retriever.engine.doc_values.follower import DocValuesFollower, load, prune_changes
+from services.retriever.engine.filters.derived import holds_all
+from services.retriever.engine.lexical.postings import Bm25Scoring, corpus_counts
+from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank, bm25_search
+from services.retriever.engine.lexical.stats import CorpusStats
 from shared.models import SearchFilters
 from tests.integration.doc_values_data import SOURCES, STUDY_TYPES, filtered_doc, may_pass, sql_passing
 

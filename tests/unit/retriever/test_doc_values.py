@@ -9,8 +9,9 @@ import contextlib
 
 import numpy as np
 
-from services.retriever.doc_values import DocValues, Rows, holds_all, narrows
-from services.retriever.doc_values_store import RETRY_LOAD_AFTER_S, DocValuesFollower, prune_forever
+from services.retriever.engine.doc_values.columns import DocValues, Rows
+from services.retriever.engine.doc_values.follower import RETRY_LOAD_AFTER_S, DocValuesFollower, prune_forever
+from services.retriever.engine.filters.derived import holds_all, narrows
 from shared.models import SearchFilters
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.retriever.store import where_clause
+from services.retriever.engine.filters.derived import where_clause
 from shared.models import SearchFilters
 
 

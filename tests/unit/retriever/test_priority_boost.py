@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.retriever.search import priority_boosted
+from services.retriever.engine.ranking.blends import priority_boosted
 from shared.settings import RetrievalSettings
 
 

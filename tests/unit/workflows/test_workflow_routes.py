@@ -10,7 +10,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from services.gateway.schemas.workflows import QueryRequest
 from services.gateway.workflows import _Tools
-from services.retriever.queries import render
+from services.retriever.engine.queries import render
 from shared.events import SynthesisRequest
 from shared.models import relevant_hits
 from shared.safety import EMERGENCY_ANSWER

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from services.retriever.icite import BATCH_ROWS, COLUMNS, BadRow, IciteRow, batches
+from shared.icite.parse import BATCH_ROWS, COLUMNS, BadRow, IciteRow, batches
 
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS if c != "pmid")
 _COLUMN_LIST = ", ".join(COLUMNS)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.retriever.engine.filters.derived import held_passing
 from shared.models import SearchFilters
 
 #: A NULL year, study type or source in the arrays (PostgreSQL's NULL fails every comparison; so does this).
@@ -38,31 +39,6 @@ NULL_CODE = 0
 #: What the arrays hold a chunk: year (4), study type (2), evidence level (4), source (1), retracted (1),
 #: priority (2), known (1).
 BYTES_PER_CHUNK = 15
-
-
-def holds_all(filters: SearchFilters) -> bool:
-    """Whether the held columns decide ``filters`` whole (no journal, MeSH, citation-metric or section filter):
-    then a chunk the values hold passes exactly when :meth:`DocValues.passing` says so."""
-    return not (
-        filters.journals
-        or filters.mesh
-        or filters.sections
-        or filters.min_citation_count is not None
-        or filters.min_nih_percentile is not None
-    )
-
-
-def narrows(filters: SearchFilters) -> bool:
-    """Whether ``filters`` restrict a held column beyond the defaults (retracted papers and priority 0 out,
-    which few chunks fail): only then is dropping the chunks that fail worth reading the change feed."""
-    return bool(
-        filters.year_from is not None
-        or filters.year_to is not None
-        or filters.study_types
-        or filters.min_evidence_level is not None
-        or filters.sources
-        or filters.min_priority is not None
-    )
 
 
 class Codes:
@@ -178,23 +154,39 @@ class DocValues:
         return ok
 
     def passing(self, keys: np.ndarray | slice, filters: SearchFilters) -> np.ndarray:
-        """Whether each of ``keys`` (held ones; an index array or a slice) passes the held columns' conditions
-        of ``filters``, as :func:`services.retriever.store.where_clause` states them."""
-        ok: np.ndarray = self.priority[keys] >= (1 if filters.min_priority is None else filters.min_priority)
-        if not filters.include_retracted:
-            ok &= ~self.retracted[keys]
-        if filters.year_from is not None or filters.year_to is not None:
-            year = self.year[keys]
-            ok &= year != NULL_YEAR
-            if filters.year_from is not None:
-                ok &= year >= filters.year_from
-            if filters.year_to is not None:
-                ok &= year <= filters.year_to
-        if filters.study_types:
-            ok &= self._study.table(filters.study_types)[self.study_type[keys]]
-        if filters.min_evidence_level is not None:
-            # real >= real in PostgreSQL: compared in single precision; NaN (NULL) fails
-            ok &= self.evidence[keys] >= np.float32(filters.min_evidence_level)
-        if filters.sources:
-            ok &= self._source.table(filters.sources)[self.source[keys]]
-        return ok
+        """Whether each of ``keys`` (held ones; an index array or a slice) passes the conditions of ``filters``
+        that the doc values hold (:func:`~services.retriever.engine.filters.derived.held_passing`)."""
+        return held_passing(filters, _HeldKeys(self, keys), len(self.priority[keys]))
+
+
+class _HeldKeys:
+    """The held columns of some keys, compared as SQL compares them (:class:`HeldColumns`)."""
+
+    def __init__(self, values: DocValues, keys: np.ndarray | slice) -> None:
+        self._values = values
+        self._keys = keys
+
+    def _column(self, column: str) -> np.ndarray:
+        held: np.ndarray = getattr(self._values, column)[self._keys]
+        return held
+
+    def at_least(self, column: str, value: float) -> np.ndarray:
+        held = self._column(column)
+        if column == "year":
+            return (held != NULL_YEAR) & (held >= value)
+        # real >= real in PostgreSQL: compared in the column's precision; NaN (NULL) fails
+        return held >= held.dtype.type(value)
+
+    def at_most(self, column: str, value: float) -> np.ndarray:
+        held = self._column(column)
+        if column == "year":
+            return (held != NULL_YEAR) & (held <= value)
+        return held <= held.dtype.type(value)
+
+    def one_of(self, column: str, values: Sequence[str]) -> np.ndarray:
+        codes = self._values._study if column == "study_type" else self._values._source
+        found: np.ndarray = codes.table(values)[self._column(column)]
+        return found
+
+    def is_false(self, column: str) -> np.ndarray:
+        return ~self._column(column)

@@ -39,14 +39,8 @@ from datetime import datetime
 
 import asyncpg
 
-from services.retriever.store import (
-    ANN_MAINTENANCE_LOCK,
-    VectorIndex,
-    advisory_session,
-    hnsw_index_sql,
-    ivfflat_index_name,
-    ivfflat_index_sql,
-)
+from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK, advisory_session
+from services.retriever.engine.vector.tables import VectorIndex, hnsw_index_sql, ivfflat_index_name, ivfflat_index_sql
 from shared.periodic import run_every
 from shared.settings import DEFAULT_IVFFLAT_PROBES, AnnMethod, DatabaseSettings
 

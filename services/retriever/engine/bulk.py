@@ -36,9 +36,10 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from services.retriever.ann_index_store import ann_indexes, plan
-from services.retriever.lexical_store import compact
-from services.retriever.store import ANN_MAINTENANCE_LOCK, VectorIndex
+from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK
+from services.retriever.engine.lexical.compaction import compact
+from services.retriever.engine.vector.ann_index import ann_indexes, plan
+from services.retriever.engine.vector.tables import VectorIndex
 from shared.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)

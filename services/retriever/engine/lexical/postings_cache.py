@@ -57,7 +57,7 @@ class PostingsCache:
         it (the retriever's state holds it): a searcher made per request shares it."""
         if settings.bm25_cache_mb <= 0:
             return None
-        from services.retriever.lexical_store import POSTING
+        from services.retriever.engine.lexical.blocks import POSTING
 
         return cls(settings.bm25_cache_mb * 2**20, MIN_POSTINGS, POSTING.itemsize)
 
