@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
-from typing import Annotated, Literal, get_args
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -405,6 +405,54 @@ class QueryForm(BaseModel):
         (:func:`check_query_length`): the schema bounds each field, not their sum."""
         for text in (self.text(), self.keywords()):
             check_query_length(text, f"{what} (as searched)", max_terms)
+
+
+#: How many candidates a search keeps after the fusion (``top_k``) and how many passages it returns (``top_n``):
+#: the limits every request that searches shares. A search returns up to :data:`MAX_TOP_N` passages; an answer
+#: (ask, the workflows) reads at most :data:`MAX_ANSWER_TOP_N` of them.
+DEFAULT_TOP_K = 20
+DEFAULT_TOP_N = 5
+MAX_TOP_K = 200
+MAX_TOP_N = 100
+MAX_ANSWER_TOP_N = 20
+TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
+TopN = Annotated[int, Field(ge=1, le=MAX_TOP_N)]
+AnswerTopN = Annotated[int, Field(ge=1, le=MAX_ANSWER_TOP_N)]
+RerankerChoice = Literal["auto", "none", "cross-encoder", "llm"]
+
+
+def described(descriptions: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` that gives the named properties these descriptions: how one contract that shares
+    :class:`SearchParameters` documents them to its readers, without declaring the fields again."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        for name, text in descriptions.items():
+            schema["properties"][name]["description"] = text
+
+    return extra
+
+
+class SearchParameters(BaseModel):
+    """What a search asks, declared once for the HTTP search request (``POST /v1/search``) and the Kafka
+    retrieval request (:class:`shared.events.RetrievalRequest`); each documents the fields to its own readers
+    (:func:`described`)."""
+
+    query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
+    query_form: QueryForm | None = None
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: TopN = DEFAULT_TOP_N
+    mode: SearchMode = "hybrid"
+    reranker: RerankerChoice | None = None
+    mmr: bool = False
+    mmr_lambda: float | None = Field(None, ge=0, le=1)
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    ef_search: int | None = Field(None, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _has_query(self) -> Self:
+        if self.query is None and self.query_form is None:
+            raise ValueError("give a query or a query_form")
+        return self
 
 
 class SearchHit(BaseModel):

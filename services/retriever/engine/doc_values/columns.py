@@ -172,16 +172,14 @@ class _HeldKeys:
 
     def at_least(self, column: str, value: float) -> np.ndarray:
         held = self._column(column)
-        if column == "year":
-            return (held != NULL_YEAR) & (held >= value)
-        # real >= real in PostgreSQL: compared in the column's precision; NaN (NULL) fails
-        return held >= held.dtype.type(value)
+        # real >= real in PostgreSQL: compared in the column's precision; NaN (a NULL evidence level) fails
+        ok: np.ndarray = held >= held.dtype.type(value)
+        return ok & (held != NULL_YEAR) if column == "year" else ok
 
     def at_most(self, column: str, value: float) -> np.ndarray:
         held = self._column(column)
-        if column == "year":
-            return (held != NULL_YEAR) & (held <= value)
-        return held <= held.dtype.type(value)
+        ok: np.ndarray = held <= held.dtype.type(value)
+        return ok & (held != NULL_YEAR) if column == "year" else ok
 
     def one_of(self, column: str, values: Sequence[str]) -> np.ndarray:
         codes = self._values._study if column == "study_type" else self._values._source
