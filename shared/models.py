@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -266,13 +267,27 @@ class CitationMetrics(BaseModel):
     )
 
 
+@dataclass(frozen=True)
+class CliFlag:
+    """A filter's option in ``evidentia search`` and ``evidentia ask`` (metadata of its :class:`SearchFilters`
+    field: the CLI builds its options and the request's filters from these)."""
+
+    flag: str
+    metavar: str | None = None
+    help: str | None = None
+
+
 class SearchFilters(BaseModel):
     """Restrictions on what a search may return."""
 
     model_config = ConfigDict(extra="forbid")
 
-    year_from: int | None = Field(None, ge=1800, le=2100, description="Earliest publication year.")
-    year_to: int | None = Field(None, ge=1800, le=2100, description="Latest publication year.")
+    year_from: Annotated[int | None, CliFlag("--year-from")] = Field(
+        None, ge=1800, le=2100, description="Earliest publication year."
+    )
+    year_to: Annotated[int | None, CliFlag("--year-to")] = Field(
+        None, ge=1800, le=2100, description="Latest publication year."
+    )
     journals: list[str] = Field(default_factory=list, description="Journal titles or ISO abbreviations.")
     study_types: list[StudyType] = Field(default_factory=list, description="Only these study types.")
     min_evidence_level: float | None = Field(None, ge=0, le=1, description="Lowest evidence weight (0..1).")
@@ -292,7 +307,14 @@ class SearchFilters(BaseModel):
         le=PRIORITY_HIGH,
         description="Lowest document priority (10 low, 50 normal, 100 high); priority 0 is never returned anyway.",
     )
-    min_citation_count: int | None = Field(
+    min_citation_count: Annotated[
+        int | None,
+        CliFlag(
+            "--min-citations",
+            "N",
+            "Only papers cited at least N times (NIH iCite, `evidentia import icite`; papers without metrics fail).",
+        ),
+    ] = Field(
         None,
         ge=0,
         description=(
@@ -300,7 +322,14 @@ class SearchFilters(BaseModel):
             "icite`). A document without iCite metrics (no PMID, or none imported for it) fails this filter."
         ),
     )
-    min_nih_percentile: float | None = Field(
+    min_nih_percentile: Annotated[
+        float | None,
+        CliFlag(
+            "--min-percentile",
+            "P",
+            "Only papers at or above NIH percentile P, 0-100 (iCite; papers without metrics fail).",
+        ),
+    ] = Field(
         None,
         ge=0,
         le=100,

@@ -11,12 +11,16 @@ from services.gateway.intelligence.expansion import DrugProfile
 from services.gateway.schemas.common import check_query_form, check_query_terms
 from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
 from shared.models import (
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_N,
     MAX_QUERY_CHARS,
+    AnswerTopN,
     ClinicalFindingType,
     QueryForm,
     SearchFilters,
     SearchHit,
     SearchMode,
+    TopK,
     finding_text,
 )
 
@@ -63,8 +67,8 @@ class EvidenceRequest(BaseModel):
         le=1800,
         description="Longest wait for the ingestion jobs (default: EVIDENTIA_WORKFLOW_INGEST_WAIT_S).",
     )
-    top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before the rerank.")
-    top_n: int = Field(5, ge=1, le=20, description="Passages kept for the synthesis.")
+    top_k: TopK = Field(DEFAULT_TOP_K, description="Candidates retrieved before the rerank.")
+    top_n: AnswerTopN = Field(DEFAULT_TOP_N, description="Passages kept for the synthesis.")
     mode: SearchMode = Field("hybrid+rerank", description="Search method.")
 
     @model_validator(mode="after")
@@ -152,8 +156,8 @@ class GuidelineRequest(BaseModel):
     condition: str = Field(min_length=1, max_length=300, description="The diagnosed condition, e.g. malaria.")
     findings: list[Finding] = Field(default_factory=list, max_length=50, description="The patient's clinical findings.")
     population: str | None = Field(None, max_length=200, description="e.g. 'adult', 'child under 5'.")
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=20)
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: AnswerTopN = DEFAULT_TOP_N
     mode: SearchMode = "hybrid"
 
     def query_form(self) -> QueryForm:
@@ -241,8 +245,8 @@ class ConsultRequest(BaseModel):
         0.6, ge=0, le=1, description="The model's working diagnosis is acted on only at this confidence (0-1) or above."
     )
     population: str | None = Field(None, max_length=200, description="e.g. 'adult', 'child under 5'.")
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=20)
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: AnswerTopN = DEFAULT_TOP_N
     mode: SearchMode = "hybrid"
 
     @model_validator(mode="after")
@@ -308,8 +312,8 @@ class QueryRequest(BaseModel):
     )
     filters: SearchFilters = Field(default_factory=SearchFilters)
     search_mode: SearchMode = "hybrid"
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=20)
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: AnswerTopN = DEFAULT_TOP_N
     return_sources: bool = True
     summary: bool = Field(True, description="Include the structured evidence summary (standard mode).")
 
