@@ -590,13 +590,13 @@ async def filtered(
 
 
 def _filter_sql(filters: Any) -> str:
-    from services.retriever.engine.filters.derived import where_clause
+    from services.retriever.engine.filters.fields import where_clause
 
     return where_clause(filters, 1)[0]
 
 
 def _filter_args(filters: Any) -> list[Any]:
-    from services.retriever.engine.filters.derived import where_clause
+    from services.retriever.engine.filters.fields import where_clause
 
     return where_clause(filters, 1)[1]
 

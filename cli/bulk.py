@@ -1,6 +1,6 @@
 """``evidentia bulk status|finish``: where a bulk load stands, and its finish run by hand.
 
-A bulk load (``services/retriever/bulk_store.py``) writes chunks with their lexical postings deferred and the
+A bulk load (``services/retriever/engine/bulk.py``) writes chunks with their lexical postings deferred and the
 vector table without its ANN index. ``status`` prints what searches do meanwhile; ``finish`` indexes every
 chunk still without postings and builds the ANN index (parallel maintenance workers), then compacts: what a
 load cut short leaves for later, or a store whose postings were deferred by hand.

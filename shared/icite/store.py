@@ -1,6 +1,5 @@
-"""The ``citation_metrics`` table (migration 212): loading iCite rows (COPY into a temporary table, then one
-upsert on PMID per batch) and reading them back. Search joins it in :func:`services.retriever.store.where_clause`
-and :func:`services.retriever.store.hit_rows`."""
+"""The ``citation_metrics`` table: loading iCite rows (COPY into a temporary table, then one upsert on PMID per
+batch) and reading them back. Search joins it in the retriever's citation filters and hits."""
 
 from __future__ import annotations
 

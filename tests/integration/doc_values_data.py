@@ -9,7 +9,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.engine.doc_values.columns import DocValues
-from services.retriever.engine.filters.derived import where_clause
+from services.retriever.engine.filters.fields import where_clause
 from shared.models import Chunk, Journal, MeshHeading, ParsedDocument, SearchFilters
 
 STUDY_TYPES = [None, "randomized-controlled-trial", "cohort", "meta-analysis"]

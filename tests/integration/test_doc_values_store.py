@@ -1,4 +1,4 @@
-"""Doc values on a real PostgreSQL 18 (migration 223's change feed, services/retriever/doc_values_store.py): the
+"""Doc values on a real PostgreSQL 18 (the documents' change feed, engine/doc_values/follower.py): the
 held columns agree with the SQL filter on every chunk; a follower sees every committed change, also one of a
 transaction that began before another that committed first; a TRUNCATE or a pruned feed makes it read
 everything again; and lexical search under filters returns the same with the values as without them."""
@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from services.parser.store import store_document
 from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower, load, prune_changes
-from services.retriever.engine.filters.derived import holds_all
+from services.retriever.engine.filters.fields import holds_all
 from services.retriever.engine.lexical.postings import Bm25Scoring, corpus_counts
 from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank, bm25_search
 from services.retriever.engine.lexical.stats import CorpusStats

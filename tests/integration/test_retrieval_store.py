@@ -20,7 +20,7 @@ from services.parser.store import store_document
 from services.retriever.engine import pipeline
 from services.retriever.engine.config import SearchConfig
 from services.retriever.engine.filters import passing
-from services.retriever.engine.filters.derived import where_clause, with_mesh_descendants
+from services.retriever.engine.filters.fields import where_clause, with_mesh_descendants
 from services.retriever.engine.filters.passing import planned_rows
 from services.retriever.engine.lexical import rank
 from services.retriever.engine.lexical.rank import Bm25Params, bm25_search

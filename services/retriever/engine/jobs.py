@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 #: The retriever's background jobs, one replica at a time each (session advisory locks, tried, never waited
-#: for). The lexical writers' transaction lock is (4542054, 14) (migration 220 and ``lexical_store``).
+#: for). The lexical writers' transaction lock is (4542054, 14) (the store's lexical triggers, compaction).
 COMPACTION_LOCK = (4542054, 15)
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from services.retriever.engine.config import SearchConfig
 from services.retriever.engine.doc_values.follower import DocValuesFollower
-from services.retriever.engine.filters.derived import is_restrictive, with_mesh_descendants
+from services.retriever.engine.filters.fields import is_restrictive, with_mesh_descendants
 from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
 from services.retriever.engine.hits import hit_rows, rerank_text, search_hit
 from services.retriever.engine.lexical.postings_cache import PostingsCache

@@ -1,4 +1,4 @@
-"""The evidence/recency blend of the retriever (services/retriever/search.py ``evidence_blended``)."""
+"""The evidence/recency blend of the retriever (services/retriever/engine/ranking/blends.py ``evidence_blended``)."""
 
 from __future__ import annotations
 

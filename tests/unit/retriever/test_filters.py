@@ -3,8 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.retriever.engine.filters.derived import is_restrictive, reads_chunk_columns, where_clause
-from services.retriever.engine.filters.fields import FILTERS
+from services.retriever.engine.filters.fields import FILTERS, is_restrictive, reads_chunk_columns, where_clause
 from shared.models import CliFlag, SearchFilters
 
 

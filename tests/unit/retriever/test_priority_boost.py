@@ -1,4 +1,4 @@
-"""The priority blend of the retriever (services/retriever/search.py ``priority_boosted``)."""
+"""The priority blend of the retriever (services/retriever/engine/ranking/blends.py ``priority_boosted``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading the NIH iCite snapshot CSV (services/retriever/icite.py): the hand-made fixture in
+"""Reading the NIH iCite snapshot CSV (shared/icite/parse.py): the hand-made fixture in
 tests/fixtures/icite (see its README), blank fields, malformed rows, missing columns, batching."""
 
 from __future__ import annotations

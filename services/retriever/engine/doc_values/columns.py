@@ -4,7 +4,7 @@ Under a broad filter (more chunks pass than the filter-first bound) the lexical 
 then checks its best chunks against the filter in SQL, best first, until ``k`` pass. When relevance and the
 filter go together the wrong way (a query whose best chunks are from other years than the range asked for)
 almost none of the best pass, and the checks grow to thousands of candidates (at 10^6 chunks a year range
-cost a hybrid search p95 630 ms; ``docs/benchmarks.md``). With the columns in memory the chunks that fail are
+are costly; ``docs/benchmarks.md``). With the columns in memory the chunks that fail are
 zeroed before the best are picked, as a search engine's doc values or filter bitsets do, and the SQL check then
 finds the first ``k`` pass.
 
@@ -14,10 +14,10 @@ for them every chunk *may* pass here. This is a pre-filter: :meth:`DocValues.fai
 fail for certain, a chunk it does not know (written after the values were read) may pass, and the SQL check
 that follows stays the authority for every filter, so a result is never wrong; the values only save the
 checks of chunks that fail. They follow the documents exactly through a change feed
-(``doc_values_store``), so a chunk that now passes (a retraction withdrawn, a priority raised) is never
+(``follower``), so a chunk that now passes (a retraction withdrawn, a priority raised) is never
 dropped for an old value.
 
-The conditions mirror :func:`services.retriever.store.where_clause` for the held columns, SQL's NULL rules
+The conditions are those of :mod:`~services.retriever.engine.filters.fields` for the held columns, SQL's NULL rules
 included (a NULL year fails any year bound); ``tests/integration/test_doc_values_store.py`` checks the two
 agree on every chunk for random filters.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.retriever.engine.filters.derived import held_passing
+from services.retriever.engine.filters.fields import held_passing
 from shared.models import SearchFilters
 
 #: A NULL year, study type or source in the arrays (PostgreSQL's NULL fails every comparison; so does this).
@@ -155,7 +155,7 @@ class DocValues:
 
     def passing(self, keys: np.ndarray | slice, filters: SearchFilters) -> np.ndarray:
         """Whether each of ``keys`` (held ones; an index array or a slice) passes the conditions of ``filters``
-        that the doc values hold (:func:`~services.retriever.engine.filters.derived.held_passing`)."""
+        that the doc values hold (:func:`~services.retriever.engine.filters.fields.held_passing`)."""
         return held_passing(filters, _HeldKeys(self, keys), len(self.priority[keys]))
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from services.retriever.engine.filters.derived import where_clause
+from services.retriever.engine.filters.fields import where_clause
 from shared.models import SearchFilters
 
 #: The least filter-first bound (see :func:`filter_first_max`).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: One posting as the store packs it (``bm25_add`` in migration 220): 11 bytes, big-endian; the one-byte
+#: One posting as the store packs it (``bm25_add`` in the store's migrations): 11 bytes, big-endian; the one-byte
 #: fields are capped at 255, ``len_text`` at 65535.
 POSTING = np.dtype(
     [

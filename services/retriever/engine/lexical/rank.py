@@ -12,7 +12,7 @@ import numpy as np
 
 from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower
-from services.retriever.engine.filters.derived import holds_all, is_restrictive, narrows, where_clause
+from services.retriever.engine.filters.fields import holds_all, is_restrictive, narrows, where_clause
 from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
 from services.retriever.engine.lexical.postings import Bm25Scoring, best_keys, bm25_scores, dead_keys, term_postings
 from services.retriever.engine.lexical.postings_cache import PostingsCache
@@ -137,7 +137,7 @@ async def bm25_rank(
     ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the scores of those
     alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`), is used as it
     is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
-    :class:`~services.retriever.doc_values_store.DocValuesFollower`): chunks that fail the filter for certain
+    :class:`~services.retriever.engine.doc_values.follower.DocValuesFollower`): chunks that fail the filter for certain
     are dropped before the best are checked, and a filter they hold whole is not resolved first (dropping its
     failing chunks does the same, without reading them)."""
     if scoring.counts.chunks == 0 or k <= 0:

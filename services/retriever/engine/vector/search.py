@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from services.retriever.engine.filters.derived import is_restrictive, reads_chunk_columns, where_clause
+from services.retriever.engine.filters.fields import is_restrictive, reads_chunk_columns, where_clause
 from services.retriever.engine.filters.passing import FILTER_FIRST_MAX_CHUNKS, PassingSet, passing_chunks
 from services.retriever.engine.scored import Scored
 from services.retriever.engine.vector.tables import VectorIndex
@@ -89,7 +89,7 @@ async def nearest_chunks(
 def nearest_chunks_settings(ef_search: int, k: int, *, filtered: bool, probes: int = DEFAULT_IVFFLAT_PROBES) -> str:
     """The transaction's settings for :func:`nearest_chunks_sql`: ``ef_search`` (at least ``k``) for an HNSW
     index, ``probes`` lists for an IVFFlat one (each access method reads its own; the table has one of them,
-    :mod:`services.retriever.ann_index_store`), iterative scans, and, under a ``filtered`` search
+    :mod:`services.retriever.engine.vector.ann_index`), iterative scans, and, under a ``filtered`` search
     (:func:`is_restrictive`), no sort, so the plan walks the index whatever the planner guesses of the filter.
 
     A filtered search comes here only when the filter passes more chunks than the filter-first bound (fewer

@@ -4,7 +4,7 @@ Each index records the model and dimension that produced its vectors. A retrieve
 different model than the active index refuses to run (mixing vector spaces silently ruins search);
 ``evidentia reindex --model X`` builds a new index next to the old one and switches when done.
 
-Each index also records its precision (migration 221): ``single`` stores ``vector(dim)`` (4 bytes a
+Each index also records its precision: ``single`` stores ``vector(dim)`` (4 bytes a
 dimension), ``half`` stores ``halfvec(dim)`` (2 bytes a dimension; the HNSW index then uses
 ``halfvec_cosine_ops``). New indexes take ``EVIDENTIA_DATABASE_VECTOR_PRECISION``; every statement that
 touches a vector column uses the index's :attr:`VectorIndex.column_type`.
@@ -165,7 +165,7 @@ async def create_index(
             await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
             if db.vector_index == "hnsw":
                 await conn.execute(hnsw_index_sql(table, db, precision))
-            # IVFFlat: trained on stored vectors later (services/retriever/ann_index_store.py); exact search until then.
+            # IVFFlat: trained on stored vectors later (vector/ann_index.py); exact search until then.
             await conn.execute(
                 "INSERT INTO vector_indexes (name, model, dim, table_name, state, precision) "
                 "VALUES ($1,$2,$3,$4,'building',$5)",
