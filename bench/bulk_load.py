@@ -1,10 +1,10 @@
-"""Bulk-load rate of the store (issue 34): chunks/s amortised over a load, the index builds included.
+"""Bulk-load rate of the store: chunks/s amortised over a load, the index builds included.
 
     python bench/bulk_load.py --chunks 100000 [--root DIR] [--batch-docs 2500] [--workers 1] [--json]
 
 Builds a fresh store (PostgreSQL on a free port in ``--root``, a temp folder by default; ``shared_buffers`` as
 ``bench/scale.py`` sizes it) with ``bench/scale.py``'s generated corpus (the same chunk i as any scale store),
-through the retriever's bulk path (``services/retriever/bulk_store.py``): the vector table's ANN index dropped,
+through the retriever's bulk path (``services/retriever/engine/bulk.py``): the vector table's ANN index dropped,
 every batch's documents, chunks and vectors COPYed in one transaction with the lexical index deferred, then the
 deferred postings and the ANN index built at once (``--workers`` parallel maintenance workers), the compaction
 and ``ANALYZE``. The documents are generated before the clock starts (the embedder's work in production).
@@ -75,9 +75,10 @@ def rows(docs: list[scale.GeneratedDoc]) -> tuple[list[tuple[Any, ...]], list[tu
 
 
 async def run(url: str, gen: scale.Generator, model: str, dim: int, args: argparse.Namespace) -> dict[str, Any]:
-    from services.retriever import bulk_store
-    from services.retriever.lexical_store import corpus_counts
-    from services.retriever.store import ensure_active_index, nearest_chunks
+    from services.retriever.engine import bulk as bulk_store
+    from services.retriever.engine.lexical.postings import corpus_counts
+    from services.retriever.engine.vector.search import nearest_chunks
+    from services.retriever.engine.vector.tables import ensure_active_index
     from shared.db import create_pool
     from shared.models import SearchFilters
     from shared.settings import DatabaseSettings

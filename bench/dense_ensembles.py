@@ -3,7 +3,7 @@
 Is a second (or third) embedding model worth its cost? This runs, for SciFact (or any BEIR set), one ranking
 per *leg* and fuses the legs offline, so that many combinations are measured without a store per combination:
 
-- the lexical leg is the product's BM25 (``HybridSearcher.lexical_search`` over a store built by the retrieval
+- the lexical leg is the product's BM25 (``SearchEngine.lexical_search`` over a store built by the retrieval
   harness: the parser's chunker and ``store_document``, so the store's own postings);
 - each dense leg is exact cosine over every chunk of that model's store (the chunker follows the model's
   window, as in the product), with the vectors and query vectors of the harness's embedding cache
@@ -43,8 +43,8 @@ import numpy as np
 
 from evaluation.folds import cross_validate
 from evaluation.retrieval import Dataset, load_dataset, model_vectors, per_query_metrics
-from services.retriever.fusion import ConvexFusion, ReciprocalRankFusion
-from services.retriever.search import CorpusStats, HybridSearcher
+from services.retriever.engine import CorpusStats, SearchEngine
+from services.retriever.engine.ranking.fusion import ConvexFusion, ReciprocalRankFusion
 from shared.models import SearchFilters
 
 Ranking = list[tuple[str, float]]
@@ -94,7 +94,7 @@ async def model_legs(
                 leg[q] = aggregate([(docs[j], float(sims[i, j])) for j in top], decay, depth)
             out[name if not decay else f"{name}~{decay:g}"] = leg
         if lexical:
-            searcher = HybridSearcher.from_settings(
+            searcher = SearchEngine.from_settings(
                 st.pool, st.index, mv.settings.retrieval, stats=CorpusStats(ttl_s=1e9)
             )
             doc_of = dict(zip(mv.chunk_ids, mv.doc_ids, strict=True))

@@ -36,7 +36,7 @@ async def retrieve(
     model: str | None, top_k: int, top_n: int, cache_dir: Path | None
 ) -> dict[str, list[dict[str, Any]]]:
     from evaluation.retrieval import EvalConfig, _encode_queries, indexed_store, load_pubmedqa
-    from services.retriever.search import CorpusStats, HybridSearcher
+    from services.retriever.engine import CorpusStats, SearchEngine
     from shared.models import SearchFilters, relevant_hits
     from shared.settings import EmbeddingSettings, Settings
 
@@ -52,7 +52,7 @@ async def retrieve(
             _encode_queries, store.cache, store.embedder, [ds.queries[q] for q in ids], None
         )
         store.cache.save()
-        searcher = HybridSearcher.from_settings(
+        searcher = SearchEngine.from_settings(
             store.pool, store.index, settings.retrieval, ef_search=settings.database.hnsw_ef_search, stats=CorpusStats()
         )
         floor = settings.relevance_floor

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.folds import Summary, assign_folds, cross_validate, mean_metrics
 from evaluation.retrieval import EvalConfig, default_cache_dir, evaluate, load_dataset
-from services.retriever.ann_index_store import probes_for
+from services.retriever.engine.vector.ann_index import probes_for
 from shared.settings import EmbeddingSettings, Settings
 
 MODES = ("dense", "hybrid")

@@ -38,7 +38,7 @@ QUERIES = ROOT.parent / "shared" / "data" / "beir_scifact" / "queries.train.json
 
 
 async def _times(pool: Any, scoring: Any, queries: list[str], cache: Any) -> list[float]:
-    from services.retriever.lexical_store import bm25_rank
+    from services.retriever.engine.lexical.rank import bm25_rank
     from shared.models import SearchFilters
 
     out = []
@@ -58,9 +58,10 @@ def _summary(times: list[float], cache: Any = None, before: tuple[int, int] = (0
 
 
 async def measure(url: str, queries: list[str], others: list[str], cache_mb: int) -> dict[str, Any]:
-    from services.retriever.lexical_store import POSTING, Bm25Scoring, corpus_counts
-    from services.retriever.postings_cache import MIN_POSTINGS, PostingsCache
-    from services.retriever.search import Bm25Params
+    from services.retriever.engine.lexical.blocks import POSTING
+    from services.retriever.engine.lexical.postings import Bm25Scoring, corpus_counts
+    from services.retriever.engine.lexical.postings_cache import MIN_POSTINGS, PostingsCache
+    from services.retriever.engine.lexical.rank import Bm25Params
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 

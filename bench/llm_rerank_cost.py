@@ -30,7 +30,7 @@ async def run(dataset: str, queries: int, depth: int, max_chars: int, seed: int)
     import anthropic
 
     from evaluation.retrieval import load_beir
-    from services.retriever.rerank import LlmReranker
+    from services.retriever.engine.ranking.rerank import LlmReranker
     from tests.fakes.anthropic_server import FakeAnthropic
 
     ds = load_beir(dataset, "train")

@@ -5,7 +5,7 @@
 
 For each endpoint and each client count it prints requests/s, p50/p95/p99 latency and the error count
 (any answer but 200, or no answer). Then it runs the same searches *in process* — the retriever's own
-code (``RetrieverState``: ``HybridSearcher`` + the embedder's ``encode_queries``) on the same database —
+code (``RetrieverState``: ``SearchEngine`` + the embedder's ``encode_queries``) on the same database —
 so the cost of the gateway + Kafka request/reply round trip is a measured ratio and difference.
 
 Only loopback addresses are accepted, and both the clients (at most 64) and the time (at most 300 s per

@@ -104,7 +104,6 @@ async def measure(
     from evaluation.retrieval import (
         Dataset,
         EvalConfig,
-        LegCachingSearcher,
         _encode_queries,
         _run_mode,
         indexed_store,
@@ -112,7 +111,7 @@ async def measure(
         per_query_metrics,
     )
     from services.gateway.store.documents import mesh_vocabulary
-    from services.retriever.search import CorpusStats
+    from services.retriever.engine import CorpusStats, LegMemo, SearchEngine
     from shared.settings import EmbeddingSettings, Settings
 
     settings = Settings()
@@ -126,14 +125,14 @@ async def measure(
         vocabulary = await mesh_vocabulary(store.pool)
         out["model"] = store.embedder.name
         out["vocabulary"] = len(vocabulary)
-        searcher = LegCachingSearcher.from_settings(
+        searcher = SearchEngine.from_settings(
             store.pool,
             store.index,
             settings.retrieval,
             ef_search=max(settings.database.hnsw_ef_search, 200),
             stats=CorpusStats(ttl_s=1e9),
+            memo=LegMemo(),
         )
-        searcher.legs = {}
         variants: dict[str, dict[str, str]] = {BASELINE: dict(ds.queries)}
         for own_out in (False, True):
             for limit in limits:

@@ -20,7 +20,7 @@ first N of any larger one.
   drawn), a study type and evidence level drawn from a fixed distribution, 0.1 % retracted.
 
 What it measures at each size: ``POST /v1/search`` p50/p95/p99 per mode (lexical, dense, hybrid) at each
-client count through the gateway, the same in process (``HybridSearcher`` + the embedder, as the retriever
+client count through the gateway, the same in process (``SearchEngine`` + the embedder, as the retriever
 runs them), filtered searches (year, study type, evidence level, MeSH) in process, the write rate of the
 production path (the parser's ``store_document`` one document at a time, with the lexical index kept by the
 store's triggers, then the retriever's ``upsert_vectors`` in its batch size), the bulk build rate, bytes per
@@ -297,7 +297,7 @@ async def store_vectors(
     """The documents' vectors through the retriever's ``upsert_vectors`` in batches of ``batch`` (its consumer's
     512 by default; HNSW maintained; ``concurrency`` statements at once, the retriever's
     ``EVIDENTIA_DATABASE_VECTOR_WRITE_CONCURRENCY``)."""
-    from services.retriever.store import upsert_vectors
+    from services.retriever.engine import upsert_vectors
 
     ids = [_chunk_id(d.source_id, o) for d in docs for o in range(len(d.chunks))]
     vectors = np.concatenate([d.vectors for d in docs])
@@ -323,8 +323,8 @@ async def production_write_rate(
     then the retriever's ``upsert_vectors`` in batches of 512 (the retriever's consumer batch; ``concurrency``
     statements at once), then the retriever's compaction of the blocks they appended."""
     from services.parser.store import store_document
-    from services.retriever.lexical_store import compact
-    from services.retriever.store import upsert_vectors
+    from services.retriever.engine import upsert_vectors
+    from services.retriever.engine.lexical.compaction import compact
     from shared.models import Chunk, MeshHeading, ParsedDocument
 
     t0 = time.perf_counter()
@@ -377,7 +377,7 @@ async def bulk_write_rate(
 ) -> dict[str, float]:
     """Batched writes into the live store (indexes in place): documents and chunks ``batch_docs`` documents a
     statement (the lexical index by the triggers), vectors through ``upsert_vectors``, then compaction."""
-    from services.retriever.lexical_store import compact
+    from services.retriever.engine.lexical.compaction import compact
 
     t0 = time.perf_counter()
     lexical_s = vector_s = 0.0
@@ -404,7 +404,7 @@ async def pipelined_write_rate(
     """The same batched writes as the services run them, at once: the parser stores batch k+1 while the
     retriever stores batch k's vectors (different services on the same database), then compaction. All in,
     chunks/s from the first statement to the end of the compaction."""
-    from services.retriever.lexical_store import compact
+    from services.retriever.engine.lexical.compaction import compact
 
     t0 = time.perf_counter()
     pending: asyncio.Task[None] | None = None
@@ -467,15 +467,14 @@ def _summary(r: Any) -> dict[str, Any]:
 async def in_process(
     pool: Any, index: Any, encoder: QueryEncoder, queries: list[str], clients_list: list[int], duration: float
 ) -> dict[str, dict[str, Any]]:
-    from services.retriever.ann_index_store import live_probes
-    from services.retriever.postings_cache import PostingsCache
-    from services.retriever.search import CorpusStats, HybridSearcher
+    from services.retriever.engine import CorpusStats, SearchEngine, live_probes
+    from services.retriever.engine.lexical.postings_cache import PostingsCache
     from shared.models import SearchFilters
     from shared.settings import Settings
 
     settings = Settings()
     cache = PostingsCache.from_settings(settings.retrieval)  # as the retriever keeps it
-    searcher = HybridSearcher.from_settings(
+    searcher = SearchEngine.from_settings(
         pool,
         index,
         settings.retrieval,
@@ -516,7 +515,7 @@ def filter_sets(source: Source) -> dict[str, dict[str, Any]]:
 async def doc_values(pool: Any) -> tuple[Any, dict[str, Any]]:
     """The doc values as the retriever keeps them (None when ``EVIDENTIA_RETRIEVAL_DOC_VALUES`` is off), read
     whole before anything is timed; and what reading them took."""
-    from services.retriever.doc_values_store import DocValuesFollower
+    from services.retriever.engine.doc_values.follower import DocValuesFollower
     from shared.settings import Settings
 
     if not Settings().retrieval.doc_values:
@@ -541,14 +540,13 @@ async def filtered(
     duration: float,
     values: Any = None,
 ) -> dict[str, dict[str, Any]]:
-    from services.retriever.ann_index_store import live_probes
-    from services.retriever.postings_cache import PostingsCache
-    from services.retriever.search import CorpusStats, HybridSearcher
+    from services.retriever.engine import CorpusStats, SearchEngine, live_probes
+    from services.retriever.engine.lexical.postings_cache import PostingsCache
     from shared.models import SearchFilters
     from shared.settings import Settings
 
     settings = Settings()
-    searcher = HybridSearcher.from_settings(
+    searcher = SearchEngine.from_settings(
         pool,
         index,
         settings.retrieval,
@@ -590,13 +588,13 @@ async def filtered(
 
 
 def _filter_sql(filters: Any) -> str:
-    from services.retriever.store import where_clause
+    from services.retriever.engine.filters.fields import where_clause
 
     return where_clause(filters, 1)[0]
 
 
 def _filter_args(filters: Any) -> list[Any]:
-    from services.retriever.store import where_clause
+    from services.retriever.engine.filters.fields import where_clause
 
     return where_clause(filters, 1)[1]
 
@@ -716,9 +714,10 @@ async def grow(
     """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the vector
     table's HNSW or IVFFlat index dropped during the load and built once after it, as the retriever's
     maintenance builds it: ``EVIDENTIA_DATABASE_VECTOR_INDEX``), then compact the lexical index's blocks."""
-    from services.retriever.ann_index_store import ann_indexes, maintain_ann_index
-    from services.retriever.lexical_store import compact
-    from services.retriever.store import ensure_active_index
+    from services.retriever.engine import maintain_ann_index
+    from services.retriever.engine.lexical.compaction import compact
+    from services.retriever.engine.vector.ann_index import ann_indexes
+    from services.retriever.engine.vector.tables import ensure_active_index
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 
@@ -779,7 +778,7 @@ async def grow(
 async def prewarm_graph(pool: Any, index: Any) -> dict[str, Any]:
     """Read the vector index into shared_buffers (``pg_prewarm``), as a server that has been taking writes
     for a while holds it: the write figures are then those of the steady state, not of a cold graph."""
-    from services.retriever.ann_index_store import ann_indexes
+    from services.retriever.engine.vector.ann_index import ann_indexes
 
     try:
         t = time.perf_counter()
@@ -795,8 +794,8 @@ async def prewarm_graph(pool: Any, index: Any) -> dict[str, Any]:
 async def measure(
     url: str, gen: Generator, model: str, dim: int, next_doc: int, args: argparse.Namespace
 ) -> dict[str, Any]:
-    from services.retriever.lexical_store import compact
-    from services.retriever.store import ensure_active_index
+    from services.retriever.engine.lexical.compaction import compact
+    from services.retriever.engine.vector.tables import ensure_active_index
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 

@@ -29,7 +29,8 @@ from load import free_port, percentile  # noqa: E402
 async def run(url: str, dataset: Path, split: str, limit: int | None) -> dict[str, Any]:
     from evaluation.retrieval import compute_metrics, load_beir
     from services.parser.store import store_document
-    from services.retriever.search import Bm25Params, CorpusStats, bm25_search
+    from services.retriever.engine import CorpusStats
+    from services.retriever.engine.lexical.rank import Bm25Params, bm25_search
     from shared.db import create_pool
     from shared.models import Chunk, ParsedDocument, SearchFilters
     from shared.settings import DatabaseSettings, RetrievalSettings

@@ -105,8 +105,9 @@ def _stats(latencies: list[float], recalls: list[float]) -> dict[str, float]:
 
 
 async def sweep(url: str, gen: scale.Generator, args: argparse.Namespace) -> dict[str, Any]:
-    from services.retriever.ann_index_store import ann_indexes
-    from services.retriever.store import active_index, nearest_chunks
+    from services.retriever.engine.vector.ann_index import ann_indexes
+    from services.retriever.engine.vector.search import nearest_chunks
+    from services.retriever.engine.vector.tables import active_index
     from shared.db import create_pool
     from shared.models import SearchFilters
     from shared.settings import DatabaseSettings
@@ -148,7 +149,7 @@ async def variants(url: str, gen: scale.Generator, args: argparse.Namespace) -> 
     from pgvector import HalfVector
     from pgvector.asyncpg import register_vector
 
-    from services.retriever.store import active_index, hnsw_index_sql, ivfflat_index_sql
+    from services.retriever.engine.vector.tables import active_index, hnsw_index_sql, ivfflat_index_sql
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 

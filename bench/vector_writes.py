@@ -27,7 +27,7 @@ from vector_index import postgres_cpu_s  # noqa: E402
 
 
 async def run(url: str, gen: Any, model: str, dim: int, args: argparse.Namespace) -> None:
-    from services.retriever.store import ensure_active_index
+    from services.retriever.engine.vector.tables import ensure_active_index
     from shared.db import create_pool
     from shared.settings import DatabaseSettings
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from typing import Any
+from typing import Any, get_args
 
 from rich.console import Console
 
@@ -18,15 +18,14 @@ from cli import exits
 from cli._common import out, print_json, wants_json
 from cli.gateway import GatewayError, client_from_args
 from shared.citations import scrub
+from shared.models import CliFlag, SearchFilters
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("ask", help="Ask a question; streams the answer, then prints it verified and cited.")
     p.add_argument("question")
     p.add_argument("--top-n", type=int, default=5)
-    p.add_argument("--year-from", type=int)
-    p.add_argument("--year-to", type=int)
-    add_citation_filters(p)
+    add_filter_flags(p)
     p.add_argument(
         "--language", metavar="CODE", help="Your language, ISO 639-1 (e.g. fr): with an API key the answer is in it."
     )
@@ -49,32 +48,25 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def add_citation_filters(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--min-citations",
-        type=int,
-        metavar="N",
-        help="Only papers cited at least N times (NIH iCite, `evidentia import icite`; papers without metrics fail).",
-    )
-    p.add_argument(
-        "--min-percentile",
-        type=float,
-        metavar="P",
-        help="Only papers at or above NIH percentile P, 0-100 (iCite; papers without metrics fail).",
-    )
+def _filter_flags() -> list[tuple[str, CliFlag, type]]:
+    """The :class:`SearchFilters` fields with a CLI option: (field, its flag, the option's type)."""
+    out = []
+    for name, field in SearchFilters.model_fields.items():
+        for flag in (m for m in field.metadata if isinstance(m, CliFlag)):
+            kind = next(t for t in get_args(field.annotation) or (field.annotation,) if t is not type(None))
+            out.append((name, flag, kind))
+    return out
+
+
+def add_filter_flags(p: argparse.ArgumentParser) -> None:
+    """The search filters' options (:class:`~shared.models.CliFlag` on their fields)."""
+    for name, flag, kind in _filter_flags():
+        p.add_argument(flag.flag, dest=name, type=kind, metavar=flag.metavar, help=flag.help)
 
 
 def filters(args: argparse.Namespace) -> dict[str, Any]:
-    f: dict[str, Any] = {}
-    if getattr(args, "year_from", None):
-        f["year_from"] = args.year_from
-    if getattr(args, "year_to", None):
-        f["year_to"] = args.year_to
-    if getattr(args, "min_citations", None) is not None:
-        f["min_citation_count"] = args.min_citations
-    if getattr(args, "min_percentile", None) is not None:
-        f["min_nih_percentile"] = args.min_percentile
-    return f
+    """The request's filters: each filter option given (0 is a value too)."""
+    return {name: getattr(args, name) for name, _, _ in _filter_flags() if getattr(args, name, None) is not None}
 
 
 def citation_metrics_text(c: dict[str, Any]) -> str:

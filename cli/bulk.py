@@ -1,6 +1,6 @@
 """``evidentia bulk status|finish``: where a bulk load stands, and its finish run by hand.
 
-A bulk load (``services/retriever/bulk_store.py``) writes chunks with their lexical postings deferred and the
+A bulk load (``services/retriever/engine/bulk.py``) writes chunks with their lexical postings deferred and the
 vector table without its ANN index. ``status`` prints what searches do meanwhile; ``finish`` indexes every
 chunk still without postings and builds the ANN index (parallel maintenance workers), then compacts: what a
 load cut short leaves for later, or a store whose postings were deferred by hand.
@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def bulk(args: argparse.Namespace) -> int:
-    from services.retriever import bulk_store
-    from services.retriever.store import active_index
+    from services.retriever.engine import bulk as bulk_store
+    from services.retriever.engine.vector.tables import active_index
     from shared.db import create_pool
     from shared.settings import get_settings
 

@@ -55,7 +55,7 @@ def open_text(path: Path) -> Iterator[IO[str]]:
 
 
 def run_icite(args: argparse.Namespace) -> int:
-    from services.retriever.icite import MissingColumns
+    from shared.icite.parse import MissingColumns
 
     as_json = bool(getattr(args, "json", False))
     path: Path = args.file
@@ -96,9 +96,9 @@ def run_icite(args: argparse.Namespace) -> int:
 
 
 async def _import(path: Path, batch: int, *, progress: bool) -> Any:
-    from services.retriever.icite import read_icite
-    from services.retriever.icite_store import IciteImport, load_icite
     from shared.db import create_pool
+    from shared.icite.parse import read_icite
+    from shared.icite.store import IciteImport, load_icite
 
     def report(so_far: IciteImport) -> None:
         if progress:

@@ -118,7 +118,8 @@ def _print_summary(
 
 async def reindex(args: argparse.Namespace) -> int:
     from cli._common import console, out, producer, publish_all
-    from services.retriever.store import active_index, copy_vectors, create_index, index_name_with_precision
+    from services.retriever.engine import create_index
+    from services.retriever.engine.vector.tables import active_index, copy_vectors, index_name_with_precision
     from shared.db import create_pool
     from shared.embedding import EmbedderError, get_embedder, resolve
     from shared.embedding.passage_tokens import passage_tokenizer

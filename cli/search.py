@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 from cli import exits
 from cli._common import out, print_json, wants_json
-from cli.ask import add_citation_filters, citation_metrics_text, filters
+from cli.ask import add_filter_flags, citation_metrics_text, filters
 from cli.gateway import client_from_args
 from shared.models import SearchMode
 
@@ -17,9 +17,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("query")
     p.add_argument("--mode", default="hybrid", choices=get_args(SearchMode))
     p.add_argument("--top-n", type=int, default=10)
-    p.add_argument("--year-from", type=int)
-    p.add_argument("--year-to", type=int)
-    add_citation_filters(p)
+    add_filter_flags(p)
     p.set_defaults(func=run)
 
 

@@ -4,7 +4,7 @@ The corpus goes through the parser's document-json path (``ParsedDocument`` from
 ``chunk_document`` with the configured chunker, whose cap follows the embedding model's window), is stored
 with the parser's ``store_document`` (so the BM25 postings are built by the store's triggers), embedded with
 the configured embedder into a fresh HNSW index in its own database (a throw-away PostgreSQL in a temp dir,
-or a fresh database on a given server), and every query runs through the real :class:`HybridSearcher`.
+or a fresh database on a given server), and every query runs through the real :class:`SearchEngine`.
 
 Scores are per document: a document's rank is that of its best chunk (``max_chunks_per_document=1``).
 Metrics: nDCG@10, Recall@100, MRR@10 (``ir-measures``/trec_eval when installed, else the implementations
@@ -40,11 +40,19 @@ import numpy as np
 
 from devstack.common import free_port
 from evaluation.folds import CrossValidation, cross_validate
-from services.retriever.ann_index_store import live_probes, maintain_ann_index
-from services.retriever.lexical_store import PassingSet
-from services.retriever.rerank import EmbeddingReranker, Reranker, build_reranker
-from services.retriever.search import CorpusStats, HybridSearcher
-from services.retriever.store import Scored, create_index, upsert_vectors, vector_table_bytes
+from services.retriever.engine import (
+    CorpusStats,
+    EmbeddingReranker,
+    LegMemo,
+    Reranker,
+    SearchEngine,
+    build_reranker,
+    create_index,
+    live_probes,
+    maintain_ann_index,
+    upsert_vectors,
+    vector_table_bytes,
+)
 from shared.models import MeshHeading, ParsedDocument, SearchFilters
 from shared.settings import Settings
 
@@ -543,16 +551,16 @@ async def evaluate(
         qvecs = await asyncio.to_thread(_encode_queries, cache, embedder, qtexts, None)
         timings["embed_queries"] = time.perf_counter() - t
         cache.save()
-        legs: dict[tuple[Any, ...], list[Scored]] = {}
-        searcher = LegCachingSearcher.from_settings(
+        legs = LegMemo()  # variants that change only the fusion, the feedback or the rerank reuse the legs
+        searcher = SearchEngine.from_settings(
             pool,
             index,
             settings.retrieval,
             ef_search=max(settings.database.hnsw_ef_search, 200),
             ivfflat_probes=await live_probes(pool, index.table_name, settings.database),
             stats=CorpusStats(ttl_s=1e9),
+            memo=legs,
         )
-        searcher.legs = legs
         results: list[ModeResult] = []
         impl = "builtin"
         for mode in config.modes:
@@ -579,15 +587,15 @@ async def evaluate(
                 update={k: v for k, v in overrides.items() if k not in ("mode", "query_prefix", *DATABASE_KEYS)}
             )
             db = settings.database.model_copy(update={k: v for k, v in overrides.items() if k in DATABASE_KEYS})
-            variant = LegCachingSearcher.from_settings(
+            variant = SearchEngine.from_settings(
                 pool,
                 index,
                 r_settings,
-                ef_search=searcher.ef_search,
+                ef_search=searcher.config.ef_search,
                 stats=searcher.stats,
                 ivfflat_probes=await live_probes(pool, index.table_name, db),
+                memo=legs,
             )
-            variant.legs = legs
             vqvecs = qvecs
             if "query_prefix" in overrides:
                 prefix = _prefix_of(str(overrides["query_prefix"]))
@@ -644,42 +652,6 @@ def _encode_queries(cache: EmbeddingCache, embedder: Any, texts: list[str], pref
         embedder.query_prefix = own
 
 
-class LegCachingSearcher(HybridSearcher):
-    """The real searcher, whose dense and lexical rankings are memoised for the run: variants that only
-    change the fusion, the feedback or the rerank reuse the legs instead of querying the store again."""
-
-    legs: dict[tuple[Any, ...], list[Scored]]
-
-    async def dense_search(
-        self,
-        query_vector: np.ndarray,
-        k: int,
-        filters: SearchFilters,
-        ef_search: int,
-        *,
-        passing: PassingSet | None = None,
-    ) -> list[Scored]:
-        key = (
-            "dense",
-            hashlib.sha1(np.asarray(query_vector, np.float32).tobytes()).hexdigest(),
-            k,
-            ef_search,
-            self.ivfflat_probes,
-            repr(filters),
-        )
-        if key not in self.legs:
-            self.legs[key] = await super().dense_search(query_vector, k, filters, ef_search, passing=passing)
-        return self.legs[key]
-
-    async def lexical_search(
-        self, query: str, k: int, filters: SearchFilters, *, passing: PassingSet | None = None
-    ) -> list[Scored]:
-        key = ("lexical", self.bm25, query, k, repr(filters))
-        if key not in self.legs:
-            self.legs[key] = await super().lexical_search(query, k, filters, passing=passing)
-        return self.legs[key]
-
-
 async def _reranker_for(mode: str, settings: Settings, config: EvalConfig) -> Reranker | None:
     if mode != "hybrid+rerank":
         return None
@@ -689,33 +661,28 @@ async def _reranker_for(mode: str, settings: Settings, config: EvalConfig) -> Re
 
         second = get_embedder(EmbeddingSettings(model=config.rerank_model, threads=settings.embedding.threads))
         cache = EmbeddingCache(config.cache_dir, second.name)
-        return _CachedEmbeddingReranker(second, cache)
+        return EmbeddingReranker(_CachedEncoder(second, cache))
     return build_reranker(settings)
 
 
-class _CachedEmbeddingReranker(EmbeddingReranker):
-    """:class:`EmbeddingReranker` whose passage and query vectors go through the on-disk cache."""
+class _CachedEncoder:
+    """A second embedding model whose query and passage vectors go through the on-disk cache (the reranker of
+    ``--rerank-model``)."""
 
     def __init__(self, embedder: Any, cache: EmbeddingCache):
-        super().__init__(embedder)
-        self._disk = cache
+        self.name = embedder.name
+        self.embedder = embedder
+        self.disk = cache
 
-    async def rerank(self, query: str, passages: Sequence[str]) -> list[float]:
-        if not passages:
-            return []
-        q = self._disk.encode("query", [query], self.embedder.encode_queries)[0]
-        matrix = self._disk.encode("passage", list(passages), self.embedder.encode_passages)
-        cos = matrix @ q
-        order = np.argsort(-cos, kind="stable")
-        second_rank = np.empty(len(passages), dtype=np.int64)
-        second_rank[order] = np.arange(1, len(passages) + 1)
-        return [
-            self.first_weight / (self.k + i + 1) + 1.0 / (self.k + int(second_rank[i])) for i in range(len(passages))
-        ]
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.disk.encode("query", list(texts), self.embedder.encode_queries)
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self.disk.encode("passage", list(texts), self.embedder.encode_passages)
 
 
 async def _run_mode(
-    searcher: HybridSearcher,
+    searcher: SearchEngine,
     ds: Dataset,
     query_ids: Sequence[str],
     qvecs: np.ndarray,
@@ -741,11 +708,12 @@ async def _run_mode(
             )
         run[qid] = {h.source_id: float(100 - h.rank) for h in result.hits}
 
-    if reranker is not None and isinstance(reranker, _CachedEmbeddingReranker):
+    cached = reranker.embedder if isinstance(reranker, EmbeddingReranker) else None
+    if isinstance(cached, _CachedEncoder):
         # The cache is not thread-safe and the encoder is the bottleneck anyway: one query at a time.
         for i, qid in enumerate(query_ids):
             await one(i, qid)
-        reranker._disk.save()
+        cached.disk.save()
     else:
         await asyncio.gather(*(one(i, q) for i, q in enumerate(query_ids)))
     return run

@@ -27,14 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shared import tracing
 from shared.models import (
-    MAX_QUERY_CHARS,
     CitationMetrics,
     ParsedDocument,
-    QueryForm,
-    SearchFilters,
     SearchHit,
-    SearchMode,
+    SearchParameters,
     Source,
+    described,
 )
 
 
@@ -544,40 +542,27 @@ class LlmCall(BaseModel):
     ok: bool = Field(True, description="False: the call failed or was cut off (the tokens are what was counted).")
 
 
-class RetrievalRequest(Event):
+class RetrievalRequest(Event, SearchParameters):
     """A search (topic ``retrieval.requests``; reply to the ``reply_to`` header's topic)."""
 
-    schema_version: Literal[1] = 1
-    query: str | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_QUERY_CHARS,
-        description="The question as written; may be left out when `query_form` is given (the retriever renders it).",
+    model_config = ConfigDict(
+        json_schema_extra=described(
+            {
+                "query": "The question as written; may be left out when `query_form` is given (the retriever renders "
+                "it).",
+                "query_form": (
+                    "A structured query (therapeutic: drug + disease; condition-findings): the retriever renders it "
+                    "(embeds its template, matches its terms lexically) and sends the text back as `rendered_query`."
+                ),
+                "reranker": "Reranker for `hybrid+rerank`; default: the retriever's setting.",
+                "mmr": "Diversify the top_n with maximal marginal relevance.",
+                "mmr_lambda": "MMR trade-off; default: the setting.",
+            }
+        )
     )
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=100)
-    mode: SearchMode = "hybrid"
-    filters: SearchFilters = Field(default_factory=SearchFilters)
-    ef_search: int | None = Field(None, ge=1, le=1000)
-    extra_chunk_ids: list[str] = Field(default_factory=list, description="Chunks to add (cited earlier).")
-    query_form: QueryForm | None = Field(
-        None,
-        description=(
-            "A structured query (therapeutic: drug + disease; condition-findings): the retriever renders it "
-            "(embeds its template, matches its terms lexically) and sends the text back as `rendered_query`."
-        ),
-    )
-    reranker: Literal["auto", "none", "cross-encoder", "llm"] | None = Field(
-        None, description="Reranker for `hybrid+rerank`; default: the retriever's setting."
-    )
-    mmr: bool = Field(False, description="Diversify the top_n with maximal marginal relevance.")
-    mmr_lambda: float | None = Field(None, ge=0, le=1, description="MMR trade-off; default: the setting.")
 
-    @model_validator(mode="after")
-    def _has_query(self) -> RetrievalRequest:
-        if self.query is None and self.query_form is None:
-            raise ValueError("give a query or a query_form")
-        return self
+    schema_version: Literal[1] = 1
+    extra_chunk_ids: list[str] = Field(default_factory=list, description="Chunks to add (cited earlier).")
 
 
 class RetrievalReply(Event):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
-from typing import Annotated, Literal, get_args
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -263,13 +264,27 @@ class CitationMetrics(BaseModel):
     )
 
 
+@dataclass(frozen=True)
+class CliFlag:
+    """A filter's option in ``evidentia search`` and ``evidentia ask`` (metadata of its :class:`SearchFilters`
+    field: the CLI builds its options and the request's filters from these)."""
+
+    flag: str
+    metavar: str | None = None
+    help: str | None = None
+
+
 class SearchFilters(BaseModel):
     """Restrictions on what a search may return."""
 
     model_config = ConfigDict(extra="forbid")
 
-    year_from: int | None = Field(None, ge=1800, le=2100, description="Earliest publication year.")
-    year_to: int | None = Field(None, ge=1800, le=2100, description="Latest publication year.")
+    year_from: Annotated[int | None, CliFlag("--year-from")] = Field(
+        None, ge=1800, le=2100, description="Earliest publication year."
+    )
+    year_to: Annotated[int | None, CliFlag("--year-to")] = Field(
+        None, ge=1800, le=2100, description="Latest publication year."
+    )
     journals: list[str] = Field(default_factory=list, description="Journal titles or ISO abbreviations.")
     study_types: list[StudyType] = Field(default_factory=list, description="Only these study types.")
     min_evidence_level: float | None = Field(None, ge=0, le=1, description="Lowest evidence weight (0..1).")
@@ -289,7 +304,14 @@ class SearchFilters(BaseModel):
         le=PRIORITY_HIGH,
         description="Lowest document priority (10 low, 50 normal, 100 high); priority 0 is never returned anyway.",
     )
-    min_citation_count: int | None = Field(
+    min_citation_count: Annotated[
+        int | None,
+        CliFlag(
+            "--min-citations",
+            "N",
+            "Only papers cited at least N times (NIH iCite, `evidentia import icite`; papers without metrics fail).",
+        ),
+    ] = Field(
         None,
         ge=0,
         description=(
@@ -297,7 +319,14 @@ class SearchFilters(BaseModel):
             "icite`). A document without iCite metrics (no PMID, or none imported for it) fails this filter."
         ),
     )
-    min_nih_percentile: float | None = Field(
+    min_nih_percentile: Annotated[
+        float | None,
+        CliFlag(
+            "--min-percentile",
+            "P",
+            "Only papers at or above NIH percentile P, 0-100 (iCite; papers without metrics fail).",
+        ),
+    ] = Field(
         None,
         ge=0,
         le=100,
@@ -402,6 +431,54 @@ class QueryForm(BaseModel):
         (:func:`check_query_length`): the schema bounds each field, not their sum."""
         for text in (self.text(), self.keywords()):
             check_query_length(text, f"{what} (as searched)", max_terms)
+
+
+#: How many candidates a search keeps after the fusion (``top_k``) and how many passages it returns (``top_n``):
+#: the limits every request that searches shares. A search returns up to :data:`MAX_TOP_N` passages; an answer
+#: (ask, the workflows) reads at most :data:`MAX_ANSWER_TOP_N` of them.
+DEFAULT_TOP_K = 20
+DEFAULT_TOP_N = 5
+MAX_TOP_K = 200
+MAX_TOP_N = 100
+MAX_ANSWER_TOP_N = 20
+TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
+TopN = Annotated[int, Field(ge=1, le=MAX_TOP_N)]
+AnswerTopN = Annotated[int, Field(ge=1, le=MAX_ANSWER_TOP_N)]
+RerankerChoice = Literal["auto", "none", "cross-encoder", "llm"]
+
+
+def described(descriptions: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` that gives the named properties these descriptions: how one contract that shares
+    :class:`SearchParameters` documents them to its readers, without declaring the fields again."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        for name, text in descriptions.items():
+            schema["properties"][name]["description"] = text
+
+    return extra
+
+
+class SearchParameters(BaseModel):
+    """What a search asks, declared once for the HTTP search request (``POST /v1/search``) and the Kafka
+    retrieval request (:class:`shared.events.RetrievalRequest`); each documents the fields to its own readers
+    (:func:`described`)."""
+
+    query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
+    query_form: QueryForm | None = None
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: TopN = DEFAULT_TOP_N
+    mode: SearchMode = "hybrid"
+    reranker: RerankerChoice | None = None
+    mmr: bool = False
+    mmr_lambda: float | None = Field(None, ge=0, le=1)
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    ef_search: int | None = Field(None, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _has_query(self) -> Self:
+        if self.query is None and self.query_form is None:
+            raise ValueError("give a query or a query_form")
+        return self
 
 
 class SearchHit(BaseModel):

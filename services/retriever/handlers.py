@@ -14,14 +14,14 @@ from aiokafka import ConsumerRecord
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from services.retriever.ann_index_store import IvfflatProbes, maintain_forever
-from services.retriever.doc_values_store import DocValuesFollower, follow_forever, prune_forever
-from services.retriever.lexical_store import compact_forever
-from services.retriever.postings_cache import PostingsCache
-from services.retriever.queries import render
-from services.retriever.rerank import build_reranker
-from services.retriever.search import CorpusStats, HybridSearcher, SearchResult
-from services.retriever.store import (
+from services.retriever.engine import SearchEngine, SearchResult, UnservableRequest, serve
+from services.retriever.engine.doc_values.follower import DocValuesFollower, follow_forever, prune_forever
+from services.retriever.engine.lexical.compaction import compact_forever
+from services.retriever.engine.lexical.postings_cache import PostingsCache
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.replica import watch_replica_lag
+from services.retriever.engine.vector.ann_index import IvfflatProbes, maintain_forever
+from services.retriever.engine.vector.tables import (
     IndexModelMismatch,
     VectorIndex,
     await_active_index,
@@ -29,7 +29,6 @@ from services.retriever.store import (
     ensure_active_index,
     live_index_for,
     upsert_vectors,
-    watch_replica_lag,
 )
 from shared import metrics
 from shared.broker import (
@@ -50,7 +49,6 @@ from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
 from shared.llm import usage_scope
-from shared.models import cap_query
 from shared.settings import Settings
 from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 
@@ -197,13 +195,13 @@ class RetrieverState:
             return self.index
         return await live_index_for(self.pool, model, dim)
 
-    async def current_searcher(self) -> HybridSearcher:
+    async def current_searcher(self) -> SearchEngine:
         """:meth:`searcher`, its IVFFlat probes those of the live index's lists (read again every minute)."""
         await self._probes.current(self.search_pool, self.index.table_name)
         return self.searcher()
 
-    def searcher(self) -> HybridSearcher:
-        return HybridSearcher.from_settings(
+    def searcher(self) -> SearchEngine:
+        return SearchEngine.from_settings(
             self.search_pool,
             self.index,
             self.settings.retrieval,
@@ -329,7 +327,7 @@ def register_search(broker: KafkaBroker, state: RetrieverState) -> None:
                 llm_calls=ledger.calls,
                 rendered_query=rendered,
             )
-        except _BadRequest as exc:
+        except UnservableRequest as exc:
             answer = RetrievalReply(
                 trace_id=request.trace_id, error=ErrorInfo(type="BadRequest", message=str(exc), status=400)
             )
@@ -364,37 +362,5 @@ def remaining_budget_s(msg: KafkaMessage, timeout_s: float) -> float:
 
 
 async def _search(state: RetrieverState, request: RetrievalRequest) -> tuple[SearchResult, str]:
-    """Takes a request; returns its result and the query as searched (the query form rendered here)."""
-    max_terms = state.settings.retrieval.max_query_terms
-    # The gateway answers 422 before this; what another publisher sends over the limits is cut, not run whole.
-    query = None if request.query is None else cap_query(request.query, max_terms)
-    q = render(query, request.query_form).capped(max_terms)
-    reranker = None
-    if request.mode == "hybrid+rerank":
-        try:
-            reranker = build_reranker(state.settings, request.reranker)
-        except ValueError as exc:
-            raise _BadRequest(str(exc)) from exc
-    vector = None
-    if request.mode != "lexical":
-        vector = (await asyncio.to_thread(state.embedder.encode_queries, [q.dense]))[0]
-    result = await (await state.current_searcher()).search(
-        query if query is not None else q.dense,
-        vector,
-        mode=request.mode,
-        top_k=request.top_k,
-        top_n=request.top_n,
-        filters=request.filters,
-        ef_search=request.ef_search,
-        extra_chunk_ids=request.extra_chunk_ids,
-        lexical_query=q.lexical,
-        rerank_query=q.rerank,
-        reranker=reranker,
-        mmr=request.mmr,
-        mmr_lambda=request.mmr_lambda,
-    )
-    return result, q.rerank
-
-
-class _BadRequest(ValueError):
-    """A request the retriever cannot serve as asked (e.g. a reranker that is not configured)."""
+    """Takes a request; returns its result and the query as searched (the engine's :func:`serve`)."""
+    return await serve(await state.current_searcher(), state.embedder, request, state.settings)

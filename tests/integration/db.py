@@ -8,7 +8,7 @@ import asyncio
 import asyncpg
 import numpy as np
 
-from services.retriever.store import VectorIndex, create_index, upsert_vectors
+from services.retriever.engine.vector.tables import VectorIndex, create_index, upsert_vectors
 from shared.settings import DatabaseSettings
 
 #: How long a connection attempt may take (asyncpg's own default is 60 s).

@@ -8,8 +8,8 @@ import random
 import asyncpg
 import numpy as np
 
-from services.retriever.doc_values import DocValues
-from services.retriever.store import where_clause
+from services.retriever.engine.doc_values.columns import DocValues
+from services.retriever.engine.filters.fields import where_clause
 from shared.models import Chunk, Journal, MeshHeading, ParsedDocument, SearchFilters
 
 STUDY_TYPES = [None, "randomized-controlled-trial", "cohort", "meta-analysis"]

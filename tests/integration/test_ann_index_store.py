@@ -14,19 +14,10 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.ann_index_store import IvfflatProbes, ann_indexes, ivfflat_lists, maintain_ann_index
-from services.retriever.store import (
-    ANN_MAINTENANCE_LOCK,
-    COMPACTION_LOCK,
-    VectorIndex,
-    advisory_session,
-    create_index,
-    ivfflat_index_sql,
-    nearest_chunks,
-    nearest_chunks_settings,
-    nearest_chunks_sql,
-    upsert_vectors,
-)
+from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK, COMPACTION_LOCK, advisory_session
+from services.retriever.engine.vector.ann_index import IvfflatProbes, ann_indexes, ivfflat_lists, maintain_ann_index
+from services.retriever.engine.vector.search import nearest_chunks, nearest_chunks_settings, nearest_chunks_sql
+from services.retriever.engine.vector.tables import VectorIndex, create_index, ivfflat_index_sql, upsert_vectors
 from shared.db import create_pool
 from shared.models import Chunk, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings

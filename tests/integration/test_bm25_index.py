@@ -18,21 +18,15 @@ import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import delete_document, store_document
-from services.retriever import lexical_store
-from services.retriever.lexical_store import (
-    PLANNED_MARGIN,
-    POSTING,
-    Bm25Scoring,
-    PassingSet,
-    bm25_rank,
-    compact,
-    passing_chunks,
-    planned_rows,
-    term_postings,
-)
-from services.retriever.postings_cache import PostingsCache
-from services.retriever.search import Bm25Params, CorpusStats, bm25_search
-from services.retriever.store import Scored
+from services.retriever.engine.filters.passing import PLANNED_MARGIN, PassingSet, passing_chunks, planned_rows
+from services.retriever.engine.lexical import postings as lexical_store
+from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.compaction import compact
+from services.retriever.engine.lexical.postings import Bm25Scoring, term_postings
+from services.retriever.engine.lexical.postings_cache import PostingsCache
+from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank, bm25_search
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.scored import Scored
 from shared.db import create_pool, list_migrations
 from shared.models import Chunk, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings

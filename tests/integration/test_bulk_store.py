@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever import bulk_store
-from services.retriever.ann_index_store import ann_indexes, maintain_ann_index
-from services.retriever.lexical_store import POSTING, compact
-from services.retriever.store import VectorIndex, create_index, nearest_chunks, upsert_vectors
+from services.retriever.engine import bulk as bulk_store
+from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.compaction import compact
+from services.retriever.engine.vector.ann_index import ann_indexes, maintain_ann_index
+from services.retriever.engine.vector.search import nearest_chunks
+from services.retriever.engine.vector.tables import VectorIndex, create_index, upsert_vectors
 from shared.db import create_pool
 from shared.models import Chunk, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings

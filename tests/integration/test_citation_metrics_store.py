@@ -22,12 +22,17 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.icite import read_icite
-from services.retriever.icite_store import citation_metrics_of, load_icite
-from services.retriever.lexical_store import Bm25Scoring, bm25_rank
-from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
-from services.retriever.store import Scored, VectorIndex
+from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.lexical.postings import Bm25Scoring
+from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank, bm25_search
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.scored import Scored
+from services.retriever.engine.vector.search import dense_search
+from services.retriever.engine.vector.tables import VectorIndex
 from shared.db import create_pool
+from shared.icite.parse import read_icite
+from shared.icite.store import citation_metrics_of, load_icite
 from shared.models import Chunk, CitationMetrics, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
 from tests.integration.db import index_random_vectors
@@ -164,7 +169,7 @@ async def test_citation_filters_in_every_leg(corpus: tuple) -> None:  # type: ig
 
 async def test_hybrid_hits_carry_their_citation_metrics(corpus: tuple) -> None:  # type: ignore[type-arg]
     pool, index, query = corpus
-    searcher = HybridSearcher(pool, index, ef_search=40)
+    searcher = SearchEngine(pool, index, SearchConfig(ef_search=40))
     result = await searcher.search(
         "fasting migraine", query, mode="hybrid", top_k=10, top_n=10, filters=SearchFilters()
     )

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from evaluation.retrieval import Dataset, EvalConfig, indexed_store
-from services.retriever.search import CorpusStats, HybridSearcher
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.pipeline import SearchEngine
 from shared.models import SearchFilters, relevant_hits
 from shared.settings import Settings
 
@@ -60,8 +61,8 @@ async def test_the_default_finds_each_questions_own_abstract_and_its_floor_rejec
         assert store.index.model == "BAAI/bge-small-en-v1.5" and store.index.dim == 384
         # The 512-token window keeps each abstract whole (all-MiniLM-L6-v2 cuts most of these in two).
         assert store.chunks == len(ds.corpus)
-        searcher = HybridSearcher.from_settings(store.pool, store.index, settings.retrieval, stats=CorpusStats())
-        assert searcher.convex is not None and searcher.convex.weights == [0.6, 0.4]
+        searcher = SearchEngine.from_settings(store.pool, store.index, settings.retrieval, stats=CorpusStats())
+        assert searcher.config.convex is not None and searcher.config.convex.weights == [0.6, 0.4]
         floor = settings.relevance_floor
         assert floor == 0.61
         firsts = 0

@@ -1,4 +1,4 @@
-"""Doc values on a real PostgreSQL 18 (migration 223's change feed, services/retriever/doc_values_store.py): the
+"""Doc values on a real PostgreSQL 18 (the documents' change feed, engine/doc_values/follower.py): the
 held columns agree with the SQL filter on every chunk; a follower sees every committed change, also one of a
 transaction that began before another that committed first; a TRUNCATE or a pruned feed makes it read
 everything again; and lexical search under filters returns the same with the values as without them."""
@@ -14,10 +14,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.parser.store import store_document
-from services.retriever.doc_values import DocValues, holds_all
-from services.retriever.doc_values_store import DocValuesFollower, load, prune_changes
-from services.retriever.lexical_store import Bm25Scoring, bm25_rank, corpus_counts
-from services.retriever.search import Bm25Params, CorpusStats, bm25_search
+from services.retriever.engine.doc_values.columns import DocValues
+from services.retriever.engine.doc_values.follower import DocValuesFollower, load, prune_changes
+from services.retriever.engine.filters.fields import holds_all
+from services.retriever.engine.lexical.postings import Bm25Scoring, corpus_counts
+from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank, bm25_search
+from services.retriever.engine.lexical.stats import CorpusStats
 from shared.models import SearchFilters
 from tests.integration.doc_values_data import SOURCES, STUDY_TYPES, filtered_doc, may_pass, sql_passing
 

@@ -14,9 +14,14 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.lexical_store import Bm25Scoring, bm25_rank
-from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
-from services.retriever.store import Scored, VectorIndex
+from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.lexical.postings import Bm25Scoring
+from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank, bm25_search
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.scored import Scored
+from services.retriever.engine.vector.search import dense_search
+from services.retriever.engine.vector.tables import VectorIndex
 from shared.db import create_pool
 from shared.db.jobs import add_job_documents, create_job
 from shared.models import Chunk, ParsedDocument, SearchFilters
@@ -145,7 +150,7 @@ async def test_hybrid_hits_carry_priority_and_drop_excluded_re_offered_chunks(co
     pool, index, query = corpus
     excluded = await pool.fetchval("SELECT chunk_id FROM chunks WHERE document_id = 'pubmed:10'")
     low = await pool.fetchval("SELECT chunk_id FROM chunks WHERE document_id = 'pubmed:11'")
-    searcher = HybridSearcher(pool, index, ef_search=40)
+    searcher = SearchEngine(pool, index, SearchConfig(ef_search=40))
     result = await searcher.search(
         "aspirin stroke",
         query,
@@ -161,8 +166,8 @@ async def test_hybrid_hits_carry_priority_and_drop_excluded_re_offered_chunks(co
 
 async def test_the_boost_lifts_high_priority_documents(corpus: tuple) -> None:  # type: ignore[type-arg]
     pool, index, query = corpus
-    plain = HybridSearcher(pool, index, ef_search=40)
-    boosted = HybridSearcher(pool, index, ef_search=40, priority_boost=1.0)
+    plain = SearchEngine(pool, index, SearchConfig(ef_search=40))
+    boosted = SearchEngine(pool, index, SearchConfig(ef_search=40, priority_boost=1.0))
     args = {"mode": "hybrid", "top_k": 10, "top_n": 10, "filters": SearchFilters()}
     before = {h.document_id: h.score for h in (await plain.search("aspirin stroke", query, **args)).hits}  # type: ignore[arg-type]
     hits = (await boosted.search("aspirin stroke", query, **args)).hits  # type: ignore[arg-type]

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.search import EvidenceBlend, HybridSearcher
-from services.retriever.store import VectorIndex, create_index, upsert_vectors
+from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.ranking.blends import EvidenceBlend
+from services.retriever.engine.vector.tables import VectorIndex, create_index, upsert_vectors
 from shared.db import create_pool
 from shared.models import EVIDENCE_WEIGHTS, Chunk, ParsedDocument, SearchFilters, StudyType
 from shared.settings import DatabaseSettings
@@ -70,8 +72,10 @@ ARGS = {"top_k": 10, "top_n": 10, "filters": SearchFilters()}
 
 async def test_equal_relevance_is_ordered_by_stored_evidence(corpus: tuple) -> None:  # type: ignore[type-arg]
     pool, index, query = corpus
-    plain = (await HybridSearcher(pool, index, ef_search=40).search("statins", query, mode="dense", **ARGS)).hits  # type: ignore[arg-type]
-    graded = HybridSearcher(pool, index, ef_search=40, evidence=EvidenceBlend(0.2))
+    plain = (
+        await SearchEngine(pool, index, SearchConfig(ef_search=40)).search("statins", query, mode="dense", **ARGS)
+    ).hits  # type: ignore[arg-type]
+    graded = SearchEngine(pool, index, SearchConfig(ef_search=40, evidence=EvidenceBlend(0.2)))
     hits = (await graded.search("statins", query, mode="dense", **ARGS)).hits  # type: ignore[arg-type]
     assert [h.pmid for h in hits] == ["23", "24", "22", "21"]  # meta-analysis, RCT, unclassified, editorial
     assert [h.rank for h in hits] == [1, 2, 3, 4]
@@ -83,18 +87,20 @@ async def test_equal_relevance_is_ordered_by_stored_evidence(corpus: tuple) -> N
     assert after["23"] == pytest.approx(before["23"] * 1.1)
     assert after["22"] == pytest.approx(before["22"])  # unclassified: unchanged
     # Hybrid: the fused scores of equal passages differ by their (arbitrary) ranks, up to 5 %; weight 1 outweighs it.
-    strong = HybridSearcher(pool, index, ef_search=40, evidence=EvidenceBlend(1.0))
+    strong = SearchEngine(pool, index, SearchConfig(ef_search=40, evidence=EvidenceBlend(1.0)))
     hybrid = (await strong.search("statins", query, mode="hybrid", **ARGS)).hits  # type: ignore[arg-type]
     assert [h.pmid for h in hybrid] == ["23", "24", "22", "21"]
 
 
 async def test_recency_orders_by_year_and_weights_zero_change_nothing(corpus: tuple) -> None:  # type: ignore[type-arg]
     pool, index, query = corpus
-    recent = HybridSearcher(pool, index, ef_search=40, evidence=EvidenceBlend(0.0, 0.5, 10.0, this_year=2026))
+    recent = SearchEngine(
+        pool, index, SearchConfig(ef_search=40, evidence=EvidenceBlend(0.0, 0.5, 10.0, this_year=2026))
+    )
     hits = (await recent.search("statins", query, mode="dense", **ARGS)).hits  # type: ignore[arg-type]
     assert [h.pmid for h in hits] == ["24", "21", "22", "23"]  # 2025, 2024, undated (neutral), 1996
-    off = HybridSearcher(pool, index, ef_search=40, evidence=EvidenceBlend(0.0, 0.0, 10.0, this_year=2026))
-    plain = HybridSearcher(pool, index, ef_search=40)
+    off = SearchEngine(pool, index, SearchConfig(ef_search=40, evidence=EvidenceBlend(0.0, 0.0, 10.0, this_year=2026)))
+    plain = SearchEngine(pool, index, SearchConfig(ef_search=40))
     for mode in ("dense", "lexical", "hybrid"):
         a = (await off.search("statins", query, mode=mode, **ARGS)).hits  # type: ignore[arg-type]
         b = (await plain.search("statins", query, mode=mode, **ARGS)).hits  # type: ignore[arg-type]

@@ -19,10 +19,12 @@ from faststream.kafka import KafkaBroker
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
-from services.retriever.doc_values_store import DocValuesFollower
+from services.retriever.engine.doc_values.follower import DocValuesFollower
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.replica import replica_lag_s
+from services.retriever.engine.vector.tables import upsert_vectors
 from services.retriever.handlers import RetrieverState, register
-from services.retriever.search import CorpusStats, HybridSearcher
-from services.retriever.store import replica_lag_s, upsert_vectors
 from shared.models import SearchFilters
 from shared.settings import Settings
 from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
@@ -216,7 +218,7 @@ async def test_a_search_only_retriever_answers_from_the_replica_and_writes_nothi
         try:
             follower = searching.doc_values
             assert follower is not None and await follower.pool.fetchval("SELECT pg_is_in_recovery()")
-            primary = HybridSearcher.from_settings(
+            primary = SearchEngine.from_settings(
                 storing.pool, storing.index, storing.settings.retrieval, stats=CorpusStats()
             )
             query = "statins and dementia outcomes"

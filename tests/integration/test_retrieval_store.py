@@ -17,22 +17,25 @@ import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
-from services.retriever import lexical_store
-from services.retriever import search as search_module
-from services.retriever.lexical_store import planned_rows
-from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, bm25_search, dense_search
-from services.retriever.store import (
-    Scored,
-    VectorIndex,
-    create_index,
+from services.retriever.engine import pipeline
+from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.filters import passing
+from services.retriever.engine.filters.fields import where_clause, with_mesh_descendants
+from services.retriever.engine.filters.passing import planned_rows
+from services.retriever.engine.lexical import rank
+from services.retriever.engine.lexical.rank import Bm25Params, bm25_search
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.scored import Scored
+from services.retriever.engine.vector import search as vector_search
+from services.retriever.engine.vector.search import (
+    dense_search,
     nearest_chunks,
     nearest_chunks_settings,
     nearest_chunks_sql,
-    upsert_vectors,
     vectors_of,
-    where_clause,
-    with_mesh_descendants,
 )
+from services.retriever.engine.vector.tables import VectorIndex, create_index, upsert_vectors
 from shared.db import create_pool
 from shared.models import Chunk, MeshHeading, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
@@ -192,7 +195,7 @@ async def test_bm25_postings_follow_chunk_changes(store: tuple) -> None:  # type
 
 async def test_hybrid_filters_mesh_descendants_and_per_document_limit(store: tuple) -> None:  # type: ignore[type-arg]
     pool, index, vectors = store
-    searcher = HybridSearcher(pool, index, ef_search=40)
+    searcher = SearchEngine(pool, index, SearchConfig(ef_search=40))
     query = np.asarray(vectors[next(iter(vectors))])
     mesh = SearchFilters(mesh=["Heart Diseases"])
     result = await searcher.search(
@@ -235,23 +238,23 @@ async def test_hybrid_reads_a_filters_chunks_once_for_both_legs(
     pool, index, vectors = store
     # The filter-first bound is then max(10, sqrt(100 * ~440 chunks)) = 209: the rare year passes 9 chunks,
     # 1999-2030 all but the retracted one's.
-    monkeypatch.setattr(search_module, "FILTER_FIRST_MAX_CHUNKS", 10)
+    monkeypatch.setattr(passing, "FILTER_FIRST_MAX_CHUNKS", 10)
     filters = SearchFilters(year_from=RARE_YEAR, year_to=year_to)
-    searcher = HybridSearcher(pool, index, ef_search=40)
+    searcher = SearchEngine(pool, index, SearchConfig(ef_search=40))
     query = np.asarray(vectors[next(iter(vectors))])
     # Each leg on its own (each resolves the filter itself), before counting.
     dense_alone = await searcher.dense_search(query, 100, filters, 40)
     lexical_alone = await searcher.lexical_search("patients outcome cardiology", 100, filters)
     reads: list[int] = []
-    real = lexical_store.passing_chunks
+    real = passing.passing_chunks
 
-    async def counted(conn: Any, f: SearchFilters, cap: int) -> lexical_store.PassingSet:
+    async def counted(conn: Any, f: SearchFilters, cap: int) -> passing.PassingSet:
         result = await real(conn, f, cap)
         reads.append(-1 if result.chunks is None else len(result.chunks))
         return result
 
-    monkeypatch.setattr(search_module, "passing_chunks", counted)
-    monkeypatch.setattr(lexical_store, "passing_chunks", counted)
+    for module in (pipeline, rank, vector_search):  # every leg and the pipeline resolve filters through it
+        monkeypatch.setattr(module, "passing_chunks", counted)
     result = await searcher.search(
         "patients outcome cardiology", query, mode="hybrid", top_k=100, top_n=300, filters=filters
     )

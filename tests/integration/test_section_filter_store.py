@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.lexical_store import Bm25Scoring, bm25_rank
-from services.retriever.search import Bm25Params, CorpusStats, HybridSearcher, dense_search
-from services.retriever.store import VectorIndex
+from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.lexical.postings import Bm25Scoring
+from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.vector.search import dense_search
+from services.retriever.engine.vector.tables import VectorIndex
 from shared.db import create_pool
 from shared.models import Chunk, ParsedDocument, SearchFilters
 from shared.settings import DatabaseSettings
@@ -120,7 +124,7 @@ async def test_bm25_keeps_only_the_named_sections(store: tuple, filter_first_max
 
 async def test_hybrid_search_returns_the_section_of_each_hit(store: tuple) -> None:  # type: ignore[type-arg]
     pool, index, query = store
-    searcher = HybridSearcher(pool, index, ef_search=40)
+    searcher = SearchEngine(pool, index, SearchConfig(ef_search=40))
     result = await searcher.search(
         "statins dementia",
         query,

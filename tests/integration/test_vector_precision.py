@@ -16,17 +16,15 @@ import numpy as np
 import pytest
 
 from services.parser.store import store_document
-from services.retriever.store import (
+from services.retriever.engine.vector.search import nearest_chunks, nearest_chunks_sql, vectors_of
+from services.retriever.engine.vector.tables import (
     VectorIndex,
     active_index,
     copy_vectors,
     create_index,
     get_index,
     index_name_with_precision,
-    nearest_chunks,
-    nearest_chunks_sql,
     upsert_vectors,
-    vectors_of,
 )
 from shared.db import create_pool
 from shared.models import Chunk, ParsedDocument, SearchFilters

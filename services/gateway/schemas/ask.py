@@ -14,7 +14,17 @@ from services.gateway.schemas.common import (
     check_question_length,
 )
 from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
-from shared.models import SearchFilters, SearchHit, SearchMode, Source, evidence_level_weight
+from shared.models import (
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_N,
+    AnswerTopN,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    Source,
+    TopK,
+    evidence_level_weight,
+)
 
 #: ``source_types`` as the medical assistant's ``QueryInput`` names them -> the stored sources they search.
 SOURCE_TYPES: dict[str, Source] = {
@@ -48,8 +58,8 @@ class AskRequest(BaseModel):
         description="Continue this conversation (from an earlier answer); absent: start a new one.",
     )
     filters: SearchFilters = Field(default_factory=SearchFilters)
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=20)
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: AnswerTopN = DEFAULT_TOP_N
     mode: SearchMode = "hybrid"
     return_sources: bool = Field(True, description="Include the retrieved passages in the response.")
     summary: bool = Field(True, description="Include the structured evidence summary.")

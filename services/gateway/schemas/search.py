@@ -2,65 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.schemas.common import check_query_form, check_query_terms
 from shared.events import LlmCall, TokenUsage
-from shared.models import MAX_QUERY_CHARS, THERAPEUTIC_TEMPLATE, QueryForm, SearchFilters, SearchHit, SearchMode
+from shared.models import THERAPEUTIC_TEMPLATE, SearchHit, SearchParameters, described
 
 
-class SearchRequest(BaseModel):
+class SearchRequest(SearchParameters):
     """A search: a free question, or a structured query form (therapeutic intent; condition + findings)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    query: str | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_QUERY_CHARS,
-        description="A question or search terms, at most 200 terms (`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; "
-        "longer: 422). May be left out when `query_form` is given.",
-    )
-    query_form: QueryForm | None = Field(
-        None,
-        description=(
-            f'A structured query. `therapeutic` (drug + disease) embeds "{THERAPEUTIC_TEMPLATE}"; '
-            '`condition-findings` embeds "{condition}. {finding}. ...". Lexical search matches their terms. '
-            "The text it renders to has the limits of `query` (longer: 422)."
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=described(
+            {
+                "query": "A question or search terms, at most 200 terms (`EVIDENTIA_RETRIEVAL_MAX_QUERY_TERMS`; "
+                "longer: 422). May be left out when `query_form` is given.",
+                "query_form": (
+                    f'A structured query. `therapeutic` (drug + disease) embeds "{THERAPEUTIC_TEMPLATE}"; '
+                    '`condition-findings` embeds "{condition}. {finding}. ...". Lexical search matches their terms. '
+                    "The text it renders to has the limits of `query` (longer: 422)."
+                ),
+                "top_k": "Candidates kept after fusion and handed to the reranker.",
+                "top_n": "Passages returned (after reranking).",
+                "mode": (
+                    "dense (pgvector HNSW, cosine), lexical (BM25 in PostgreSQL), hybrid (reciprocal rank fusion of "
+                    "both) or hybrid+rerank (hybrid, then the top_k reranked by a cross-encoder or Claude)."
+                ),
+                "reranker": "Reranker of hybrid+rerank; default: the retriever's `EVIDENTIA_RETRIEVAL_RERANKER`.",
+                "mmr": "Diversify the returned passages with maximal marginal relevance.",
+                "mmr_lambda": "MMR trade-off (1 = relevance only); default: the retriever's setting.",
+                "filters": (
+                    "Year range, journals, study types, minimum evidence level, MeSH descriptors (with descendants), "
+                    "sources, sections, minimum priority, minimum citation count and NIH percentile (iCite); retracted "
+                    "papers are excluded unless asked for; max passages per paper."
+                ),
+                "ef_search": "HNSW ef_search for this query.",
+            }
         ),
     )
-    top_k: int = Field(20, ge=1, le=200, description="Candidates kept after fusion and handed to the reranker.")
-    top_n: int = Field(5, ge=1, le=100, description="Passages returned (after reranking).")
-    mode: SearchMode = Field(
-        "hybrid",
-        description=(
-            "dense (pgvector HNSW, cosine), lexical (BM25 in PostgreSQL), hybrid (reciprocal rank fusion of "
-            "both) or hybrid+rerank (hybrid, then the top_k reranked by a cross-encoder or Claude)."
-        ),
-    )
-    reranker: Literal["auto", "none", "cross-encoder", "llm"] | None = Field(
-        None, description="Reranker of hybrid+rerank; default: the retriever's `EVIDENTIA_RETRIEVAL_RERANKER`."
-    )
-    mmr: bool = Field(False, description="Diversify the returned passages with maximal marginal relevance.")
-    mmr_lambda: float | None = Field(
-        None, ge=0, le=1, description="MMR trade-off (1 = relevance only); default: the retriever's setting."
-    )
-    filters: SearchFilters = Field(
-        default_factory=SearchFilters,
-        description=(
-            "Year range, journals, study types, minimum evidence level, MeSH descriptors (with descendants), "
-            "sources, sections, minimum priority, minimum citation count and NIH percentile (iCite); retracted "
-            "papers are excluded unless asked for; max passages per paper."
-        ),
-    )
-    ef_search: int | None = Field(None, ge=1, le=1000, description="HNSW ef_search for this query.")
 
     @model_validator(mode="after")
-    def _has_query(self) -> SearchRequest:
-        if self.query is None and self.query_form is None:
-            raise ValueError("give a query or a query_form")
+    def _checked(self) -> SearchRequest:
         if "\\u0000" in self.model_dump_json():
             raise ValueError("text may not contain NUL (\\u0000) characters")
         if self.query is not None and not self.query.strip():

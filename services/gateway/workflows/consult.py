@@ -22,7 +22,7 @@ from services.gateway.intelligence.consult import (
 from services.gateway.schemas.common import Metered
 from services.gateway.workflows.base import ContextDep, Run, Workflow, metered, workflow_router
 from services.gateway.workflows.recommend import Finding, GuidelineRequest, GuidelineResponse, RecommendWorkflow
-from shared.models import ClinicalFindingType, SearchMode
+from shared.models import DEFAULT_TOP_K, DEFAULT_TOP_N, AnswerTopN, ClinicalFindingType, SearchMode, TopK
 from shared.safety import DISCLAIMER
 
 router = workflow_router()
@@ -63,8 +63,8 @@ class ConsultRequest(BaseModel):
         0.6, ge=0, le=1, description="The model's working diagnosis is acted on only at this confidence (0-1) or above."
     )
     population: str | None = Field(None, max_length=200, description="e.g. 'adult', 'child under 5'.")
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=20)
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: AnswerTopN = DEFAULT_TOP_N
     mode: SearchMode = "hybrid"
 
     @model_validator(mode="after")

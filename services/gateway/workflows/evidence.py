@@ -41,7 +41,17 @@ from shared.events import (
     SynthesisRequest,
     new_trace_id,
 )
-from shared.models import QueryForm, SearchFilters, SearchHit, SearchMode, strongest_evidence_first
+from shared.models import (
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_N,
+    AnswerTopN,
+    QueryForm,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    TopK,
+    strongest_evidence_first,
+)
 from shared.safety import DISCLAIMER
 from shared.settings import Settings
 
@@ -77,8 +87,8 @@ class EvidenceRequest(BaseModel):
         le=1800,
         description="Longest wait for the ingestion jobs (default: EVIDENTIA_WORKFLOW_INGEST_WAIT_S).",
     )
-    top_k: int = Field(20, ge=1, le=200, description="Candidates retrieved before the rerank.")
-    top_n: int = Field(5, ge=1, le=20, description="Passages kept for the synthesis.")
+    top_k: TopK = Field(DEFAULT_TOP_K, description="Candidates retrieved before the rerank.")
+    top_n: AnswerTopN = Field(DEFAULT_TOP_N, description="Passages kept for the synthesis.")
     mode: SearchMode = Field("hybrid+rerank", description="Search method.")
 
     @model_validator(mode="after")

@@ -30,7 +30,18 @@ from shared.events import (
     SynthesisRequest,
     new_trace_id,
 )
-from shared.models import MAX_QUERY_CHARS, QueryForm, SearchFilters, SearchHit, SearchMode, strongest_evidence_first
+from shared.models import (
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_N,
+    MAX_QUERY_CHARS,
+    AnswerTopN,
+    QueryForm,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    TopK,
+    strongest_evidence_first,
+)
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 
 router = workflow_router()
@@ -53,8 +64,8 @@ class QueryRequest(BaseModel):
     )
     filters: SearchFilters = Field(default_factory=SearchFilters)
     search_mode: SearchMode = "hybrid"
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=20)
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: AnswerTopN = DEFAULT_TOP_N
     return_sources: bool = True
     summary: bool = Field(True, description="Include the structured evidence summary (standard mode).")
 

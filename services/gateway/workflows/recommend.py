@@ -16,7 +16,16 @@ from services.gateway.intelligence.guidelines import attribute, plan_question, w
 from services.gateway.schemas.common import Metered, check_query_form
 from services.gateway.workflows.base import ContextDep, Run, Workflow, metered, workflow_router
 from shared.events import Citation, CitationCheck, RetrievalRequest, SynthesisRequest, new_trace_id
-from shared.models import QueryForm, SearchFilters, SearchMode, finding_text
+from shared.models import (
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_N,
+    AnswerTopN,
+    QueryForm,
+    SearchFilters,
+    SearchMode,
+    TopK,
+    finding_text,
+)
 from shared.safety import DISCLAIMER
 
 router = workflow_router()
@@ -35,8 +44,8 @@ class GuidelineRequest(BaseModel):
     condition: str = Field(min_length=1, max_length=300, description="The diagnosed condition, e.g. malaria.")
     findings: list[Finding] = Field(default_factory=list, max_length=50, description="The patient's clinical findings.")
     population: str | None = Field(None, max_length=200, description="e.g. 'adult', 'child under 5'.")
-    top_k: int = Field(20, ge=1, le=200)
-    top_n: int = Field(5, ge=1, le=20)
+    top_k: TopK = DEFAULT_TOP_K
+    top_n: AnswerTopN = DEFAULT_TOP_N
     mode: SearchMode = "hybrid"
 
     def query_form(self) -> QueryForm:

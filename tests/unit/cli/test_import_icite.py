@@ -12,7 +12,7 @@ import pytest
 from cli import exits
 from cli.importer import open_text
 from cli.main import main
-from services.retriever.icite import IciteRow, read_icite
+from shared.icite.parse import IciteRow, read_icite
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "icite" / "icite_metadata.csv"
 

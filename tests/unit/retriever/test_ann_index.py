@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from services.retriever.ann_index_store import AnnIndex, auto_lists, plan, probes_for
-from services.retriever.store import VectorIndex, ivfflat_index_name, nearest_chunks_settings
+from services.retriever.engine.vector.ann_index import AnnIndex, auto_lists, plan, probes_for
+from services.retriever.engine.vector.search import nearest_chunks_settings
+from services.retriever.engine.vector.tables import VectorIndex, ivfflat_index_name
 from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings
 
 INDEX = VectorIndex("m", "model", 384, "chunk_vectors_m", "active", "half")

@@ -13,7 +13,7 @@ import pytest
 from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 
 import services.retriever.handlers as handlers
-from services.retriever.store import VectorIndex
+from services.retriever.engine.vector.tables import VectorIndex
 from shared.broker import PoisonEvent, decode
 from shared.events import ChunkEmbedded, DeadLetter
 from shared.settings import Settings

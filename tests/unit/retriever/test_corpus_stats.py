@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from services.retriever import search
-from services.retriever.lexical_store import Bm25Scoring, CorpusCounts
+from services.retriever.engine.filters import passing
+from services.retriever.engine.lexical import stats as search
+from services.retriever.engine.lexical.postings import Bm25Scoring, CorpusCounts
 
 
 class SlowCounts:
@@ -131,7 +132,7 @@ def test_stale_counts_never_make_idf_negative() -> None:
 
 
 def test_the_filter_first_bound_grows_with_the_square_root_of_k_times_n() -> None:
-    assert search.filter_first_max(100, 1_000_000) == 10_000  # break-even: s*N = k/s
-    assert search.filter_first_max(100, 10_000_000) == 31_622
-    assert search.filter_first_max(20, 1_000) == search.FILTER_FIRST_MAX_CHUNKS  # never below the floor
-    assert search.filter_first_max(0, 0) == search.FILTER_FIRST_MAX_CHUNKS
+    assert passing.filter_first_max(100, 1_000_000) == 10_000  # break-even: s*N = k/s
+    assert passing.filter_first_max(100, 10_000_000) == 31_622
+    assert passing.filter_first_max(20, 1_000) == passing.FILTER_FIRST_MAX_CHUNKS  # never below the floor
+    assert passing.filter_first_max(0, 0) == passing.FILTER_FIRST_MAX_CHUNKS

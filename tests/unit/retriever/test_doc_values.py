@@ -1,4 +1,4 @@
-"""Doc values (services/retriever/doc_values.py): what a held chunk passes, with SQL's NULL rules; keys not
+"""Doc values (engine/doc_values/columns.py): what a held chunk passes, with SQL's NULL rules; keys not
 held may pass; the arrays grow as keys appear. Agreement with the SQL filter on a real store is checked in
 tests/integration/test_doc_values_store.py."""
 
@@ -9,8 +9,9 @@ import contextlib
 
 import numpy as np
 
-from services.retriever.doc_values import DocValues, Rows, holds_all, narrows
-from services.retriever.doc_values_store import RETRY_LOAD_AFTER_S, DocValuesFollower, prune_forever
+from services.retriever.engine.doc_values.columns import DocValues, Rows
+from services.retriever.engine.doc_values.follower import RETRY_LOAD_AFTER_S, DocValuesFollower, prune_forever
+from services.retriever.engine.filters.fields import holds_all, narrows
 from shared.models import SearchFilters
 
 

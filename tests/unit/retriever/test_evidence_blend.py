@@ -1,4 +1,4 @@
-"""The evidence/recency blend of the retriever (services/retriever/search.py ``evidence_blended``)."""
+"""The evidence/recency blend of the retriever (services/retriever/engine/ranking/blends.py ``evidence_blended``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.retriever import search as search_mod
-from services.retriever.fusion import ReciprocalRankFusion
-from services.retriever.search import EvidenceBlend, HybridSearcher, evidence_blended, recency
-from services.retriever.store import Scored
+from services.retriever.engine import pipeline as search_mod
+from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.ranking.blends import EvidenceBlend, evidence_blended, recency
+from services.retriever.engine.ranking.fusion import ReciprocalRankFusion
+from services.retriever.engine.scored import Scored
 from shared.models import SearchFilters
 from shared.settings import RetrievalSettings
 
@@ -92,20 +94,20 @@ def test_the_settings_defaults_bounds_and_the_searcher() -> None:
     with pytest.raises(ValueError):
         RetrievalSettings(recency_half_life_years=0)  # type: ignore[call-arg]
     settings = RetrievalSettings(evidence_weight=0.2, recency_weight=0.1, recency_half_life_years=7)  # type: ignore[call-arg]
-    searcher = HybridSearcher.from_settings(None, None, settings)  # type: ignore[arg-type]
-    assert searcher.evidence == EvidenceBlend(0.2, 0.1, 7.0)
-    assert HybridSearcher(None, None, ReciprocalRankFusion()).evidence.active is False  # type: ignore[arg-type]
+    searcher = SearchEngine.from_settings(None, None, settings)  # type: ignore[arg-type]
+    assert searcher.config.evidence == EvidenceBlend(0.2, 0.1, 7.0)
+    assert SearchEngine(None, None, SearchConfig(fusion=ReciprocalRankFusion())).config.evidence.active is False  # type: ignore[arg-type]
 
 
-# --- through HybridSearcher.search (store replaced: fixed legs, rows and reranker) ----------------------------
+# --- through SearchEngine.search (store replaced: fixed legs, rows and reranker) ----------------------------
 
 EVIDENCE = {"a": 0.3, "b": None, "c": 1.0, "d": 0.9}
 DENSE = {"a": 0.80, "b": 0.79, "c": 0.78, "d": 0.50}
 
 
-class FixedSearcher(HybridSearcher):
+class FixedSearcher(SearchEngine):
     def __init__(self, **kw: Any):
-        super().__init__(pool=None, index=None, **kw)  # type: ignore[arg-type]
+        super().__init__(pool=None, index=None, config=SearchConfig(**kw))  # type: ignore[arg-type]
 
     async def dense_search(
         self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int, **_: Any
@@ -145,10 +147,10 @@ def _rows(monkeypatch: pytest.MonkeyPatch) -> None:
             for c in ids
         }
 
-    monkeypatch.setattr(search_mod, "hydrate", hydrate)
+    monkeypatch.setattr(search_mod, "hit_rows", hydrate)
 
 
-async def _order(searcher: HybridSearcher, mode: str, top_n: int = 4) -> list[str]:
+async def _order(searcher: SearchEngine, mode: str, top_n: int = 4) -> list[str]:
     result = await searcher.search(
         "q", np.ones(3), mode=mode, top_k=4, top_n=top_n, filters=SearchFilters(), reranker=FixedReranker()
     )

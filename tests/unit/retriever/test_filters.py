@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.retriever.store import where_clause
-from shared.models import SearchFilters
+from services.retriever.engine.filters.fields import FILTERS, is_restrictive, reads_chunk_columns, where_clause
+from shared.models import CliFlag, SearchFilters
 
 
 def test_default_filter_excludes_retracted_and_priority_zero_only() -> None:
@@ -78,3 +78,29 @@ def test_citation_filters_join_the_icite_metrics_by_pmid() -> None:
 def test_citation_filters_are_bounded(bad: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
         SearchFilters.model_validate(bad)
+
+
+def test_every_filter_field_is_declared_once_for_the_engine() -> None:
+    declared = [f.name for f in FILTERS]
+    assert sorted(declared) == sorted(SearchFilters.model_fields)  # a new field without a declaration fails here
+    assert len(declared) == len(set(declared))
+
+
+def test_restrictiveness_and_chunk_columns_follow_the_declarations() -> None:
+    assert not is_restrictive(SearchFilters())
+    assert not is_restrictive(SearchFilters(include_retracted=True, mesh_descendants=False, max_chunks_per_document=1))
+    assert is_restrictive(SearchFilters(min_priority=1))  # a bound, even the default's, is a value to check
+    assert is_restrictive(SearchFilters(journals=["Lancet"]))
+    assert reads_chunk_columns(SearchFilters(sections=["Results"]))
+    assert not reads_chunk_columns(SearchFilters(year_from=2000, mesh=["Humans"]))
+
+
+def test_the_cli_options_come_from_the_filter_fields() -> None:
+    fields = SearchFilters.model_fields.items()
+    flags = {m.flag: name for name, f in fields for m in f.metadata if isinstance(m, CliFlag)}
+    assert flags == {
+        "--year-from": "year_from",
+        "--year-to": "year_to",
+        "--min-citations": "min_citation_count",
+        "--min-percentile": "min_nih_percentile",
+    }

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.retriever.fusion import ReciprocalRankFusion
+from services.retriever.engine.ranking.fusion import ReciprocalRankFusion
 
 
 def test_rrf_matches_hand_computed_scores() -> None:
@@ -26,7 +26,7 @@ def test_rrf_ties_keep_first_seen_order_and_bad_weights_fail() -> None:
 
 
 def test_convex_fusion_hand_computed() -> None:
-    from services.retriever.fusion import ConvexFusion
+    from services.retriever.engine.ranking.fusion import ConvexFusion
 
     dense = [("a", 0.9), ("b", 0.7), ("c", 0.5)]  # normalised: a 1, b .5, c 0
     lexical = [("b", 12.0), ("d", 4.0)]  # normalised: b 1, d 0

@@ -8,11 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from services.retriever.lexical_store import (
-    FIRST_PASS_MAX_GROWTH,
-    PASS_GROWTH,
-    PASS_MARGIN,
-    POSTING,
+from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.compaction import merge_plan
+from services.retriever.engine.lexical.postings import (
     Bm25Scoring,
     CorpusCounts,
     QueryPostings,
@@ -20,9 +18,8 @@ from services.retriever.lexical_store import (
     _joined,
     best_keys,
     bm25_scores,
-    merge_plan,
-    next_pass,
 )
+from services.retriever.engine.lexical.rank import FIRST_PASS_MAX_GROWTH, PASS_GROWTH, PASS_MARGIN, next_pass
 
 
 def _postings(*rows: tuple[int, int, int, int, int, int, int]) -> np.ndarray:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from services.retriever.mmr import mmr_select
-from services.retriever.queries import render
-from services.retriever.rerank import LlmReranker, build_reranker, parse_llm_scores
+from services.retriever.engine.queries import render
+from services.retriever.engine.ranking.mmr import mmr_select
+from services.retriever.engine.ranking.rerank import LlmReranker, build_reranker, parse_llm_scores
 from shared.models import THERAPEUTIC_TEMPLATE, QueryForm
 from shared.settings import LlmSettings, RetrievalSettings, Settings
 

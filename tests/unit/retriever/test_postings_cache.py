@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.retriever.lexical_store import POSTING
-from services.retriever.postings_cache import MIN_POSTINGS, PostingsCache
+from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.postings_cache import MIN_POSTINGS, PostingsCache
 from shared.settings import RetrievalSettings
 
 

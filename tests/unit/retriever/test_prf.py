@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.retriever import search as search_mod
-from services.retriever.search import HybridSearcher
-from services.retriever.store import Scored
+from services.retriever.engine import pipeline as search_mod
+from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.pipeline import SearchEngine
+from services.retriever.engine.scored import Scored
 from shared.models import SearchFilters
 
 VECTORS = {
@@ -21,11 +22,11 @@ VECTORS = {
 }
 
 
-class FakeSearcher(HybridSearcher):
+class FakeSearcher(SearchEngine):
     """Exact cosine over four chunks; records every query vector the dense leg saw."""
 
     def __init__(self, **kw: Any):
-        super().__init__(pool=None, index=None, **kw)  # type: ignore[arg-type]
+        super().__init__(pool=None, index=None, config=SearchConfig(**kw))  # type: ignore[arg-type]
         self.seen: list[np.ndarray] = []
 
     async def dense_search(
@@ -68,7 +69,7 @@ def _no_store(monkeypatch: pytest.MonkeyPatch) -> None:
     async def vectors_of(_pool: Any, _index: Any, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return {c: VECTORS[c] for c in ids if c in VECTORS}
 
-    monkeypatch.setattr(search_mod, "hydrate", hydrate)
+    monkeypatch.setattr(search_mod, "hit_rows", hydrate)
     monkeypatch.setattr(search_mod, "vectors_of", vectors_of)
 
 

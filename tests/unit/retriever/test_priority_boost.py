@@ -1,10 +1,10 @@
-"""The priority blend of the retriever (services/retriever/search.py ``priority_boosted``)."""
+"""The priority blend of the retriever (services/retriever/engine/ranking/blends.py ``priority_boosted``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.retriever.search import priority_boosted
+from services.retriever.engine.ranking.blends import priority_boosted
 from shared.settings import RetrievalSettings
 
 

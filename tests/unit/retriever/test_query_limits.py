@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from services.retriever.engine.queries import render
 from services.retriever.handlers import _search
-from services.retriever.queries import render
 from shared.events import RetrievalRequest
 from shared.models import MAX_QUERY_CHARS, QueryForm, query_terms
 from shared.settings import Settings

@@ -11,7 +11,7 @@ import pytest
 from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 
 from services.retriever import handlers
-from services.retriever.search import SearchResult
+from services.retriever.engine.pipeline import SearchResult
 from shared.broker import EVENT_TYPE_HEADER
 from shared.events import RequestProgress, RetrievalReply, RetrievalRequest
 from shared.settings import Settings

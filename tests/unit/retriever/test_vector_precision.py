@@ -7,7 +7,8 @@ import pytest
 from pgvector import HalfVector
 from pydantic import ValidationError
 
-from services.retriever.store import VectorIndex, _as_array, cosine_opclass, hnsw_index_sql, vector_type
+from services.retriever.engine.vector.search import _as_array
+from services.retriever.engine.vector.tables import VectorIndex, cosine_opclass, hnsw_index_sql, vector_type
 from shared.settings import DatabaseSettings
 
 

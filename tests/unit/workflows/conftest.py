@@ -17,7 +17,7 @@ from services.gateway.intelligence.cache import MemoryCache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.workflows.base import WorkflowContext
-from services.retriever.queries import render
+from services.retriever.engine.queries import render
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.db.jobs import JobStatus

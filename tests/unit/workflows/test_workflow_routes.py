@@ -9,7 +9,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from services.gateway.workflows.query import QueryRequest, QueryTools
-from services.retriever.queries import render
+from services.retriever.engine.queries import render
 from shared.events import SynthesisRequest
 from shared.models import relevant_hits
 from shared.safety import EMERGENCY_ANSWER

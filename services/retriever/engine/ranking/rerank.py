@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from shared.embedding import Embedder
     from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -193,6 +192,18 @@ class LlmReranker:
         return [s + 1e-6 * f for s, f in zip(scores, fallback, strict=True)]
 
 
+class Encoder(Protocol):
+    """What :class:`EmbeddingReranker` reads of a bi-encoder (an :class:`~shared.embedding.Embedder`, or one whose
+    vectors come from a cache)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
 class EmbeddingReranker:
     """A second bi-encoder's cosine, fused by RRF with the first-stage order (``first_weight``).
 
@@ -200,7 +211,7 @@ class EmbeddingReranker:
     """
 
     def __init__(
-        self, embedder: Embedder, *, first_weight: float = 1.0, k: int = 60, cache: dict[str, np.ndarray] | None = None
+        self, embedder: Encoder, *, first_weight: float = 1.0, k: int = 60, cache: dict[str, np.ndarray] | None = None
     ):
         self.embedder = embedder
         self.name = f"embedding:{embedder.name}"

@@ -1,12 +1,10 @@
-"""The vector store: one pgvector table per embedding model, exactly one of them active; and the search
-filters as a SQL ``WHERE`` clause over ``chunks c JOIN documents d`` (:func:`where_clause`, shared with
-``lexical_store``).
+"""The vector store: one pgvector table per embedding model, exactly one of them active.
 
 Each index records the model and dimension that produced its vectors. A retriever started with a
 different model than the active index refuses to run (mixing vector spaces silently ruins search);
 ``evidentia reindex --model X`` builds a new index next to the old one and switches when done.
 
-Each index also records its precision (migration 221): ``single`` stores ``vector(dim)`` (4 bytes a
+Each index also records its precision: ``single`` stores ``vector(dim)`` (4 bytes a
 dimension), ``half`` stores ``halfvec(dim)`` (2 bytes a dimension; the HNSW index then uses
 ``halfvec_cosine_ops``). New indexes take ``EVIDENTIA_DATABASE_VECTOR_PRECISION``; every statement that
 touches a vector column uses the index's :attr:`VectorIndex.column_type`.
@@ -19,134 +17,15 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 import numpy as np
 
-from shared.metrics import SEARCH_REPLICA_LAG
-from shared.models import SearchFilters
-from shared.periodic import run_every
-from shared.settings import DEFAULT_IVFFLAT_PROBES, DatabaseSettings, VectorPrecision
+from shared.settings import DatabaseSettings, VectorPrecision
 
 log = logging.getLogger(__name__)
-
-#: The retriever's background jobs, one replica at a time each (session advisory locks, tried, never waited
-#: for). The lexical writers' transaction lock is (4542054, 14) (migration 220 and ``lexical_store``).
-COMPACTION_LOCK = (4542054, 15)
-ANN_MAINTENANCE_LOCK = (4542054, 16)
-
-
-@asynccontextmanager
-async def advisory_session(pool: asyncpg.Pool, key: tuple[int, int]) -> AsyncIterator[asyncpg.Connection | None]:
-    """A connection that holds the session advisory lock ``key`` for the block (released after it), or None
-    when another session holds it: the job is then another replica's."""
-    async with pool.acquire() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *key):
-            yield None
-            return
-        try:
-            yield conn
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *key)
-
-
-@dataclass(frozen=True)
-class Scored:
-    """A chunk and its score in one ranking (higher: better)."""
-
-    chunk_id: str
-    score: float
-
-
-#: The descriptors below any of ``{names}`` (a ``text[]``, any case) in the MeSH tree (``mesh_tree``, empty
-#: unless the tree was loaded): what a MeSH filter with descendants matches besides the names themselves.
-_MESH_DESCENDANTS_SQL = (
-    "SELECT c.descriptor FROM mesh_tree p "
-    "JOIN mesh_tree c ON c.tree_number = p.tree_number OR c.tree_number LIKE p.tree_number || '.%' "
-    "WHERE lower(p.descriptor) = ANY(SELECT lower(x) FROM unnest({names}::text[]) AS x)"
-)
-
-
-async def with_mesh_descendants(pool: asyncpg.Pool, filters: SearchFilters) -> SearchFilters:
-    """``filters`` with a MeSH filter's descendants looked up once and listed (``mesh_descendants`` then
-    off): the same chunks pass, but each statement compares against a given array, whose share the planner
-    estimates from the column's statistics, instead of one built by a subquery, which it guesses (1 %): the
-    guess sent a MeSH filter on 96 % of the chunks to be counted first, reading thousands of rows a search.
-    Filters without a MeSH filter with descendants come back as they are."""
-    if not (filters.mesh and filters.mesh_descendants):
-        return filters
-    below = await pool.fetchval(f"SELECT ARRAY({_MESH_DESCENDANTS_SQL.format(names='$1')})", list(filters.mesh))
-    mesh = list(dict.fromkeys([*filters.mesh, *(below or [])]))
-    return filters.model_copy(update={"mesh": mesh, "mesh_descendants": False})
-
-
-def where_clause(filters: SearchFilters, first_param: int) -> tuple[str, list[Any]]:
-    """``(sql, params)`` where sql is ``TRUE`` or conditions joined by AND, using $first_param..."""
-    conds: list[str] = []
-    params: list[Any] = []
-
-    def p(value: Any) -> str:
-        params.append(value)
-        return f"${first_param + len(params) - 1}"
-
-    if not filters.include_retracted:
-        conds.append("NOT d.retracted")
-    # Priority 0 (seed 003: "exclude") is never returned, whatever the filters say.
-    conds.append("d.priority > 0" if filters.min_priority is None else f"d.priority >= {p(filters.min_priority)}")
-    # Citation metrics (iCite, migration 212) are joined by PMID: a document without a row fails the filter.
-    if filters.min_citation_count is not None:
-        conds.append(
-            "EXISTS (SELECT 1 FROM citation_metrics icm WHERE icm.pmid = d.pmid "
-            f"AND icm.citation_count >= {p(filters.min_citation_count)})"
-        )
-    if filters.min_nih_percentile is not None:
-        conds.append(
-            "EXISTS (SELECT 1 FROM citation_metrics icm WHERE icm.pmid = d.pmid "
-            f"AND icm.nih_percentile >= {p(filters.min_nih_percentile)})"
-        )
-    if filters.year_from is not None:
-        conds.append(f"d.year >= {p(filters.year_from)}")
-    if filters.year_to is not None:
-        conds.append(f"d.year <= {p(filters.year_to)}")
-    if filters.journals:
-        journals = [j.lower() for j in filters.journals]
-        ph = p(journals)
-        conds.append(f"(lower(d.journal) = ANY({ph}::text[]) OR lower(d.journal_iso) = ANY({ph}::text[]))")
-    if filters.study_types:
-        conds.append(f"d.study_type = ANY({p(list(filters.study_types))}::text[])")
-    if filters.min_evidence_level is not None:
-        conds.append(f"d.evidence_level >= {p(filters.min_evidence_level)}")
-    if filters.mesh:
-        ph = p(list(filters.mesh))
-        if filters.mesh_descendants:
-            # Descendants through the MeSH tree numbers when the tree is loaded (mesh_tree); else exact.
-            conds.append(f"d.mesh_terms && ({ph}::text[] || ARRAY({_MESH_DESCENDANTS_SQL.format(names=ph)}))")
-        else:
-            conds.append(f"d.mesh_terms && {ph}::text[]")
-    if filters.sources:
-        conds.append(f"d.source = ANY({p(list(filters.sources))}::text[])")
-    if filters.sections:
-        # Names as the store's section_names() reads them (migration 210), on both sides: one rule.
-        conds.append(
-            f"section_names(c.section) && ARRAY(SELECT DISTINCT n FROM unnest({p(list(filters.sections))}::text[]) "
-            "AS s, unnest(section_names(s)) AS n)"
-        )
-    return (" AND ".join(conds) or "TRUE"), params
-
-
-def is_restrictive(filters: SearchFilters) -> bool:
-    """Whether ``filters`` restrict more than the defaults (the retracted flag, priority > 0) do."""
-    return bool(where_clause(filters, 1)[1])
-
-
-def reads_chunk_columns(filters: SearchFilters) -> bool:
-    """Whether :func:`where_clause` of ``filters`` reads a column of ``chunks c`` (the section filter); every
-    other filter reads ``documents d`` alone, which a vector row reaches by its own document id."""
-    return bool(filters.sections)
 
 
 class IndexModelMismatch(RuntimeError):
@@ -286,7 +165,7 @@ async def create_index(
             await conn.execute(f"CREATE INDEX {table}_doc_idx ON {table} (document_id)")
             if db.vector_index == "hnsw":
                 await conn.execute(hnsw_index_sql(table, db, precision))
-            # IVFFlat: trained on stored vectors later (services/retriever/ann_index_store.py); exact search until then.
+            # IVFFlat: trained on stored vectors later (vector/ann_index.py); exact search until then.
             await conn.execute(
                 "INSERT INTO vector_indexes (name, model, dim, table_name, state, precision) "
                 "VALUES ($1,$2,$3,$4,'building',$5)",
@@ -370,26 +249,6 @@ def same_model(current: VectorIndex, model: str, dim: int) -> VectorIndex:
             f"{current.model}, or run `evidentia reindex --model {model}` to re-embed everything and switch."
         )
     return current
-
-
-async def replica_lag_s(pool: asyncpg.Pool) -> float:
-    """How far behind its primary the database of ``pool`` is, in seconds: 0 on a primary, and on a streaming
-    replica that has replayed all the WAL it received; else the age of the last transaction it replayed."""
-    lag = await pool.fetchval(
-        """SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0
-                       WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
-                       ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0) END"""
-    )
-    return max(0.0, float(lag))
-
-
-async def watch_replica_lag(pool: asyncpg.Pool, every_s: float = 15.0) -> None:
-    """Keep ``evidentia_retriever_search_replica_lag_seconds`` current for ``pool`` until cancelled."""
-
-    async def step() -> None:
-        SEARCH_REPLICA_LAG.set(await replica_lag_s(pool))
-
-    await run_every(every_s, step, failure="replica lag not read", log=log, level=logging.WARNING)
 
 
 # Below this many rows a batch is stored by one statement: splitting would cost more than it saves.
@@ -482,120 +341,3 @@ async def vector_table_bytes(pool: asyncpg.Pool, index: VectorIndex) -> dict[str
 async def count_vectors(pool: asyncpg.Pool, index: VectorIndex) -> int:
     """How many vectors ``index`` holds."""
     return int(await pool.fetchval(f"SELECT count(*) FROM {index.table_name}"))
-
-
-# ----------------------------------------------------------------------------------------- reading (search)
-
-_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority,
-    icm.pmid AS icite_pmid, icm.citation_count AS icite_citation_count,
-    icm.relative_citation_ratio AS icite_relative_citation_ratio, icm.nih_percentile AS icite_nih_percentile,
-    icm.year AS icite_year, icm.provisional AS icite_provisional"""
-
-
-def nearest_chunks_sql(index: VectorIndex, filters: SearchFilters) -> tuple[str, list[Any]]:
-    """The statement :func:`nearest_chunks` runs: ``$1`` the query vector, ``$2`` k, then the filters'
-    parameters. The query vector is cast to the index's column type: an HNSW index over ``halfvec`` serves
-    only ``halfvec <=> halfvec``. Each candidate the scan yields is checked against the filters: through its
-    chunk only when a filter reads a chunk column (:func:`reads_chunk_columns`), else straight from the
-    vector row to its document (one look-up less a candidate: under a filter passing 5 % of 10^6 chunks an
-    iterative scan checks ~2,000 candidates for 100 results)."""
-    where, params = where_clause(filters, 3)
-    query = f"$1::{index.column_type}"
-    if reads_chunk_columns(filters):
-        joins = "JOIN chunks c ON c.chunk_id = v.chunk_id JOIN documents d ON d.document_id = c.document_id"
-    else:
-        joins = "JOIN documents d ON d.document_id = v.document_id"
-    sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> {query}) AS score
-              FROM {index.table_name} v
-              {joins}
-              WHERE {where}
-              ORDER BY v.embedding <=> {query}
-              LIMIT $2"""
-    return sql, params
-
-
-async def nearest_chunks(
-    pool: asyncpg.Pool,
-    index: VectorIndex,
-    query_vector: np.ndarray,
-    k: int,
-    filters: SearchFilters,
-    ef_search: int,
-    *,
-    probes: int = DEFAULT_IVFFLAT_PROBES,
-) -> list[tuple[str, float]]:
-    """(chunk id, 1 - cosine distance) of the nearest chunks passing ``filters``, by the table's HNSW or IVFFlat
-    index with iterative scans (``relaxed_order``: near-ties may come out of order), or exactly while it has
-    neither. Run with :func:`nearest_chunks_settings`."""
-    sql, params = nearest_chunks_sql(index, filters)
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(nearest_chunks_settings(ef_search, k, filtered=is_restrictive(filters), probes=probes))
-        rows = await conn.fetch(sql, query_vector.astype(np.float32), k, *params)
-    return [(r["chunk_id"], float(r["score"])) for r in rows]
-
-
-def nearest_chunks_settings(ef_search: int, k: int, *, filtered: bool, probes: int = DEFAULT_IVFFLAT_PROBES) -> str:
-    """The transaction's settings for :func:`nearest_chunks_sql`: ``ef_search`` (at least ``k``) for an HNSW
-    index, ``probes`` lists for an IVFFlat one (each access method reads its own; the table has one of them,
-    :mod:`services.retriever.ann_index_store`), iterative scans, and, under a ``filtered`` search
-    (:func:`is_restrictive`), no sort, so the plan walks the index whatever the planner guesses of the filter.
-
-    A filtered search comes here only when the filter passes more chunks than the filter-first bound (fewer
-    are searched exactly over their chunks, :func:`nearest_of_chunks`), for which the index walk is the
-    right plan; but the planner cannot always tell: a MeSH filter with descendants compares against an
-    array built by a subquery, which it guesses passes 1 % of the rows, and at 100 results it then sorted
-    every passing vector instead (295 ms at 10^5 chunks for "Humans", which passes 96 %; 6-12 ms by the
-    index). Unfiltered, its choice stands: exact (a sort) on a small store, the index on a large one."""
-    sort = "; SET LOCAL enable_sort = off" if filtered else ""
-    ef = max(int(ef_search), int(k))
-    return (
-        f"SET LOCAL hnsw.ef_search = {ef}; SET LOCAL hnsw.iterative_scan = relaxed_order; "
-        f"SET LOCAL ivfflat.probes = {int(probes)}; SET LOCAL ivfflat.iterative_scan = relaxed_order{sort}"
-    )
-
-
-async def nearest_of_chunks(
-    pool: asyncpg.Pool, index: VectorIndex, query_vector: np.ndarray, k: int, chunk_ids: Sequence[str]
-) -> list[tuple[str, float]]:
-    """(chunk id, 1 - cosine distance) of the ``k`` nearest of ``chunk_ids`` (a filter's chunks, resolved
-    already), exactly; materialised first, so no HNSW scan is planned."""
-    query = f"$1::{index.column_type}"
-    rows = await pool.fetch(
-        f"""WITH f AS MATERIALIZED (
-                SELECT v.chunk_id, v.embedding FROM {index.table_name} v WHERE v.chunk_id = ANY ($3::text[]))
-            SELECT f.chunk_id, 1 - (f.embedding <=> {query}) AS score
-            FROM f
-            ORDER BY f.embedding <=> {query}, f.chunk_id
-            LIMIT $2""",
-        query_vector.astype(np.float32),
-        k,
-        list(chunk_ids),
-    )
-    return [(r["chunk_id"], float(r["score"])) for r in rows]
-
-
-async def hit_rows(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> dict[str, asyncpg.Record]:
-    """What a search hit shows (chunk and document columns, the iCite metrics of its PMID as ``icite_*``, NULL
-    without), by chunk id."""
-    rows = await pool.fetch(
-        f"SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.document_id = c.document_id "
-        "LEFT JOIN citation_metrics icm ON icm.pmid = d.pmid "
-        "WHERE c.chunk_id = ANY($1::text[])",
-        list(chunk_ids),
-    )
-    return {r["chunk_id"]: r for r in rows}
-
-
-async def vectors_of(pool: asyncpg.Pool, index: VectorIndex, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
-    """The stored vectors of ``chunk_ids`` in ``index``, by chunk id (chunks without a vector are absent), as
-    float32 whatever the index's precision."""
-    rows = await pool.fetch(
-        f"SELECT chunk_id, embedding FROM {index.table_name} WHERE chunk_id = ANY($1::text[])", list(chunk_ids)
-    )
-    return {r["chunk_id"]: _as_array(r["embedding"]) for r in rows}
-
-
-def _as_array(value: object) -> np.ndarray:
-    to_numpy = getattr(value, "to_numpy", None)  # pgvector >= 0.4 decodes to a Vector/HalfVector object
-    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)

@@ -1,6 +1,5 @@
-"""The ``citation_metrics`` table (migration 212): loading iCite rows (COPY into a temporary table, then one
-upsert on PMID per batch) and reading them back. Search joins it in :func:`services.retriever.store.where_clause`
-and :func:`services.retriever.store.hit_rows`."""
+"""The ``citation_metrics`` table: loading iCite rows (COPY into a temporary table, then one upsert on PMID per
+batch) and reading them back. Search joins it in the retriever's citation filters and hits."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from services.retriever.icite import BATCH_ROWS, COLUMNS, BadRow, IciteRow, batches
+from shared.icite.parse import BATCH_ROWS, COLUMNS, BadRow, IciteRow, batches
 
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS if c != "pmid")
 _COLUMN_LIST = ", ".join(COLUMNS)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
+from services.retriever.engine.lexical.blocks import POSTING
 from shared.metrics import POSTINGS_CACHE_BLOCKS, POSTINGS_CACHE_BYTES
 
 if TYPE_CHECKING:
@@ -57,8 +58,6 @@ class PostingsCache:
         it (the retriever's state holds it): a searcher made per request shares it."""
         if settings.bm25_cache_mb <= 0:
             return None
-        from services.retriever.lexical_store import POSTING
-
         return cls(settings.bm25_cache_mb * 2**20, MIN_POSTINGS, POSTING.itemsize)
 
     def wants(self, postings: int) -> bool:

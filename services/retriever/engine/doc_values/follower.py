@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 import numpy as np
 
-from services.retriever.doc_values import DocValues, Rows
+from services.retriever.engine.doc_values.columns import DocValues, Rows
 from shared.metrics import DOC_VALUES_BYTES, DOC_VALUES_HELD_BACK, DOC_VALUES_PENDING
 from shared.periodic import run_every
 

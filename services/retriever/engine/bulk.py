@@ -1,4 +1,4 @@
-"""Bulk loads (issue 34): an initial baseline or a reindex written with COPY, the indexes built once afterwards.
+"""Bulk loads: an initial baseline or a reindex written with COPY, the indexes built once afterwards.
 
 The live path stores a document's chunks through the parser (the lexical index kept by the insert trigger,
 statement by statement) and its vectors through the retriever's upserts into the HNSW graph: ~3.3-4.3 ms of
@@ -8,7 +8,7 @@ moves both indexes off the write path:
 1. :func:`begin_bulk_load` takes the ANN maintenance lock for the whole load (the retrievers' background
    maintenance then leaves the table alone) and drops the vector table's HNSW/IVFFlat index.
 2. :func:`write_batch`, once a batch: documents, chunks and vectors COPYed into temporary tables and inserted
-   in one transaction with ``evidentia.lexical = 'deferred'`` (migration 250: the insert trigger does not
+   in one transaction with ``evidentia.lexical = 'deferred'`` (the insert trigger does not
    index them). Every row is inserted ``ON CONFLICT DO NOTHING``: a replayed batch writes nothing twice, and
    rows already stored (by the live path or an earlier try) are kept as they are.
 3. :func:`finish_bulk_load`: the lexical postings of every chunk not yet indexed, set-wise in large batches
@@ -36,9 +36,10 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from services.retriever.ann_index_store import ann_indexes, plan
-from services.retriever.lexical_store import compact
-from services.retriever.store import ANN_MAINTENANCE_LOCK, VectorIndex
+from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK
+from services.retriever.engine.lexical.compaction import compact
+from services.retriever.engine.vector.ann_index import ann_indexes, plan
+from services.retriever.engine.vector.tables import VectorIndex
 from shared.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Reading the NIH iCite snapshot CSV (services/retriever/icite.py): the hand-made fixture in
+"""Reading the NIH iCite snapshot CSV (shared/icite/parse.py): the hand-made fixture in
 tests/fixtures/icite (see its README), blank fields, malformed rows, missing columns, batching."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.retriever.icite import COLUMNS, BadRow, IciteRow, MissingColumns, batches, read_icite
+from shared.icite.parse import COLUMNS, BadRow, IciteRow, MissingColumns, batches, read_icite
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "icite" / "icite_metadata.csv"
 HEADER = FIXTURE.read_text(encoding="utf-8").splitlines()[0]

@@ -4,7 +4,7 @@ Under a broad filter (more chunks pass than the filter-first bound) the lexical 
 then checks its best chunks against the filter in SQL, best first, until ``k`` pass. When relevance and the
 filter go together the wrong way (a query whose best chunks are from other years than the range asked for)
 almost none of the best pass, and the checks grow to thousands of candidates (at 10^6 chunks a year range
-cost a hybrid search p95 630 ms; ``docs/benchmarks.md``). With the columns in memory the chunks that fail are
+are costly; ``docs/benchmarks.md``). With the columns in memory the chunks that fail are
 zeroed before the best are picked, as a search engine's doc values or filter bitsets do, and the SQL check then
 finds the first ``k`` pass.
 
@@ -14,10 +14,10 @@ for them every chunk *may* pass here. This is a pre-filter: :meth:`DocValues.fai
 fail for certain, a chunk it does not know (written after the values were read) may pass, and the SQL check
 that follows stays the authority for every filter, so a result is never wrong; the values only save the
 checks of chunks that fail. They follow the documents exactly through a change feed
-(``doc_values_store``), so a chunk that now passes (a retraction withdrawn, a priority raised) is never
+(``follower``), so a chunk that now passes (a retraction withdrawn, a priority raised) is never
 dropped for an old value.
 
-The conditions mirror :func:`services.retriever.store.where_clause` for the held columns, SQL's NULL rules
+The conditions are those of :mod:`~services.retriever.engine.filters.fields` for the held columns, SQL's NULL rules
 included (a NULL year fails any year bound); ``tests/integration/test_doc_values_store.py`` checks the two
 agree on every chunk for random filters.
 """
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.retriever.engine.filters.fields import held_passing
 from shared.models import SearchFilters
 
 #: A NULL year, study type or source in the arrays (PostgreSQL's NULL fails every comparison; so does this).
@@ -38,31 +39,6 @@ NULL_CODE = 0
 #: What the arrays hold a chunk: year (4), study type (2), evidence level (4), source (1), retracted (1),
 #: priority (2), known (1).
 BYTES_PER_CHUNK = 15
-
-
-def holds_all(filters: SearchFilters) -> bool:
-    """Whether the held columns decide ``filters`` whole (no journal, MeSH, citation-metric or section filter):
-    then a chunk the values hold passes exactly when :meth:`DocValues.passing` says so."""
-    return not (
-        filters.journals
-        or filters.mesh
-        or filters.sections
-        or filters.min_citation_count is not None
-        or filters.min_nih_percentile is not None
-    )
-
-
-def narrows(filters: SearchFilters) -> bool:
-    """Whether ``filters`` restrict a held column beyond the defaults (retracted papers and priority 0 out,
-    which few chunks fail): only then is dropping the chunks that fail worth reading the change feed."""
-    return bool(
-        filters.year_from is not None
-        or filters.year_to is not None
-        or filters.study_types
-        or filters.min_evidence_level is not None
-        or filters.sources
-        or filters.min_priority is not None
-    )
 
 
 class Codes:
@@ -178,23 +154,37 @@ class DocValues:
         return ok
 
     def passing(self, keys: np.ndarray | slice, filters: SearchFilters) -> np.ndarray:
-        """Whether each of ``keys`` (held ones; an index array or a slice) passes the held columns' conditions
-        of ``filters``, as :func:`services.retriever.store.where_clause` states them."""
-        ok: np.ndarray = self.priority[keys] >= (1 if filters.min_priority is None else filters.min_priority)
-        if not filters.include_retracted:
-            ok &= ~self.retracted[keys]
-        if filters.year_from is not None or filters.year_to is not None:
-            year = self.year[keys]
-            ok &= year != NULL_YEAR
-            if filters.year_from is not None:
-                ok &= year >= filters.year_from
-            if filters.year_to is not None:
-                ok &= year <= filters.year_to
-        if filters.study_types:
-            ok &= self._study.table(filters.study_types)[self.study_type[keys]]
-        if filters.min_evidence_level is not None:
-            # real >= real in PostgreSQL: compared in single precision; NaN (NULL) fails
-            ok &= self.evidence[keys] >= np.float32(filters.min_evidence_level)
-        if filters.sources:
-            ok &= self._source.table(filters.sources)[self.source[keys]]
-        return ok
+        """Whether each of ``keys`` (held ones; an index array or a slice) passes the conditions of ``filters``
+        that the doc values hold (:func:`~services.retriever.engine.filters.fields.held_passing`)."""
+        return held_passing(filters, _HeldKeys(self, keys), len(self.priority[keys]))
+
+
+class _HeldKeys:
+    """The held columns of some keys, compared as SQL compares them (:class:`HeldColumns`)."""
+
+    def __init__(self, values: DocValues, keys: np.ndarray | slice) -> None:
+        self._values = values
+        self._keys = keys
+
+    def _column(self, column: str) -> np.ndarray:
+        held: np.ndarray = getattr(self._values, column)[self._keys]
+        return held
+
+    def at_least(self, column: str, value: float) -> np.ndarray:
+        held = self._column(column)
+        # real >= real in PostgreSQL: compared in the column's precision; NaN (a NULL evidence level) fails
+        ok: np.ndarray = held >= held.dtype.type(value)
+        return ok & (held != NULL_YEAR) if column == "year" else ok
+
+    def at_most(self, column: str, value: float) -> np.ndarray:
+        held = self._column(column)
+        ok: np.ndarray = held <= held.dtype.type(value)
+        return ok & (held != NULL_YEAR) if column == "year" else ok
+
+    def one_of(self, column: str, values: Sequence[str]) -> np.ndarray:
+        codes = self._values._study if column == "study_type" else self._values._source
+        found: np.ndarray = codes.table(values)[self._column(column)]
+        return found
+
+    def is_false(self, column: str) -> np.ndarray:
+        return ~self._column(column)

@@ -1,4 +1,4 @@
-"""The vector table's approximate nearest-neighbour index, kept as configured (issue 14).
+"""The vector table's approximate nearest-neighbour index, kept as configured.
 
 ``EVIDENTIA_DATABASE_VECTOR_INDEX`` picks pgvector's ``hnsw`` (the default) or ``ivfflat``:
 
@@ -26,7 +26,7 @@ has confirmed for :data:`STALE_AFTER_INTERVALS` maintenance intervals (its retri
 by whoever runs next. An old retriever restarted mid-deploy counts as newer and may win once; the index then
 returns to the new setting when that retriever leaves. The query side needs no switch: a
 search sets both methods' parameters and PostgreSQL uses the index the table has
-(:func:`services.retriever.store.nearest_chunks_settings`).
+(:func:`services.retriever.engine.vector.search.nearest_chunks_settings`).
 """
 
 from __future__ import annotations
@@ -39,14 +39,8 @@ from datetime import datetime
 
 import asyncpg
 
-from services.retriever.store import (
-    ANN_MAINTENANCE_LOCK,
-    VectorIndex,
-    advisory_session,
-    hnsw_index_sql,
-    ivfflat_index_name,
-    ivfflat_index_sql,
-)
+from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK, advisory_session
+from services.retriever.engine.vector.tables import VectorIndex, hnsw_index_sql, ivfflat_index_name, ivfflat_index_sql
 from shared.periodic import run_every
 from shared.settings import DEFAULT_IVFFLAT_PROBES, AnnMethod, DatabaseSettings
 

@@ -1,0 +1,178 @@
+"""The lexical leg: the ``k`` best chunks by BM25 that pass the filters, the best checked against the filters in
+passes sized by the pass rate (or the filter resolved first, or failing chunks dropped by the doc values)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import asyncpg
+import numpy as np
+
+from services.retriever.engine.doc_values.columns import DocValues
+from services.retriever.engine.doc_values.follower import DocValuesFollower
+from services.retriever.engine.filters.fields import holds_all, is_restrictive, narrows, where_clause
+from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
+from services.retriever.engine.lexical.postings import Bm25Scoring, best_keys, bm25_scores, dead_keys, term_postings
+from services.retriever.engine.lexical.postings_cache import PostingsCache
+from services.retriever.engine.lexical.stats import CorpusStats
+from services.retriever.engine.scored import Scored
+from shared.models import SearchFilters
+
+if TYPE_CHECKING:
+    from shared.settings import RetrievalSettings
+
+
+@dataclass(frozen=True)
+class Bm25Params:
+    """Okapi BM25 ``k1``/``b`` and BM25F field weights (text terms weigh 1)."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    title_weight: float = 1.0
+    section_weight: float = 0.0
+
+    @classmethod
+    def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
+        """The BM25 parameters of the retrieval settings."""
+        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
+
+
+async def bm25_search(
+    pool: asyncpg.Pool,
+    query: str,
+    k: int,
+    filters: SearchFilters,
+    params: Bm25Params,
+    stats: CorpusStats,
+    *,
+    passing: PassingSet | None = None,
+    cache: PostingsCache | None = None,
+    doc_values: DocValuesFollower | None = None,
+) -> list[Scored]:
+    """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over every posting of the query's terms.
+
+    The query is analysed like the stored text (``to_tsvector('english')``); scores are corpus-wide BM25
+    (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
+    that many pass and match a query term). ``passing``: the filter already resolved (:func:`passing_chunks`);
+    ``doc_values``: the filter columns held in memory, used (brought up to date first) under a filter that
+    narrows a held column (:func:`~services.retriever.doc_values.narrows`) and is not resolved first."""
+    scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
+    restrictive = is_restrictive(filters)
+    first = filter_first_max(k, scoring.counts.chunks) if restrictive else 0
+    values = None
+    if doc_values is not None and narrows(filters) and (passing is None or passing.chunks is None):
+        values = await doc_values.current(pool)
+    return await bm25_rank(
+        pool, query, k, filters, scoring, filter_first_max=first, passing=passing, cache=cache, doc_values=values
+    )
+
+
+_RESOLVE_SQL = """
+SELECT b.chunk_key, b.chunk_id
+FROM bm25_chunks b
+JOIN chunks c ON c.chunk_id = b.chunk_id
+JOIN documents d ON d.document_id = c.document_id
+WHERE b.chunk_key = ANY ($1::integer[]) AND {where}"""
+
+
+#: The fewest candidates a pass resolves through the filters.
+FIRST_PASS = 256
+
+
+#: With no pass rate to go by (none of the candidates so far passed), a pass reads this many times more.
+PASS_GROWTH = 8
+
+
+#: A pass sized from a pass rate (the planner's, or the one seen so far) reads this much more than the rate
+#: says it needs: a rate read off a few hundred candidates is rough, and a pass too short costs a round trip.
+PASS_MARGIN = 1.25
+
+
+#: A first pass sized by the planner's share reads at most this many times the pass taken without it.
+FIRST_PASS_MAX_GROWTH = 4
+
+
+def next_pass(k: int, found: int, resolved: int, *, share: float | None = None) -> int:
+    """How many of the best candidates to have resolved through the filters after the next pass, when
+    ``resolved`` were and ``found`` of them passed, ``k`` wanted (``found < k``).
+
+    Sized by a pass rate, so that one more pass usually finds the rest: the rate seen so far, or before the
+    first pass the planner's expected ``share`` of chunks passing (``None``: unknown); ``PASS_MARGIN`` times
+    what the rate says is missing, at least :data:`FIRST_PASS`. The planner's share sizes the first pass
+    to at most ``FIRST_PASS_MAX_GROWTH`` times the pass taken without it: its estimates of some filters
+    (array overlaps such as MeSH, expressions) are guesses, and one that takes a filter passing nearly every
+    chunk for a rare one would read thousands of candidates where a hundred suffice; the rate seen then
+    sizes the next pass. With no rate to go by (nothing passed yet, no estimate) the number read grows
+    ``PASS_GROWTH``-fold. Passes of fixed growth (256, 2,048, 16,384) read up to eight times too many: at
+    10^6 chunks a hybrid search under a year range passing 5.6 % of the chunks resolved 3,007 candidates on
+    average and up to 16,384 (a third pass) (docs/benchmarks.md)."""
+    missing = k - found
+    if resolved == 0:
+        base = max(FIRST_PASS, 2 * k)
+        if share is None or share <= 0:
+            return base
+        return min(FIRST_PASS_MAX_GROWTH * base, max(base, math.ceil(k / min(share, 1.0) * PASS_MARGIN)))
+    if found == 0:
+        return max(FIRST_PASS, resolved * PASS_GROWTH)
+    return resolved + max(FIRST_PASS, math.ceil(missing * resolved / found * PASS_MARGIN))
+
+
+async def bm25_rank(
+    pool: asyncpg.Pool,
+    query: str,
+    k: int,
+    filters: SearchFilters,
+    scoring: Bm25Scoring,
+    *,
+    filter_first_max: int = 0,
+    passing: PassingSet | None = None,
+    cache: PostingsCache | None = None,
+    doc_values: DocValues | None = None,
+) -> list[Scored]:
+    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). Every posting of the
+    query's terms is scored (exact); the best chunks are then checked against the filters in passes sized
+    by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter that passes at most
+    ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the scores of those
+    alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`), is used as it
+    is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
+    :class:`~services.retriever.engine.doc_values.follower.DocValuesFollower`): chunks that fail the filter for certain
+    are dropped before the best are checked, and a filter they hold whole is not resolved first (dropping its
+    failing chunks does the same, without reading them)."""
+    if scoring.counts.chunks == 0 or k <= 0:
+        return []
+    async with pool.acquire() as conn:
+        postings = await term_postings(conn, query, cache)
+        if not len(postings):
+            return []
+        scores = bm25_scores(postings, scoring, await dead_keys(conn))
+        where, fparams = where_clause(filters, 2)
+        held = doc_values is not None and holds_all(filters)
+        if passing is None and filter_first_max > 0 and not held:
+            passing = await passing_chunks(conn, filters, filter_first_max)
+        if passing is not None and passing.chunks is not None:
+            ids = passing.chunks
+            keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
+            keys = keys[keys < len(scores)]
+            hits = [Scored(ids[int(key)], float(scores[key])) for key in keys if scores[key] > 0]
+            return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+        share = None
+        if doc_values is not None:
+            scores *= doc_values.may_pass(len(scores), filters)
+        if passing is not None and passing.planned is not None and not held:
+            share = passing.planned / max(scoring.counts.chunks, 1)
+        hits = []
+        resolved = 0
+        while True:
+            # The best candidates in one fixed order, as many as the pass wants, ties at the end included.
+            ranked = best_keys(scores, next_pass(k, len(hits), resolved, share=share))
+            batch = ranked[resolved:]
+            if not len(batch):
+                break
+            rows = await conn.fetch(_RESOLVE_SQL.format(where=where), batch.astype(np.int32).tolist(), *fparams)
+            hits.extend(Scored(str(r["chunk_id"]), float(scores[r["chunk_key"]])) for r in rows)
+            resolved = len(ranked)
+            if len(hits) >= k:
+                break
+    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]

@@ -1,0 +1,1 @@
+"""What happens to rankings after the legs: fusion, feedback, blends, rerank and MMR."""
