@@ -32,7 +32,6 @@ from services.fetcher.ingest import discover, fetch_pmc, fetch_pubmed
 from services.fetcher.ratelimit import make_limiter, rate_for
 from services.fetcher.store import filter_new_pmids
 from shared import bookshelf, metrics
-from shared.broker import add_dead_letter_hook, decode_batch, publish_dead_letters, reply, request_subscriber_options
 from shared.claimcheck import check_in, oversized_reason
 from shared.db import create_pool, reachable
 from shared.db.jobs import (
@@ -56,9 +55,12 @@ from shared.events import (
     NcbiCountRequest,
     PmidDiscovered,
 )
+from shared.kafka.dead_letters import add_dead_letter_hook, publish_dead_letters
+from shared.kafka.decoding import decode_batch
+from shared.kafka.reply_server import reply, request_subscriber_options
+from shared.kafka.topics import BOOKSHELF_PACKAGES, DOCUMENTS_FETCHED, INGEST_REQUESTS, NCBI_REQUESTS, PMIDS_DISCOVERED
 from shared.models import document_id
 from shared.settings import Settings
-from shared.topics import BOOKSHELF_PACKAGES, DOCUMENTS_FETCHED, INGEST_REQUESTS, NCBI_REQUESTS, PMIDS_DISCOVERED
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-fetcher"

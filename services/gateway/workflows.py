@@ -70,7 +70,6 @@ from services.gateway.schemas.workflows import (
 from services.gateway.sse import error_event, sse
 from services.gateway.store import documents as documents_store
 from services.gateway.understanding import QueryAnalyser, check_interaction, routed_search, with_interaction
-from shared.broker import RemoteError, RequestTimeout
 from shared.citations import INSUFFICIENT, CitationVerifier
 from shared.db.jobs import JobStatus, job_status
 from shared.events import (
@@ -86,11 +85,12 @@ from shared.events import (
     new_trace_id,
 )
 from shared.ingestion import submit_documents
+from shared.kafka.reply_client import RemoteError, RequestTimeout
+from shared.kafka.topics import NCBI_REQUESTS
 from shared.llm import absorb, usage_scope
 from shared.models import QueryForm, SearchFilters, finding_text, strongest_evidence_first
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
 from shared.settings import Settings
-from shared.topics import NCBI_REQUESTS
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from services.retriever.doc_values_store import DocValuesFollower
 from services.retriever.handlers import RetrieverState, register
 from services.retriever.search import CorpusStats, HybridSearcher
 from services.retriever.store import replica_lag_s, upsert_vectors
+from shared.kafka.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 from shared.models import SearchFilters
 from shared.settings import Settings
-from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 from tests.integration.conftest import throwaway_postgres
 from tests.integration.doc_values_data import filtered_doc, may_pass, sql_passing
 

@@ -7,8 +7,8 @@ from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 from services.fetcher.eutils import EutilsClient
 from services.fetcher.handlers import FetcherState, register
 from shared.events import NcbiCountReply, NcbiCountRequest
+from shared.kafka.topics import NCBI_REQUESTS
 from shared.settings import Settings
-from shared.topics import NCBI_REQUESTS
 from tests.fakes.eutils_server import FakeEutils, fake_ncbi_settings
 
 REPLIES = "replies.test-gateway"
