@@ -18,7 +18,7 @@ from shared.events import ChunkEmbedded, DeadLetter
 from shared.kafka.decoding import decode
 from shared.kafka.errors import PoisonEvent
 from shared.settings import Settings
-from tests.unit.shared.test_dead_letters import broker_with
+from tests.unit.shared.kafka.test_dead_letters import broker_with
 
 DIM = 3
 

@@ -25,7 +25,7 @@ from shared.kafka.decoding import tolerant_parser, undecodable_reason
 from shared.kafka.messages import UNDECODABLE_HEADER
 from shared.kafka.pause import PartitionPause
 from shared.kafka.retry import DeadLetterPolicy
-from tests.unit.shared.test_dead_letters import broker_with
+from tests.unit.shared.kafka.test_dead_letters import broker_with
 
 
 def record(value: bytes, headers: list[tuple[str, bytes]] | None = None, offset: int = 41) -> ConsumerRecord[Any, Any]:
