@@ -78,9 +78,7 @@ class ReplyClient:
         await self._publish(topic, event, key, cid)
         return cid, queue
 
-    async def _publish(
-        self, topic: str, event: Event, key: str | None, cid: str, timestamp_ms: int | None = None
-    ) -> None:
+    async def _publish(self, topic: str, event: Event, key: str | None, cid: str) -> None:
         await self.broker.publish(
             event,
             topic=topic,
@@ -88,7 +86,6 @@ class ReplyClient:
             correlation_id=cid,
             reply_to=self.reply_topic,
             headers=event_headers(event),
-            timestamp_ms=timestamp_ms,
         )
 
     async def request(
@@ -104,16 +101,18 @@ class ReplyClient:
         """Publish ``event`` and wait ``timeout`` seconds for its reply.
 
         ``resend_after``: after that many seconds of silence (no reply, and no :class:`RequestProgress` from a
-        server working on it), publish the request once more, with the same correlation id and the original
-        timestamp (the server's budget and staleness check still count from the first), and take whichever
+        server working on it), publish the request once more, with the same correlation id, and take whichever
         reply comes first. A request taken by a server that was then killed is lost (requests are
-        acknowledged on receipt); the copy is answered by the restarted or another instance. A server that
-        sends progress (:func:`shared.kafka.reply_server.progress_while`) is never resent to while it works, so a
-        slow answer is not paid for twice; one that sends none (a search) is resent ``resend_after`` after the
-        first publish.
+        acknowledged on receipt); the copy is answered by the restarted or another instance. The copy is a
+        fresh attempt: it gets the whole ``timeout`` from its own publish, and carries its own timestamp so
+        that the server's staleness check (:func:`shared.kafka.reply_server.is_stale`) counts from it too.
+        Otherwise the dead server's share of the budget (its silence, the group's rebalance) would leave the copy
+        too little time to be answered. So a request ends within ``resend_after + timeout`` at most after the
+        last sign of life. It is sent again once at most. A server that sends progress
+        (:func:`shared.kafka.reply_server.progress_while`) is never resent to while it works, so a slow answer is
+        not paid for twice; one that sends none is resent ``resend_after`` after the first publish.
         """
         start = time.perf_counter()
-        sent_ms = int(time.time() * 1000)
         cid, queue = await self._send(topic, event, key)
         outcome = "ok"
         deadline = start + timeout
@@ -124,7 +123,8 @@ class ReplyClient:
                 if kind == _RESEND:
                     resend_at = None
                     metrics.REQUEST_RESENDS.labels(topic).inc()
-                    await self._publish(topic, event, key, cid, timestamp_ms=sent_ms)
+                    await self._publish(topic, event, key, cid)
+                    deadline = time.perf_counter() + timeout  # the copy is a fresh attempt
                     continue
                 if kind == PROGRESS_EVENT:
                     if resend_at is not None and resend_after:
@@ -175,7 +175,6 @@ class ReplyClient:
         nothing has been yielded: a stream is never restarted halfway (its reader has shown part of it).
         Progress messages are not yielded; they only show the server is alive.
         """
-        sent_ms = int(time.time() * 1000)
         cid, queue = await self._send(topic, event, key)
         resend_at = time.perf_counter() + resend_after if resend_after and resend_after < timeout else None
         try:
@@ -188,7 +187,7 @@ class ReplyClient:
                 if kind == _RESEND:
                     resend_at = None
                     metrics.REQUEST_RESENDS.labels(topic).inc()
-                    await self._publish(topic, event, key, cid, timestamp_ms=sent_ms)
+                    await self._publish(topic, event, key, cid)
                     continue
                 if kind == PROGRESS_EVENT:
                     if resend_at is not None and resend_after:
