@@ -120,7 +120,7 @@ def standin_main() -> None:
 async def _publish(bootstrap: str, events: Sequence[tuple[bytes, bytes]]) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from shared.topics import CHUNKS_CREATED
+    from shared.kafka.topics import CHUNKS_CREATED
 
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20, max_request_size=8 << 20, acks="all"
@@ -153,7 +153,7 @@ async def _watch(
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from shared.topics import CHUNKS_EMBEDDED
+    from shared.kafka.topics import CHUNKS_EMBEDDED
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -215,7 +215,8 @@ def measure(encoding: str, events: list[tuple[bytes, bytes]], args: argparse.Nam
     import tempfile
 
     from devstack.kafka import LocalKafka
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     root = Path(tempfile.mkdtemp(prefix="evidentia-ceiling-"))
     os.chmod(root, 0o755)

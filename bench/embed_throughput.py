@@ -162,7 +162,7 @@ async def _publish_and_collect(
     """
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
+    from shared.kafka.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -224,7 +224,8 @@ class ServiceUnderTest:
         import os
 
         from devstack.processes import ServiceProcess
-        from shared.topics import ensure_topics, standard_topics
+        from shared.kafka.topic_admin import ensure_topics
+        from shared.kafka.topics import standard_topics
 
         self.kafka.ensure_libs()
         self.kafka.start(timeout=180)

@@ -401,7 +401,7 @@ async def _published_at(bootstrap: str, partitions: int) -> dict[str, float]:
     """{document id: epoch seconds its DocumentFetched record was created} from ``documents.fetched``."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from shared.topics import DOCUMENTS_FETCHED
+    from shared.kafka.topics import DOCUMENTS_FETCHED
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()

@@ -386,7 +386,8 @@ def local_stack(root: Path) -> Iterator[tuple[str, str]]:
 
 async def _prepare(settings: Any) -> None:
     from shared.db import migrate
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     await migrate(settings.database.url)
     await ensure_topics(settings.kafka, standard_topics(settings.kafka.topic_partitions))

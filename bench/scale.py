@@ -662,7 +662,8 @@ def services(root: Path, database_url: str, env_extra: dict[str, str]) -> Iterat
     """Kafka + the retriever + the gateway (the search path only) on free ports."""
     from devstack.kafka import LocalKafka
     from devstack.processes import ServiceStack
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     kafka = LocalKafka(root / "kafka", port=free_port(), controller_port=free_port())
     kafka.ensure_libs()

@@ -484,7 +484,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def _prepare(bootstrap: str, url: str, partitions: int) -> None:
     from shared.db import migrate
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     await migrate(url)
     await ensure_topics(bootstrap, standard_topics(partitions))

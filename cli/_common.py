@@ -17,7 +17,7 @@ from cli import exits
 from cli.gateway import Backoff, GatewayError
 from shared.db.jobs import PROGRESS, JobStatus
 from shared.events import Event
-from shared.kafka_security import broker_security
+from shared.kafka.security import broker_security
 from shared.settings import Settings
 
 console = Console(stderr=True)

@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _prepare(settings: Any) -> None:
     from shared.db import migrate
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     await migrate(settings.database.url)
     await ensure_topics(

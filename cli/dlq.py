@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from shared import dlq
     from shared.db import create_pool
+    from shared.kafka import dlq
 
     settings = get_settings()
     kafka = settings.kafka

@@ -36,8 +36,9 @@ def _models_dir(arg: str | None) -> str | None:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from shared.embedding.catalogue import KNOWN_MODELS
     from shared.embedding.factory import packaged_minilm_folder
-    from shared.embedding.fetch import KNOWN_MODELS, is_fetched, model_folder
+    from shared.embedding.fetch import is_fetched, model_folder
 
     models_dir = _models_dir(args.models_dir)
     rows: list[dict[str, Any]] = []

@@ -124,8 +124,8 @@ async def reindex(args: argparse.Namespace) -> int:
     from shared.embedding import EmbedderError, get_embedder, resolve
     from shared.embedding.passage_tokens import passage_tokenizer
     from shared.events import ChunkCreated, Event
+    from shared.kafka.topics import CHUNKS_REINDEX
     from shared.settings import get_settings
-    from shared.topics import CHUNKS_REINDEX
 
     as_json = bool(getattr(args, "json", False))
     say = console.print if as_json else out.print  # with --json, stdout carries only the final JSON object

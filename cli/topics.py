@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     k = get_settings().kafka
     specs = standard_topics(k.topic_partitions)

@@ -7,7 +7,7 @@ to ``raw_documents`` (key: ``sha256:<hex>`` of the text, so a re-fetch of the sa
 new) and the event becomes version 2 with ``content_ref`` instead of ``content``. The parser calls
 :func:`claim` to get the text back; a reference that is not (or no longer) stored is a poison event,
 dead-lettered with that reason. Stored texts are kept as long as an event or a dead letter may refer to them
-(:data:`shared.topics.REFERRED_CONTENT_KEPT_MS`: a pipeline retention, then a dead-letter retention, counted
+(:data:`shared.kafka.topics.REFERRED_CONTENT_KEPT_MS`: a pipeline retention, then a dead-letter retention, counted
 from the text's last check-in or claim), so a redelivered event, or one replayed from its dead letter up to
 the letter's last day, still finds its text; older rows are removed by the fetcher (:func:`expire`, at most once
 an hour per process).
@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from shared.events import DocumentFetched
-from shared.topics import REFERRED_CONTENT_KEPT_MS
+from shared.kafka.topics import REFERRED_CONTENT_KEPT_MS
 
 REF_PREFIX = "sha256:"
 ENVELOPE_ALLOWANCE = 64 * 1024

@@ -24,9 +24,9 @@ from typing import Any
 from shared.claimcheck import check_in, oversized_reason
 from shared.db.jobs import Db, add_job_documents, create_job, mark_job, set_stage
 from shared.events import DocumentDeleted, DocumentFetched, Event, IngestRequested
+from shared.kafka.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 from shared.models import ParsedDocument
 from shared.settings import KafkaSettings
-from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 
 #: Publishes ``event`` to ``topic`` with ``key`` (the gateway's Kafka client, or the CLI's bare producer).
 Publish = Callable[[Event, str, str], Awaitable[None]]

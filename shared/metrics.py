@@ -1,7 +1,7 @@
 """Prometheus metrics shared by every service.
 
 Per-topic consumed/published/failed counts and handler latency come from FastStream's
-``KafkaPrometheusMiddleware`` (installed by :func:`shared.broker.make_broker`); the metrics here are
+``KafkaPrometheusMiddleware`` (installed by :func:`shared.kafka.broker.make_broker`); the metrics here are
 the ones FastStream cannot know about.
 """
 

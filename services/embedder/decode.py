@@ -13,8 +13,9 @@ from typing import Any
 
 from aiokafka import ConsumerRecord
 
-from shared.broker import PoisonEvent, undecodable_reason
 from shared.chunk_wire import WireChunk, read_chunk
+from shared.kafka.decoding import undecodable_reason
+from shared.kafka.errors import PoisonEvent
 
 Decoded = tuple[ConsumerRecord[Any, Any], WireChunk | None, PoisonEvent | None]
 

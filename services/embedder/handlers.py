@@ -11,7 +11,7 @@ and ``encode_pretokenized`` sort), from the token ids the parser shipped when th
 model's tokenizer (``ChunkCreated.token_model``), else from the text; each ``ChunkEmbedded`` is
 serialised to JSON in a second thread (``model_dump_json`` once per event, the vector packed as base64
 float32: ``ChunkEmbedded`` v2), so the event loop only moves bytes. Vectors go out through one aiokafka
-producer as whole record batches per partition (:func:`shared.broker.send_keyed`).
+producer as whole record batches per partition (:func:`shared.kafka.publish.send_keyed`).
 
 Reindexing (``evidentia reindex --model X``): ``chunks.reindex`` carries ``ChunkCreated`` events with
 ``target_model``; each embedder reads that topic in a consumer group of its own model and embeds only
@@ -41,21 +41,18 @@ from services.embedder.encode import Encoded, encode_isolating, encode_vectors, 
 from services.embedder.fault import with_fault_injection
 from services.embedder.pipeline import Batch, EmbedPipeline, Offsets, Payload
 from shared import metrics, tracing
-from shared.broker import (
-    EVENT_TYPE_HEADER,
-    PartitionPause,
-    publish_dead_letters,
-    records_of,
-    send_keyed,
-    undecoded_batch,
-)
 from shared.chunk_wire import WireChunk
 from shared.embedding import Embedder, EmbedderError, get_embedder
 from shared.embedding.base import runtime_of
 from shared.events import ChunkEmbedded
-from shared.kafka_security import client_options
+from shared.kafka.dead_letters import publish_dead_letters
+from shared.kafka.decoding import undecoded_batch
+from shared.kafka.messages import EVENT_TYPE_HEADER, records_of
+from shared.kafka.pause import PartitionPause
+from shared.kafka.publish import send_keyed
+from shared.kafka.security import client_options
+from shared.kafka.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
 from shared.settings import Settings
-from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-embedder"
@@ -227,7 +224,7 @@ class EmbedderState:
         metrics.BATCH_SIZE.labels(SERVICE, topic).observe(len(events))
         commit = consumer.commit if consumer is not None and hasattr(consumer, "highwater") else None
         # With tracing on, the batch's consume span (FastStream's telemetry middleware) travels with it, so
-        # the vectors' records carry its traceparent (shared.broker.send_keyed).
+        # the vectors' records carry its traceparent (shared.kafka.publish.send_keyed).
         context = contextvars.copy_context() if tracing.enabled() else None
         await self._wait_for_model(consumer)
         await self.pipeline.submit(

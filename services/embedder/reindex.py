@@ -19,10 +19,10 @@ from services.embedder.handlers import (
     configured_model,
     reindex_group,
 )
-from shared.broker import make_broker
+from shared.kafka.broker import make_broker
+from shared.kafka.topics import CHUNKS_REINDEX
 from shared.service import make_app, run_app
 from shared.settings import get_settings
-from shared.topics import CHUNKS_REINDEX
 
 __all__ = ["GROUP_ID", "register_reindex"]
 

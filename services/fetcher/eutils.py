@@ -30,7 +30,7 @@ import httpx
 from lxml import etree
 
 from services.fetcher.ratelimit import Limiter, Sleep, process_limiter, rate_for
-from shared.broker import TransientError
+from shared.kafka.errors import TransientError
 from shared.metrics import NCBI_REQUESTS
 from shared.settings import NcbiSettings
 from shared.text import parse_retry_after

@@ -20,7 +20,7 @@ from services.fetcher.state import FetcherState
 from shared.claimcheck import check_in, oversized_reason
 from shared.db.jobs import set_stage
 from shared.events import BookshelfPackageRequested, DocumentFetched, PmidDiscovered
-from shared.topics import BOOKSHELF_PACKAGES, DOCUMENTS_FETCHED, PMIDS_DISCOVERED
+from shared.kafka.topics import BOOKSHELF_PACKAGES, DOCUMENTS_FETCHED, PMIDS_DISCOVERED
 
 log = logging.getLogger(__name__)
 

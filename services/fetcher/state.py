@@ -16,9 +16,9 @@ from services.fetcher.eutils import EutilsClient
 from services.fetcher.jobs import fail_jobs_hook
 from services.fetcher.ratelimit import make_limiter, rate_for
 from services.fetcher.sources import FetcherSources
-from shared.broker import add_dead_letter_hook
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook
+from shared.kafka.dead_letters import add_dead_letter_hook
 from shared.settings import Settings
 
 #: The context name the fetcher's state is set under.

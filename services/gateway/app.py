@@ -24,7 +24,8 @@ from services.gateway.errors import error_headers, public_error
 from services.gateway.routes import admin, ask, conversations, ingest, ops, search, web, workflows
 from services.gateway.runtime import Gateway
 from shared import metrics, tracing
-from shared.broker import RemoteError, RequestTimeout, is_transient
+from shared.kafka.errors import is_transient
+from shared.kafka.reply_client import RemoteError, RequestTimeout
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in ROUTERS:
         app.include_router(module.router)
     security.install(app, settings.gateway, gateway.rate_limit)
-    if tracing.enabled():  # set up by the gateway's broker (shared.broker.make_broker) when configured
+    if tracing.enabled():  # set up by the gateway's broker (shared.kafka.broker.make_broker) when configured
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
         FastAPIInstrumentor.instrument_app(

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 
 from faststream.kafka import KafkaBroker
 
-from shared.broker import ReplyClient, make_broker
 from shared.citations import gate_reply
 from shared.events import (
     Event,
@@ -20,20 +19,20 @@ from shared.events import (
     SynthesisReply,
     SynthesisRequest,
 )
-from shared.periodic import run_every
-from shared.settings import Settings
-from shared.topics import (
+from shared.kafka.broker import make_broker
+from shared.kafka.reply_client import ReplyClient
+from shared.kafka.topic_admin import ReplyTopicSweeper, delete_topics, ensure_topics
+from shared.kafka.topics import (
     LLM_STEP_REQUESTS,
     RETRIEVAL_REQUESTS,
     SYNTHESIS_REQUESTS,
-    ReplyTopicSweeper,
     TopicSpec,
-    delete_topics,
-    ensure_topics,
     reply_group,
     reply_topic,
     standard_topics,
 )
+from shared.periodic import run_every
+from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 

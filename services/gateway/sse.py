@@ -16,7 +16,7 @@ from fastapi import HTTPException
 from fastapi.responses import StreamingResponse
 
 from services.gateway.errors import sse_error
-from shared.broker import RemoteError, RequestTimeout
+from shared.kafka.reply_client import RemoteError, RequestTimeout
 
 #: The OpenAPI ``responses`` of a streaming route.
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream": {}}}}

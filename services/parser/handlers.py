@@ -16,17 +16,19 @@ from services.parser.core import chunk_document, parse_content
 from services.parser.imported import server_side
 from services.parser.store import chunks_missing_vectors, delete_document, store_document
 from shared import metrics
-from shared.broker import PoisonEvent, add_dead_letter_hook, decode
 from shared.chunk_wire import encode_chunk
 from shared.claimcheck import ClaimMissing, claim
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding.passage_tokens import PassageTokenizer, passage_tokenizer
 from shared.events import ChunkCreated, DocumentDeleted, DocumentFetched
+from shared.kafka.dead_letters import add_dead_letter_hook
+from shared.kafka.decoding import decode
+from shared.kafka.errors import PoisonEvent
+from shared.kafka.topics import CHUNKS_CREATED, DOCUMENTS_FETCHED
 from shared.models import ParsedDocument
 from shared.provenance import Origin
 from shared.settings import Settings
-from shared.topics import CHUNKS_CREATED, DOCUMENTS_FETCHED
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-parser"

@@ -59,7 +59,8 @@ def resolve_model_path(name: str) -> str:
 
         return str(files(package) / "model")
     # Models fetched by `evidentia models fetch` (bge-small-en-v1.5, e5-small-v2...) live in the models folder.
-    from shared.embedding.fetch import known_model, model_folder
+    from shared.embedding.catalogue import known_model
+    from shared.embedding.fetch import model_folder
     from shared.settings import EmbeddingSettings
 
     known = known_model(name.strip())

@@ -31,26 +31,18 @@ from services.retriever.engine.vector.tables import (
     upsert_vectors,
 )
 from shared import metrics
-from shared.broker import (
-    RecentRequests,
-    add_dead_letter_hook,
-    decode_records,
-    is_data_error,
-    is_transient,
-    progress_while,
-    publish_dead_letters,
-    records_of,
-    reply,
-    request_subscriber_options,
-    undecoded_batch,
-)
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
+from shared.kafka.dead_letters import add_dead_letter_hook, publish_dead_letters
+from shared.kafka.decoding import decode_records, undecoded_batch
+from shared.kafka.errors import is_data_error, is_transient
+from shared.kafka.messages import records_of
+from shared.kafka.reply_server import RecentRequests, progress_while, reply, request_subscriber_options
+from shared.kafka.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 from shared.llm import usage_scope
 from shared.settings import Settings
-from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-retriever"
@@ -294,7 +286,7 @@ def register_store(broker: KafkaBroker, state: RetrieverState) -> None:
 
 def register_search(broker: KafkaBroker, state: RetrieverState) -> None:
     kafka = state.settings.kafka
-    # As for the synthesizer (shared.broker): progress while a search works, so the gateway does not resend a
+    # As for the synthesizer (shared.kafka): progress while a search works, so the gateway does not resend a
     # slow one (kafka.request_resend_after_s), and a copy reaching this process while it works on (or has just
     # answered) the first is dropped: one search, one LLM rerank, under the very overload that made it slow.
     taken = RecentRequests(ttl_s=kafka.request_timeout_s * 2)
@@ -348,7 +340,7 @@ def register_search(broker: KafkaBroker, state: RetrieverState) -> None:
 
 def search_failure(exc: Exception) -> ErrorInfo:
     """What the caller is told of a search that failed: 503 for an outage of the database or the broker
-    (:func:`shared.broker.is_transient`: try again shortly), 500 for anything else (a bug)."""
+    (:func:`shared.kafka.errors.is_transient`: try again shortly), 500 for anything else (a bug)."""
     return ErrorInfo(type=type(exc).__name__, message=str(exc), status=503 if is_transient(exc) else 500)
 
 

@@ -10,10 +10,10 @@ from faststream.kafka import KafkaBroker, KafkaMessage
 
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.steps import StepRunner
-from shared.broker import RecentRequests, progress_while, reply, request_subscriber_options
 from shared.events import ErrorInfo, LlmStepReply, LlmStepRequest, SynthesisReply, SynthesisRequest
+from shared.kafka.reply_server import RecentRequests, progress_while, reply, request_subscriber_options
+from shared.kafka.topics import LLM_STEP_REQUESTS, SYNTHESIS_REQUESTS
 from shared.settings import Settings
-from shared.topics import LLM_STEP_REQUESTS, SYNTHESIS_REQUESTS
 
 log = logging.getLogger(__name__)
 GROUP_ID = "evidentia-synthesizer"

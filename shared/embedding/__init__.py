@@ -6,8 +6,9 @@ list`` shows what is available. Heavy imports (torch, onnxruntime) happen in the
 """
 
 from shared.embedding.base import Embedder, EmbedderConfig, EmbedderError
+from shared.embedding.catalogue import KNOWN_MODELS, KnownModel, known_model
 from shared.embedding.factory import clear_cache, get_embedder, resolve, resolve_device
-from shared.embedding.fetch import KNOWN_MODELS, KnownModel, fetch_model, known_model
+from shared.embedding.fetch import fetch_model
 
 __all__ = [
     "KNOWN_MODELS",

@@ -29,7 +29,8 @@ from shared.embedding.base import (
     EmbedderConfig,
     EmbedderError,
 )
-from shared.embedding.fetch import is_fetched, known_model, model_folder
+from shared.embedding.catalogue import known_model
+from shared.embedding.fetch import is_fetched, model_folder
 from shared.embedding.onnx import cpu_count, onnx_file, read_max_seq_length, read_pooling
 
 if TYPE_CHECKING:

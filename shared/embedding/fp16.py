@@ -102,7 +102,8 @@ def worst_cosine(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> fl
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m shared.embedding.fp16 [MODEL]``: make the FP16 copy of a fetched ONNX model (the GPU image)."""
-    from shared.embedding.fetch import known_model, model_folder
+    from shared.embedding.catalogue import known_model
+    from shared.embedding.fetch import model_folder
     from shared.embedding.onnx import onnx_file
     from shared.settings import EmbeddingSettings
 

@@ -6,8 +6,8 @@ import anthropic
 
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.synthesizer.steps import StepRunner
-from shared.broker import RemoteError
 from shared.events import LlmStepReply, LlmStepRequest
+from shared.kafka.reply_client import RemoteError
 from shared.settings import LlmSettings
 
 

@@ -58,7 +58,8 @@ def infra() -> Iterator[Infra]:
     postgres.start()
     infra = Infra(kafka, postgres, root)
     from shared.db import migrate
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     asyncio.run(migrate(postgres.url))
     asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(3)))

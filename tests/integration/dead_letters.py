@@ -7,7 +7,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from shared.events import DeadLetter
-from shared.topics import dlq
+from shared.kafka.topics import dlq
 
 
 async def read_dead_letters(

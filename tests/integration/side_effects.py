@@ -13,8 +13,9 @@ from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from shared.broker import PoisonEvent, decode
 from shared.events import Event
+from shared.kafka.decoding import decode
+from shared.kafka.errors import PoisonEvent
 
 E = TypeVar("E", bound=Event)
 

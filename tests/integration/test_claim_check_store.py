@@ -10,7 +10,7 @@ import pytest
 from shared import claimcheck
 from shared.claimcheck import check_in, claim, expire
 from shared.events import DocumentFetched
-from shared.topics import (
+from shared.kafka.topics import (
     DEAD_LETTER_RETENTION_MS,
     PIPELINE_RETENTION_MS,
     REFERRED_CONTENT_KEPT_MS,

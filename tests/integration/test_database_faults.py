@@ -3,7 +3,7 @@
 Clients of a primary demoted in a switchover see what ``default_transaction_read_only = on`` makes every
 session see: each write fails with SQLSTATE 25006 (``ReadOnlySQLTransactionError``). That is an outage of the
 database, not an error of the event: the services retry it with back-off and without limit
-(``shared.broker.INFRASTRUCTURE_SQLSTATES``), dead-letter nothing, and store everything exactly once after it
+(``shared.kafka.errors.INFRASTRUCTURE_SQLSTATES``), dead-letter nothing, and store everything exactly once after it
 clears. Before, each event was dead-lettered after ``max_delivery_attempts`` (three) failures.
 
 The fault is proved to have struck work in flight, and to have outlasted the attempt limit: the parser (and the
@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 from devstack.postgres import LocalPostgres
-from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED
+from shared.kafka.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED
 from tests.integration.conftest import Stack
 from tests.integration.dead_letters import read_dead_letters
 from tests.integration.test_faults import (

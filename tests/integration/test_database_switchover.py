@@ -30,7 +30,7 @@ from devstack.common import free_port
 from devstack.kafka import LocalKafka
 from devstack.postgres import LocalPostgres, failover_url
 from devstack.processes import ServiceStack
-from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED
+from shared.kafka.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED
 from tests.fakes.eutils_server import FakeEutils
 from tests.integration.conftest import Infra, Stack, throwaway_postgres
 from tests.integration.dead_letters import read_dead_letters
@@ -80,7 +80,8 @@ class Switchover:
 @pytest.fixture(scope="module")
 def switchover(fake_eutils: FakeEutils) -> Iterator[Switchover]:
     from shared.db import migrate
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     root = Path(tempfile.mkdtemp(prefix="evidentia-switchover-"))
     os.chmod(root, 0o755)

@@ -23,12 +23,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from faststream.kafka import KafkaMessage
 from faststream.middlewares import AckPolicy
 
-from shared import dlq
-from shared.broker import make_broker
 from shared.db import create_pool
 from shared.events import DeadLetter
+from shared.kafka import dlq
+from shared.kafka.broker import make_broker
+from shared.kafka.topic_admin import ensure_topics
+from shared.kafka.topics import TopicSpec
 from shared.settings import DatabaseSettings, Settings
-from shared.topics import TopicSpec, ensure_topics
 from tests.integration.conftest import Infra
 
 ROOT = Path(__file__).resolve().parents[2]

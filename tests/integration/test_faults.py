@@ -37,9 +37,7 @@ from services.parser.chunking import Chunker, build_chunker
 from services.parser.core import chunk_document, parse_content
 from shared.events import ChunkEmbedded, DeadLetter, DocumentFetched
 from shared.ingestion import document_event
-from shared.models import ParsedDocument
-from shared.settings import Settings
-from shared.topics import (
+from shared.kafka.topics import (
     CHUNKS_CREATED,
     CHUNKS_EMBEDDED,
     DOCUMENTS_FETCHED,
@@ -48,6 +46,8 @@ from shared.topics import (
     RETRIEVAL_REQUESTS,
     SYNTHESIS_REQUESTS,
 )
+from shared.models import ParsedDocument
+from shared.settings import Settings
 from tests.integration.conftest import Stack
 from tests.integration.db import active_vector_table, db_fetch, db_try
 from tests.integration.dead_letters import read_dead_letters
@@ -555,7 +555,7 @@ def test_kafka_broker_restart_mid_ingest_resumes_by_itself(stack: Stack) -> None
     assert vectors_since(stack, ids, struck_at) > 0  # work was in flight when the broker went away
     assert_side_effects(stack, expected, redone_at_most=sum(expected.values()) - before.vectors)
     # aiokafka's producer used to retry metadata in a busy loop while the broker was away: 1,600-3,700
-    # error lines a second in the parser (shared.broker.install_metadata_backoff). Its clients' normal
+    # error lines a second in the parser (shared.kafka.metadata_backoff.install_metadata_backoff). Its clients' normal
     # retries every retry_backoff_ms (100 ms) log ~140 lines/s in the fetcher (one producer, two
     # consumers): the bound sits between the two.
     for name, p in stack.services.processes.items():

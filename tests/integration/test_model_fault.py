@@ -28,8 +28,8 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from shared.kafka.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, dlq
 from shared.models import ParsedDocument
-from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, dlq
 from tests.integration.conftest import Stack
 from tests.integration.test_faults import (
     assert_exactly_once,
@@ -59,7 +59,7 @@ def docs_of(stack: Stack) -> list[ParsedDocument]:
 
 async def _dlq_ends(bootstrap: str) -> dict[str, int]:
     """Records ever written to the dead-letter topics of ``chunks.created`` and ``chunks.embedded`` (one
-    partition each, as :func:`shared.topics.standard_topics` makes them)."""
+    partition each, as :func:`shared.kafka.topics.standard_topics` makes them)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
     await consumer.start()
     try:

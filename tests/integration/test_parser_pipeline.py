@@ -25,8 +25,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from services.fetcher.bulk import iter_xml_file
 from shared.chunk_wire import to_event
 from shared.events import ChunkCreated, ChunkEmbedded, DeadLetter, DocumentFetched
+from shared.kafka.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED
 from shared.settings import DatabaseSettings, KafkaSettings, Settings
-from shared.topics import CHUNKS_CREATED, CHUNKS_EMBEDDED, DOCUMENTS_FETCHED
 from tests.integration.conftest import Stack
 from tests.integration.db import active_vector_table, db_fetch
 from tests.integration.dead_letters import read_dead_letters

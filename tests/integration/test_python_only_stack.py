@@ -62,7 +62,8 @@ def python_only_infra() -> Iterator[Infra]:
         kafka.start(timeout=180)
         postgres.start()
         from shared.db import migrate
-        from shared.topics import ensure_topics, standard_topics
+        from shared.kafka.topic_admin import ensure_topics
+        from shared.kafka.topics import standard_topics
 
         asyncio.run(migrate(postgres.url))
         asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(3)))

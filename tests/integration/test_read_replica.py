@@ -25,9 +25,9 @@ from services.retriever.engine.pipeline import SearchEngine
 from services.retriever.engine.replica import replica_lag_s
 from services.retriever.engine.vector.tables import upsert_vectors
 from services.retriever.handlers import RetrieverState, register
+from shared.kafka.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 from shared.models import SearchFilters
 from shared.settings import Settings
-from shared.topics import CHUNKS_EMBEDDED, RETRIEVAL_REQUESTS
 from tests.integration.conftest import throwaway_postgres
 from tests.integration.doc_values_data import filtered_doc, may_pass, sql_passing
 

@@ -52,7 +52,8 @@ def reindex_env(bge_folder: Path) -> Iterator[Env]:
     kafka.start(timeout=180)
     postgres.start()
     from shared.db import migrate
-    from shared.topics import ensure_topics, standard_topics
+    from shared.kafka.topic_admin import ensure_topics
+    from shared.kafka.topics import standard_topics
 
     asyncio.run(migrate(postgres.url))
     asyncio.run(ensure_topics(kafka.bootstrap, standard_topics(2)))
@@ -84,8 +85,8 @@ async def _store_and_publish(env: Env) -> int:
     from services.parser.store import store_document
     from shared.db import create_pool
     from shared.events import ChunkCreated, Event
+    from shared.kafka.topics import CHUNKS_CREATED
     from shared.settings import DatabaseSettings, KafkaSettings, Settings
-    from shared.topics import CHUNKS_CREATED
 
     settings = Settings(
         database=DatabaseSettings.model_validate({"EVIDENTIA_DATABASE_URL": env.postgres.url}),

@@ -1,6 +1,6 @@
 """Issue #40 item 14: the reply topic of a killed gateway is removed; a live owner's is kept.
 
-A gateway reads its reply topic as the only member of a consumer group of its own (shared.topics.reply_group);
+A gateway reads its reply topic as the only member of a consumer group of its own (shared.kafka.topics.reply_group);
 another gateway's sweep deletes a reply topic whose group has had no member at two sweeps in a row.
 """
 
@@ -15,7 +15,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from shared.topics import TopicSpec, ensure_topics, reply_group, reply_topic
+from shared.kafka.topic_admin import ensure_topics
+from shared.kafka.topics import TopicSpec, reply_group, reply_topic
 from tests.integration.conftest import Infra
 from tests.integration.gateways import infra_gateway, infra_gateway_process
 

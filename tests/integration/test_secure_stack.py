@@ -41,9 +41,10 @@ from devstack.kafka_tls import BrokerTls, make_broker_tls
 from devstack.postgres import LocalPostgres
 from devstack.processes import ServiceStack
 from shared.events import DeadLetter
-from shared.kafka_security import client_options
+from shared.kafka.security import client_options
+from shared.kafka.topic_admin import ensure_topics
+from shared.kafka.topics import TopicSpec
 from shared.settings import KafkaSettings
-from shared.topics import TopicSpec, ensure_topics
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.eutils_server import FakeEutils
 from tests.fakes.otlp_server import ExportedSpan, FakeCollector
@@ -103,7 +104,8 @@ def secure() -> Iterator[SecureStack]:
         services: ServiceStack | None = None
         try:
             from shared.db import migrate
-            from shared.topics import ensure_topics, standard_topics
+            from shared.kafka.topic_admin import ensure_topics
+            from shared.kafka.topics import standard_topics
 
             assert kafka.sasl_ssl_bootstrap is not None
             sasl_env = {
@@ -192,7 +194,7 @@ async def _first_embedded_record_headers(settings: KafkaSettings) -> dict[str, b
 
 
 def test_the_raw_vector_producer_carries_the_trace_context(secure: SecureStack, ingested: dict[str, Any]) -> None:
-    # The embedder sends vectors through its own aiokafka producer (shared.broker.send_keyed), not FastStream:
+    # The embedder sends vectors through its own aiokafka producer (shared.kafka.publish.send_keyed), not FastStream:
     # its records must still carry the W3C traceparent, of the span of the chunks.created batch they came from.
     assert ingested["done"], ingested
     headers = asyncio.run(_first_embedded_record_headers(secure.kafka_settings))
@@ -240,7 +242,7 @@ async def _records_of(settings: KafkaSettings, topic: str) -> list[tuple[bytes, 
 
 
 def test_dead_letters_are_listed_and_replayed_over_sasl_ssl(secure: SecureStack) -> None:
-    # Issue #40 item 13: shared/dlq.py connected without TLS/SASL, so neither the CLI nor the gateway's admin
+    # Issue #40 item 13: shared/kafka/dlq.py connected without TLS/SASL, so neither the CLI nor the gateway's admin
     # routes could read or replay dead letters on a SASL_SSL cluster.
     topic = f"itest-secure-dlq-{uuid.uuid4().hex[:8]}"
     asyncio.run(_dead_letter_to_replay(secure.kafka_settings, topic))

@@ -8,8 +8,9 @@ from collections import defaultdict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from shared.broker import send_keyed
-from shared.topics import TopicSpec, ensure_topics
+from shared.kafka.publish import send_keyed
+from shared.kafka.topic_admin import ensure_topics
+from shared.kafka.topics import TopicSpec
 from tests.integration.conftest import Infra
 
 PARTITIONS = 3

@@ -21,7 +21,7 @@ import httpx
 from faststream.kafka import KafkaBroker
 
 from shared.events import DocumentFetched
-from shared.topics import DOCUMENTS_FETCHED
+from shared.kafka.topics import DOCUMENTS_FETCHED
 from tests.integration.conftest import Stack
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@
   (it bundles the schemas). Custom resources it has no schema for (KEDA ScaledObject, Strimzi
   KafkaTopic, CloudNativePG Cluster, PodMonitor, Kustomization) are checked structurally here.
 - The manifests are tied to the code: ports, consumer groups and topics are read from the services,
-  the ConfigMap's keys from ``shared.settings``, the Strimzi topics from ``shared.topics``, the metric
+  the ConfigMap's keys from ``shared.settings``, the Strimzi topics from ``shared.kafka.topics``, the metric
   names in the alerts and the dashboard from what the services really export.
 - Where ``kubectl`` is on the PATH, ``kubectl kustomize`` builds the base and the example overlay and
   the rendered output is validated too; without it, every file a kustomization names must exist.
@@ -28,7 +28,7 @@ from typing import Any, get_args
 import pytest
 import yaml
 
-from shared import topics as topic_names
+from shared.kafka import topics as topic_names
 from shared.service import DEFAULT_PORTS
 from shared.settings import settings_table
 

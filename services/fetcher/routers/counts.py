@@ -11,10 +11,10 @@ from faststream.kafka import KafkaBroker, KafkaMessage, KafkaRouter
 
 from services.fetcher.eutils import EutilsError, EutilsQueryError
 from services.fetcher.state import GROUP_ID, StateDep
-from shared.broker import reply, request_subscriber_options
 from shared.events import ErrorInfo, NcbiCountReply, NcbiCountRequest
+from shared.kafka.reply_server import reply, request_subscriber_options
+from shared.kafka.topics import NCBI_REQUESTS
 from shared.settings import Settings
-from shared.topics import NCBI_REQUESTS
 
 log = logging.getLogger(__name__)
 

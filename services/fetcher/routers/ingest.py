@@ -30,10 +30,10 @@ from shared.events import (
     PmidDiscovered,
     SourceRequest,
 )
+from shared.kafka.topics import INGEST_REQUESTS
 from shared.models import document_id
 from shared.settings import Settings
 from shared.sources.pubmed import PUBMED
-from shared.topics import INGEST_REQUESTS
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from services.fetcher.outlets import Outlets, OutletsDep, publish_documents
 from services.fetcher.state import GROUP_ID, FetcherState, StateDep
 from shared.db.jobs import add_job_documents, finish_task, set_stage, task_state
 from shared.events import BookshelfPackageRequested, DocumentFetched
+from shared.kafka.topics import BOOKSHELF_PACKAGES
 from shared.settings import Settings
-from shared.topics import BOOKSHELF_PACKAGES
 
 log = logging.getLogger(__name__)
 PUBLISH_BATCH = 50

@@ -22,13 +22,14 @@ from services.fetcher.outlets import Outlets, OutletsDep, publish_documents
 from services.fetcher.state import GROUP_ID, FetcherState, StateDep
 from services.fetcher.store import filter_new_pmids
 from shared import metrics
-from shared.broker import decode_batch, publish_dead_letters
 from shared.db.jobs import add_job_documents, set_stage
 from shared.events import DocumentFetched, PmidDiscovered
+from shared.kafka.dead_letters import publish_dead_letters
+from shared.kafka.decoding import decode_batch
+from shared.kafka.topics import PMIDS_DISCOVERED
 from shared.models import document_id
 from shared.settings import Settings
 from shared.sources.pubmed import PUBMED
-from shared.topics import PMIDS_DISCOVERED
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Administration: ``DELETE /v1/admin/documents/{id}`` and ``PATCH /v1/documents/{id}`` (a document's search
 priority; both need the ``admin`` scope), and ``/v1/admin/dlq``, the dead letters of a topic over HTTP, the same
-as ``evidentia dlq`` (shared/dlq.py).
+as ``evidentia dlq`` (shared/kafka/dlq.py).
 
 - ``GET /v1/admin/dlq/{topic}``: the letters (summaries, oldest first; ``?limit=``);
 - ``GET /v1/admin/dlq/{topic}/{ref}``: one whole letter (``ref`` = ``PARTITION:OFFSET`` or ``OFFSET``);
@@ -23,9 +23,9 @@ from services.gateway import security
 from services.gateway.deps import KafkaDep, PoolDep, SettingsDep
 from services.gateway.schemas.admin import DocumentPatch, DocumentPriority, ReplayRequest, ReplayResult
 from services.gateway.store.documents import set_priority, stored_document
-from shared import dlq
 from shared.events import DocumentDeleted
-from shared.topics import DOCUMENTS_FETCHED
+from shared.kafka import dlq
+from shared.kafka.topics import DOCUMENTS_FETCHED
 
 router = APIRouter()
 

@@ -19,7 +19,6 @@ import asyncpg
 
 from services.gateway.kafka import GatewayKafka
 from services.gateway.store import documents as documents_store
-from shared.broker import RemoteError, RequestTimeout
 from shared.db.jobs import JobStatus, job_status
 from shared.events import (
     IngestRequested,
@@ -32,8 +31,9 @@ from shared.events import (
     ncbi_sources,
 )
 from shared.ingestion import submit_documents
+from shared.kafka.reply_client import RemoteError, RequestTimeout
+from shared.kafka.topics import NCBI_REQUESTS
 from shared.llm import absorb
-from shared.topics import NCBI_REQUESTS
 
 log = logging.getLogger(__name__)
 

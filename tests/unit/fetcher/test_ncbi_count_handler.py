@@ -8,8 +8,8 @@ from services.fetcher.eutils import EutilsClient
 from services.fetcher.routers import register
 from services.fetcher.state import FetcherState
 from shared.events import NcbiCountReply, NcbiCountRequest
+from shared.kafka.topics import NCBI_REQUESTS
 from shared.settings import Settings
-from shared.topics import NCBI_REQUESTS
 from tests.fakes.eutils_server import FakeEutils, fake_ncbi_settings
 
 REPLIES = "replies.test-gateway"

@@ -14,9 +14,9 @@ from services.fetcher.eutils import EutilsClient
 from services.fetcher.routers import register
 from services.fetcher.state import FetcherState
 from shared.events import DocumentFetched, IngestRequested, PmidDiscovered, SourceRequest
+from shared.kafka.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS, PMIDS_DISCOVERED
 from shared.settings import Settings
 from shared.sources import SourceRule
-from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS, PMIDS_DISCOVERED
 from tests.fakes.eutils_server import FakeEutils, fake_ncbi_settings
 
 RECORD_WITH_FULL_TEXT = (

@@ -27,7 +27,6 @@ from services.gateway.store.conversations import ConversationContext, Conversati
 from services.gateway.understanding.rewrite import FollowUpRewriter
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
-from shared.broker import RemoteError
 from shared.events import (
     ChatTurn,
     Citation,
@@ -38,6 +37,7 @@ from shared.events import (
     SynthesisRequest,
     SynthesisToken,
 )
+from shared.kafka.reply_client import RemoteError
 from shared.models import SearchHit
 from shared.settings import GatewaySettings, LlmSettings, Settings
 from tests.factories import search_hit

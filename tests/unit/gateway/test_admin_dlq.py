@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from services.gateway import deps, security
 from services.gateway.routes import admin
-from shared import dlq
 from shared.events import DeadLetter
+from shared.kafka import dlq
 from shared.settings import Settings
 
 

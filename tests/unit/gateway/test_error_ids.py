@@ -11,8 +11,8 @@ import httpx
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from shared.broker import RemoteError, RequestTimeout
 from shared.events import ErrorInfo, RetrievalReply, SynthesisReply
+from shared.kafka.reply_client import RemoteError, RequestTimeout
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.unit.gateway.conftest import build_app, client
 

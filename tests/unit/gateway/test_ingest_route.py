@@ -9,8 +9,8 @@ from typing import Any
 from services.gateway import deps
 from shared.events import DocumentFetched, Event, IngestRequested, SourceRequest
 from shared.ingestion import document_event
+from shared.kafka.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 from shared.models import ParsedDocument
-from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 from tests.unit.gateway.conftest import build_app, client
 
 

@@ -14,10 +14,11 @@ from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 
 import services.retriever.handlers as handlers
 from services.retriever.engine.vector.tables import VectorIndex
-from shared.broker import PoisonEvent, decode
 from shared.events import ChunkEmbedded, DeadLetter
+from shared.kafka.decoding import decode
+from shared.kafka.errors import PoisonEvent
 from shared.settings import Settings
-from tests.unit.shared.test_dead_letters import broker_with
+from tests.unit.shared.kafka.test_dead_letters import broker_with
 
 DIM = 3
 
@@ -155,7 +156,7 @@ async def test_a_fault_not_in_the_data_retries_the_batch_instead_of_dead_letteri
 
 
 def test_only_errors_in_the_data_count_as_data_errors() -> None:
-    from shared.broker import is_data_error
+    from shared.kafka.errors import is_data_error
 
     assert is_data_error(asyncpg.DataError("vector has a value out of range"))
     assert is_data_error(asyncpg.NotNullViolationError("null value in column"))

@@ -1,5 +1,5 @@
 """Issue #40 item 5: the retriever's search handler (FastStream's TestKafkaBroker, no real broker) sends progress
-while a search works and answers a resent copy once, as the synthesizer does (shared.broker)."""
+while a search works and answers a resent copy once, as the synthesizer does (shared.kafka)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
 
 from services.retriever import handlers
 from services.retriever.engine.pipeline import SearchResult
-from shared.broker import EVENT_TYPE_HEADER
 from shared.events import RequestProgress, RetrievalReply, RetrievalRequest
+from shared.kafka.messages import EVENT_TYPE_HEADER
+from shared.kafka.topics import RETRIEVAL_REQUESTS
 from shared.settings import Settings
-from shared.topics import RETRIEVAL_REQUESTS
 
 REPLIES = "replies.test-gateway"
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from shared.events import DocumentFetched, Event, IngestRequested, ncbi_sources
 from shared.ingestion import document_event, submit_documents
+from shared.kafka.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 from shared.models import ParsedDocument
 from shared.settings import KafkaSettings
-from shared.topics import DOCUMENTS_FETCHED, INGEST_REQUESTS
 
 
 class RecordingDb:

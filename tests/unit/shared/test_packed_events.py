@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from shared.broker import PoisonEvent, decode
 from shared.events import ChunkCreated, ChunkEmbedded, PackedVector
+from shared.kafka.decoding import decode
+from shared.kafka.errors import PoisonEvent
 
 RNG = np.random.default_rng(7)
 VEC = RNG.standard_normal(8).astype(np.float32)

@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[3]
 PROBE = """
 import asyncio, json, sys
 from shared import tracing
-from shared.broker import make_broker, send_keyed
+from shared.kafka.broker import make_broker
+from shared.kafka.publish import send_keyed
 from shared.settings import Settings
 
 broker = make_broker("probe", Settings())

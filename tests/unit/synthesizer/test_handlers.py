@@ -13,10 +13,10 @@ from pydantic import SecretStr
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.handlers import SynthesizerState, register
 from services.synthesizer.llm import ClaudeAnswerer
-from shared.broker import EVENT_TYPE_HEADER
 from shared.events import RequestProgress, SynthesisReply, SynthesisRequest, SynthesisToken
+from shared.kafka.messages import EVENT_TYPE_HEADER
+from shared.kafka.topics import SYNTHESIS_REQUESTS
 from shared.settings import LlmSettings, Settings
-from shared.topics import SYNTHESIS_REQUESTS
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.unit.synthesizer.test_llm import PASSAGES, QUESTION
 

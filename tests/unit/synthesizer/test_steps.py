@@ -12,10 +12,10 @@ from pydantic import SecretStr
 
 from services.synthesizer.handlers import SynthesizerState, register
 from services.synthesizer.steps import ANSWER_NOW, StepRunner
-from shared.broker import EVENT_TYPE_HEADER
 from shared.events import LlmStepReply, LlmStepRequest
+from shared.kafka.messages import EVENT_TYPE_HEADER
+from shared.kafka.topics import LLM_STEP_REQUESTS
 from shared.settings import LlmSettings, Settings
-from shared.topics import LLM_STEP_REQUESTS
 from tests.factories import search_hit
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.workflow_anthropic import WorkflowAnthropic

@@ -7,8 +7,10 @@ import json
 import pytest
 from faststream.kafka import KafkaMessage, TestKafkaBroker
 
-from shared.broker import DeadLetterPolicy, PoisonEvent, is_transient, make_broker
 from shared.events import DeadLetter, PmidDiscovered
+from shared.kafka.broker import make_broker
+from shared.kafka.errors import PoisonEvent, is_transient
+from shared.kafka.retry import DeadLetterPolicy
 from shared.settings import Settings
 
 
@@ -102,7 +104,7 @@ def test_requests_older_than_the_callers_timeout_are_stale() -> None:
 
     from aiokafka import ConsumerRecord
 
-    from shared.broker import is_stale
+    from shared.kafka.reply_server import is_stale
 
     def message(age_s: float) -> SimpleNamespace:
         record = ConsumerRecord(

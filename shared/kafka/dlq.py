@@ -1,11 +1,8 @@
-"""Dead letters: how one is made from a failed record, and how an operator reads and replays them.
+"""Dead letters as an operator reads and replays them.
 
-Made by :func:`shared.broker.publish_dead_letters`; read and replayed by ``evidentia dlq`` and the
-gateway's ``/v1/admin/dlq`` routes (both call the functions here, so there is one owner).
+Letters are made and sent by :mod:`shared.kafka.dead_letters`; read and replayed here by ``evidentia dlq`` and
+the gateway's ``/v1/admin/dlq`` routes (both call the functions here, so there is one owner).
 
-- :func:`make_letter` carries the original body once (JSON as JSON, see :class:`DeadLetter`), cut
-  beyond ``dlq_max_payload_bytes`` with the whole body's size and SHA-256, plus topic, partition,
-  offset, key and headers.
 - :func:`letter_pages` reads a dead-letter topic a page at a time (partition by partition, oldest first),
   so a topic of any size is read in bounded memory; :func:`read_letters` lists the first ``limit`` of them.
 - :func:`replay` sends chosen letters back to their topic with their original key and headers. A
@@ -16,15 +13,13 @@ gateway's ``/v1/admin/dlq`` routes (both call the functions here, so there is on
 - :func:`replay_chosen` is what an operator's "replay" does: named letters, or every letter (of an error
   type, not replayed yet) of the topic, paged through: at most ``page_size`` letters are held at a time.
 
-Every Kafka client here connects as the services do (:func:`shared.kafka_security.client_options`: TLS and
+Every Kafka client here connects as the services do (:func:`shared.kafka.security.client_options`: TLS and
 SASL from :class:`~shared.settings.KafkaSettings`), so the tools work on a ``SASL_SSL`` cluster too.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,65 +29,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import BaseModel, Field
 
 from shared.events import DeadLetter
-from shared.kafka_security import client_options
+from shared.kafka.messages import UNDECODABLE_HEADER
+from shared.kafka.security import client_options
 from shared.settings import KafkaSettings
 
 REPLAY_HEADER = "evidentia-replayed-from"
-UNDECODABLE_HEADER = "evidentia-undecodable"
 PAGE_SIZE = 500  # letters held at once while paging through a topic (each up to dlq_max_payload_bytes)
-
-
-def _header_text(value: bytes | None) -> str:
-    return (value or b"").decode("utf-8", "replace")
-
-
-def _trace_of(data: Any) -> str | None:
-    trace = data.get("trace_id") if isinstance(data, dict) else None
-    return trace if isinstance(trace, str) and 0 < len(trace) <= 64 else None
-
-
-def make_letter(
-    record: ConsumerRecord[Any, Any],
-    *,
-    service: str,
-    exc: BaseException,
-    attempts: int,
-    max_payload_bytes: int,
-) -> DeadLetter:
-    """The dead letter of ``record``, which failed with ``exc`` after ``attempts`` attempts."""
-    raw = record.value
-    body = raw if isinstance(raw, bytes) else (b"" if raw is None else str(raw).encode())
-    key = record.key
-    fields: dict[str, Any] = {
-        "topic": record.topic,
-        "partition": record.partition,
-        "offset": record.offset,
-        "key": key.decode("utf-8", "replace") if isinstance(key, bytes) else (None if key is None else str(key)),
-        "service": service,
-        "error_type": type(exc).__name__,
-        "error": str(exc)[:4000] or repr(exc),
-        "attempts": attempts,
-        "payload_bytes": len(body),
-        "payload_sha256": hashlib.sha256(body).hexdigest(),
-        "headers": {k: _header_text(v) for k, v in (record.headers or ())},
-    }
-    parsed: Any = None
-    if len(body) <= max_payload_bytes:
-        try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            parsed = None
-    trace = _trace_of(parsed)
-    if parsed is not None:
-        fields["payload_json"] = parsed
-    else:
-        cut = body[:max_payload_bytes]
-        fields["payload"] = cut.decode("utf-8", "replace")
-        fields["payload_truncated"] = len(cut) < len(body)
-    return DeadLetter(trace_id=trace or uuid.uuid4().hex, **fields)
-
-
-# ------------------------------------------------------------------------------------------ reading
 
 
 class LetterView(BaseModel):

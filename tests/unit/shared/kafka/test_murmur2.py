@@ -6,7 +6,7 @@ import random
 
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
-from shared.murmur2 import murmur2_many, partition_slots
+from shared.kafka.murmur2 import murmur2_many, partition_slots
 
 
 def _keys() -> list[bytes]:

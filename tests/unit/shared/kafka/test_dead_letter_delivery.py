@@ -19,10 +19,13 @@ from faststream.kafka import KafkaMessage, TestKafkaBroker
 from faststream.kafka.message import KafkaMessage as _Msg
 from faststream.kafka.parser import AioKafkaParser
 
-from shared.broker import DeadLetterPolicy, PartitionPause, tolerant_parser, undecodable_reason
-from shared.dlq import UNDECODABLE_HEADER, make_letter
 from shared.events import DeadLetter
-from tests.unit.shared.test_dead_letters import broker_with
+from shared.kafka.dead_letters import make_letter
+from shared.kafka.decoding import tolerant_parser, undecodable_reason
+from shared.kafka.messages import UNDECODABLE_HEADER
+from shared.kafka.pause import PartitionPause
+from shared.kafka.retry import DeadLetterPolicy
+from tests.unit.shared.kafka.test_dead_letters import broker_with
 
 
 def record(value: bytes, headers: list[tuple[str, bytes]] | None = None, offset: int = 41) -> ConsumerRecord[Any, Any]:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from shared.broker import PROGRESS_EVENT, RecentRequests, ReplyClient, RequestTimeout
 from shared.events import RequestProgress, RetrievalReply, RetrievalRequest
+from shared.kafka.reply_client import PROGRESS_EVENT, ReplyClient, RequestTimeout
+from shared.kafka.reply_server import RecentRequests
 
 
 class RecordingBroker:

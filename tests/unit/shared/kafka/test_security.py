@@ -9,7 +9,7 @@ import pytest
 from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
 from pydantic import SecretStr, ValidationError
 
-from shared.kafka_security import broker_security, client_options, ssl_context
+from shared.kafka.security import broker_security, client_options, ssl_context
 from shared.settings import KafkaSettings, Settings, mask_url
 
 

@@ -10,8 +10,10 @@ import asyncpg
 from aiokafka.client import AIOKafkaClient
 from faststream.kafka import KafkaMessage, TestKafkaBroker
 
-from shared.broker import install_metadata_backoff, is_transient, make_broker
 from shared.events import DeadLetter
+from shared.kafka.broker import make_broker
+from shared.kafka.errors import is_transient
+from shared.kafka.metadata_backoff import install_metadata_backoff
 from shared.settings import Settings
 
 
@@ -98,8 +100,8 @@ async def test_failed_metadata_update_waits_the_retry_backoff() -> None:
 async def test_one_broken_json_record_does_not_dead_letter_its_whole_batch() -> None:
     """FastStream decodes a batch before the handler: a record declared JSON but not JSON used to fail
     the batch, and the DLQ then took the good events beside it."""
-    from shared.broker import decode_batch
     from shared.events import PmidDiscovered
+    from shared.kafka.decoding import decode_batch
 
     broker = broker_with()
     seen: list[tuple[list[str], int]] = []

@@ -8,8 +8,9 @@ import pytest
 from asyncpg.exceptions import _base as asyncpg_base
 from faststream.kafka import KafkaMessage, TestKafkaBroker
 
-from shared.broker import INFRASTRUCTURE_SQLSTATES, is_infrastructure_sqlstate, is_transient, make_broker
 from shared.events import DeadLetter
+from shared.kafka.broker import make_broker
+from shared.kafka.errors import INFRASTRUCTURE_SQLSTATES, is_infrastructure_sqlstate, is_transient
 from shared.settings import Settings, mask_url
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from devstack.processes import ServiceStack
-from shared.broker import request_subscriber_options
+from shared.kafka.reply_server import request_subscriber_options
+from shared.kafka.topics import RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS
 from shared.settings import KafkaSettings
-from shared.topics import RETRIEVAL_REQUESTS, SYNTHESIS_REQUESTS
 
 
 def test_request_consumers_have_a_short_session_and_heartbeat_three_times_in_it() -> None:
