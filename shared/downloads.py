@@ -33,24 +33,27 @@ def download_verified(
     url: str,
     dest: Path,
     *,
-    sha256: str,
+    sha256: str | None = None,
+    sha1: str | None = None,
     transport: httpx.BaseTransport | None = None,
     timeout_s: float = 60.0,
 ) -> Path:
-    """``dest`` holding the bytes at ``url``, whose SHA-256 must be ``sha256``.
+    """``dest`` holding the bytes at ``url``, whose SHA-256 must be ``sha256`` (a pin) or, where no pin exists,
+    whose SHA-1 must be ``sha1`` (what a Maven repository publishes beside each file). One of them is required.
 
-    A file already at ``dest`` with that digest is kept as it is (no request). The bytes go to a hidden
+    A file already at ``dest`` with the pinned SHA-256 is kept as it is (no request). The bytes go to a hidden
     ``.part`` file beside ``dest`` and replace it only once checked, so a failed or refused download never
     leaves a partial or wrong file where a good one is expected.
     """
     import httpx  # only here: not every service that imports shared installs httpx
 
-    expected = sha256.lower()
-    if dest.exists() and sha256_of(dest) == expected:
+    if sha256 is None and sha1 is None:
+        raise ValueError("download_verified needs the SHA-256 or the SHA-1 to check the bytes against")
+    if sha256 is not None and dest.exists() and sha256_of(dest) == sha256.lower():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part")
-    digest = hashlib.sha256()
+    digest256, digest1 = hashlib.sha256(), hashlib.sha1(usedforsecurity=False)
     try:
         with (
             httpx.Client(transport=transport, timeout=timeout_s, follow_redirects=True) as client,
@@ -61,15 +64,33 @@ def download_verified(
             with tmp.open("wb") as fh:
                 for block in response.iter_bytes(1 << 20):
                     fh.write(block)
-                    digest.update(block)
+                    digest256.update(block)
+                    digest1.update(block)
     except httpx.HTTPError as exc:
         tmp.unlink(missing_ok=True)
         raise DownloadError(f"GET {url} failed: {exc}") from exc
     except DownloadError:
         tmp.unlink(missing_ok=True)
         raise
-    if digest.hexdigest() != expected:
+    if sha256 is not None and digest256.hexdigest() != sha256.lower():
         tmp.unlink(missing_ok=True)
-        raise DownloadError(f"{url}: SHA-256 {digest.hexdigest()} is not the pinned {expected}; refused.")
+        raise DownloadError(f"{url}: SHA-256 {digest256.hexdigest()} is not the pinned {sha256.lower()}; refused.")
+    if sha256 is None and sha1 is not None and digest1.hexdigest() != sha1.lower():
+        tmp.unlink(missing_ok=True)
+        raise DownloadError(f"{url}: SHA-1 {digest1.hexdigest()} differs from the repository's {sha1.lower()}.")
     tmp.replace(dest)
     return dest
+
+
+def published_sha1(url: str, *, transport: httpx.BaseTransport | None = None, timeout_s: float = 60.0) -> str:
+    """The SHA-1 a Maven repository publishes for the file at ``url`` (``<url>.sha1``)."""
+    import httpx
+
+    try:
+        with httpx.Client(transport=transport, timeout=timeout_s, follow_redirects=True) as client:
+            answer = client.get(url + ".sha1")
+    except httpx.HTTPError as exc:
+        raise DownloadError(f"GET {url}.sha1 failed: {exc}") from exc
+    if answer.status_code != 200:
+        raise DownloadError(f"GET {url}.sha1 answered {answer.status_code}: the file cannot be checked.")
+    return answer.text.split()[0].strip().lower() if answer.text.strip() else ""

