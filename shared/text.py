@@ -28,12 +28,12 @@ bracket (:data:`SENTENCE_END`, :data:`SENTENCE_BREAK`, :func:`split_sentences`).
 from __future__ import annotations
 
 import email.utils
+import functools
 import re
 import time
 from collections.abc import Collection, Iterable
 from datetime import UTC
-
-import snowballstemmer  # type: ignore[import-untyped]
+from typing import Any
 
 WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 WORD_PIECE = re.compile(r"[a-z0-9]+")
@@ -63,8 +63,6 @@ QUERY_STOP_WORDS = _listed(
 SENTENCE_END = ".!?"
 SENTENCE_BREAK = re.compile(rf"(?<=[{re.escape(SENTENCE_END)}])\s+(?=[A-Z0-9(\[])")
 
-_SNOWBALL = snowballstemmer.stemmer("english")
-
 
 def words(text: str) -> list[str]:
     """The words of ``text`` (:data:`WORD`), lower-cased, in order."""
@@ -77,9 +75,17 @@ def content_words(text: str, *, min_length: int = 2, stop_words: Collection[str]
 
 
 def stem_words(words_: Iterable[str]) -> list[str]:
-    """Snowball (English) stems of lower-cased words, in order."""
-    out: list[str] = _SNOWBALL.stemWords(list(words_))
+    """Snowball (English) stems of lower-cased words, in order (the stemmer is the synthesizer's dependency:
+    loaded on first use, so the services that only split text do not need it)."""
+    out: list[str] = _snowball().stemWords(list(words_))
     return out
+
+
+@functools.cache
+def _snowball() -> Any:
+    import snowballstemmer  # type: ignore[import-untyped]
+
+    return snowballstemmer.stemmer("english")
 
 
 def prefix_stem(word: str, length: int = 6) -> str:

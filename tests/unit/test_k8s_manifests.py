@@ -139,11 +139,14 @@ def kustomize_build(folder: Path) -> list[dict[str, Any]]:
 
 
 def consumed_by(service: str) -> tuple[str, set[str]]:
-    """(consumer group, topics subscribed) of a service, read from its handlers.py without importing it."""
-    tree = ast.parse((REPO / "services" / service / "handlers.py").read_text())
+    """(consumer group, topics subscribed) of a service, read from its modules (handlers.py, or the routers of
+    a service split into FastStream routers) without importing them."""
+    folder = REPO / "services" / service
+    modules = [folder / "handlers.py"] if (folder / "handlers.py").exists() else sorted(folder.rglob("*.py"))
+    nodes = [node for module in modules for node in ast.walk(ast.parse(module.read_text()))]
     group: str | None = None
     subscribed: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "GROUP_ID" for t in node.targets):
             assert isinstance(node.value, ast.Constant)
             group = str(node.value.value)
