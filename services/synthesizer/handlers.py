@@ -24,12 +24,16 @@ class SynthesizerState:
         self.settings = settings
         self._core: Synthesizer | None = None
         self._steps = steps
-        self._warm: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         core = Synthesizer.from_settings(self.settings)
-        # The emergency guard's model loads in the background: a request meanwhile waits for it (never unchecked).
-        self._warm = asyncio.create_task(asyncio.to_thread(core.guard.warm_up))
+        # The models (the emergency guard's, the support check's) load before the broker starts consuming, which
+        # it does only after this hook: a request taken by a cold instance would wait for the loads while its
+        # caller's clock runs (a restarted replica gets its partitions straight back by static membership, and
+        # a request stuck there still sends progress, so it is never resent). Until then the group serves the
+        # requests elsewhere.
+        await asyncio.to_thread(core.guard.warm_up)
+        await core.claims.scorer()
         self._core = core
         if self._steps is None:
             self._steps = StepRunner(self.settings.llm)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import anthropic
@@ -153,3 +154,33 @@ async def test_a_resent_copy_of_a_request_taken_here_is_answered_once() -> None:
             await br.publish(request, topic=SYNTHESIS_REQUESTS, correlation_id=cid, reply_to=REPLIES)
     assert core.started == 2
     assert sorted(c for c, k, _ in got if k == "SynthesisReply") == ["c-dup", "c-other"]
+
+
+async def test_start_loads_the_models_before_the_instance_takes_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted synthesizer must not take requests cold: the guard's and the support check's models load in
+    ``start`` (which runs before the broker consumes), not in the background or on the first request."""
+    loaded: list[str] = []
+
+    class Guard:
+        semantic = "test"
+
+        def warm_up(self) -> None:
+            time.sleep(0.05)
+            loaded.append("guard")
+
+    class Claims:
+        async def scorer(self) -> None:
+            await asyncio.sleep(0.05)
+            loaded.append("support")
+
+    class Core:
+        llm = None
+        guard = Guard()
+        claims = Claims()
+
+    monkeypatch.setattr(Synthesizer, "from_settings", classmethod(lambda cls, settings: Core()))
+    state = SynthesizerState(Settings(), steps=object())  # type: ignore[arg-type]
+    assert not await state.ready()
+    await state.start()
+    assert loaded == ["guard", "support"]
+    assert await state.ready()
