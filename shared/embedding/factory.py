@@ -31,7 +31,8 @@ from shared.embedding.base import (
 )
 from shared.embedding.catalogue import known_model
 from shared.embedding.fetch import is_fetched, model_folder
-from shared.embedding.onnx import cpu_count, onnx_file, read_max_seq_length, read_pooling
+from shared.embedding.graph_file import onnx_file
+from shared.embedding.onnx import cpu_count, read_max_seq_length, read_pooling
 
 if TYPE_CHECKING:
     from shared.settings import EmbeddingSettings

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m shared.embedding.fp16 [MODEL]``: make the FP16 copy of a fetched ONNX model (the GPU image)."""
     from shared.embedding.catalogue import known_model
     from shared.embedding.fetch import model_folder
-    from shared.embedding.onnx import onnx_file
+    from shared.embedding.graph_file import onnx_file
     from shared.settings import EmbeddingSettings
 
     parser = argparse.ArgumentParser(description=main.__doc__)

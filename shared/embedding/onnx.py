@@ -34,6 +34,7 @@ from shared.embedding.base import (
     truncate_ids,
 )
 from shared.embedding.fp16 import FP16_TOLERANCE, PROBE_TEXTS, fp16_available, fp16_graph, worst_cosine
+from shared.embedding.graph_file import onnx_file
 from shared.embedding.providers import (
     auto_device,
     device_index,
@@ -69,14 +70,6 @@ def read_max_seq_length(folder: Path, default: int = 512) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return default
-
-
-def onnx_file(folder: Path) -> Path | None:
-    """The ONNX graph of a model folder, if it has one."""
-    for candidate in (folder / "onnx" / "model.onnx", folder / "model.onnx"):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def cpu_count() -> int:
