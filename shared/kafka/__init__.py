@@ -7,7 +7,8 @@
 - :mod:`~shared.kafka.dead_letters`: a dead letter made from a failed record and sent to ``<topic>.dlq``.
 - :mod:`~shared.kafka.dlq`: reading and replaying dead letters (``evidentia dlq``, the gateway's admin routes).
 - :mod:`~shared.kafka.reply_client` and :mod:`~shared.kafka.reply_server`: request/reply over Kafka.
-- :mod:`~shared.kafka.publish`: keyed sends of whole record batches from a raw producer.
+- :mod:`~shared.kafka.publish`: keyed sends of whole record batches from a raw producer; :mod:`~shared.kafka.murmur2`:
+  Kafka's default partitioner for a whole batch of keys at once.
 - :mod:`~shared.kafka.topics` (names, retention) and :mod:`~shared.kafka.topic_admin` (creating, sweeping).
 - :mod:`~shared.kafka.security`: TLS and SASL for every client; :mod:`~shared.kafka.messages`: headers and records.
 - :mod:`~shared.kafka.pause` and :mod:`~shared.kafka.metadata_backoff`: keeping a consumer and a producer healthy
