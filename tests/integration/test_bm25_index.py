@@ -19,7 +19,7 @@ import pytest
 from devstack.postgres import LocalPostgres
 from services.parser.store import delete_document, store_document
 from services.retriever.engine.filters.passing import PLANNED_MARGIN, PassingSet, passing_chunks, planned_rows
-from services.retriever.engine.lexical import postings as lexical_store
+from services.retriever.engine.lexical import rank as lexical_rank
 from services.retriever.engine.lexical.blocks import POSTING
 from services.retriever.engine.lexical.compaction import compact
 from services.retriever.engine.lexical.postings import Bm25Scoring, term_postings
@@ -255,13 +255,13 @@ async def test_passes_sized_by_a_share_are_exact_whether_the_share_is_right_or_w
         "SELECT count(*) FROM chunks c JOIN documents d USING (document_id) WHERE d.year = $1", RARE_YEAR
     )
     passes: list[int] = []
-    real_best_keys = lexical_store.best_keys
+    real_best_keys = lexical_rank.best_keys
 
     def counted(scores: np.ndarray, count: int) -> np.ndarray:
         passes.append(count)
         return real_best_keys(scores, count)
 
-    monkeypatch.setattr(lexical_store, "best_keys", counted)
+    monkeypatch.setattr(lexical_rank, "best_keys", counted)  # where the lexical leg looks it up
     for planned in (float(passing_rare), float(counts.chunks), 1.0):
         passes.clear()
         hits = await bm25_rank(store, query, 5, filters, scoring, passing=PassingSet(None, planned))
