@@ -23,9 +23,10 @@ async def serve(
 ) -> tuple[SearchResult, str]:
     """Takes a request; returns its result and the query as searched (the query form rendered here)."""
     max_terms = settings.retrieval.max_query_terms
-    # The gateway answers 422 before this; what another publisher sends over the limits is cut, not run whole.
+    # The gateway answers 422 before this; what another publisher sends over the limits is cut, not run whole
+    # (rendered, then each text cut: a free question comes out of both as it would out of one cut).
+    q = render(request.query, request.query_form).capped(max_terms)
     query = None if request.query is None else cap_query(request.query, max_terms)
-    q = render(query, request.query_form).capped(max_terms)
     reranker = None
     if request.mode == "hybrid+rerank":
         try:

@@ -8,12 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.retriever.engine import pipeline as search_mod
 from services.retriever.engine.config import SearchConfig
+from services.retriever.engine.lexical.postings import CorpusCounts
+from services.retriever.engine.lexical.stats import CorpusStats
 from services.retriever.engine.pipeline import SearchEngine
 from services.retriever.engine.ranking.blends import EvidenceBlend, evidence_blended, recency
 from services.retriever.engine.ranking.fusion import ReciprocalRankFusion
 from services.retriever.engine.scored import Scored
+from services.retriever.engine.stages import hydrate as hydrate_stage
+from services.retriever.engine.stages import retrieve as retrieve_stage
 from shared.models import SearchFilters
 from shared.settings import RetrievalSettings
 
@@ -105,17 +108,26 @@ EVIDENCE = {"a": 0.3, "b": None, "c": 1.0, "d": 0.9}
 DENSE = {"a": 0.80, "b": 0.79, "c": 0.78, "d": 0.50}
 
 
+class FixedStats(CorpusStats):
+    """Corpus counts without a store (the lexical leg below does not read them)."""
+
+    async def get(self, pool: Any) -> CorpusCounts:
+        return CorpusCounts(len(DENSE), 1.0, 1.0, 1.0)
+
+
 class FixedSearcher(SearchEngine):
+    """The legs below over no store."""
+
     def __init__(self, **kw: Any):
-        super().__init__(pool=None, index=None, config=SearchConfig(**kw))  # type: ignore[arg-type]
+        super().__init__(pool=None, index=None, config=SearchConfig(**kw), stats=FixedStats())  # type: ignore[arg-type]
 
-    async def dense_search(
-        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int, **_: Any
-    ) -> list[Scored]:
-        return [Scored(c, s) for c, s in DENSE.items()][:k]
 
-    async def lexical_search(self, query: str, k: int, filters: SearchFilters, **_: Any) -> list[Scored]:
-        return [Scored(c, 1.0) for c in DENSE][:k]
+async def _dense_leg(_pool: Any, _index: Any, _query_vector: np.ndarray, k: int, *_: Any, **__: Any) -> list[Scored]:
+    return [Scored(c, s) for c, s in DENSE.items()][:k]
+
+
+async def _lexical_leg(_pool: Any, _query: str, k: int, *_: Any, **__: Any) -> list[Scored]:
+    return [Scored(c, 1.0) for c in DENSE][:k]
 
 
 class FixedReranker:
@@ -147,7 +159,10 @@ def _rows(monkeypatch: pytest.MonkeyPatch) -> None:
             for c in ids
         }
 
-    monkeypatch.setattr(search_mod, "hit_rows", hydrate)
+    # Patched where the stages look them up.
+    monkeypatch.setattr(hydrate_stage, "hit_rows", hydrate)
+    monkeypatch.setattr(retrieve_stage, "dense_search", _dense_leg)
+    monkeypatch.setattr(retrieve_stage, "bm25_rank", _lexical_leg)
 
 
 async def _order(searcher: SearchEngine, mode: str, top_n: int = 4) -> list[str]:

@@ -8,10 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.retriever.engine import pipeline as search_mod
 from services.retriever.engine.config import SearchConfig
 from services.retriever.engine.pipeline import SearchEngine
 from services.retriever.engine.scored import Scored
+from services.retriever.engine.stages import feedback as feedback_stage
+from services.retriever.engine.stages import hydrate as hydrate_stage
+from services.retriever.engine.stages import retrieve as retrieve_stage
 from shared.models import SearchFilters
 
 VECTORS = {
@@ -22,22 +24,28 @@ VECTORS = {
 }
 
 
-class FakeSearcher(SearchEngine):
-    """Exact cosine over four chunks; records every query vector the dense leg saw."""
+class SeenIndex:
+    """The vector index's stand-in: the dense leg below records every query vector it is searched with."""
 
-    def __init__(self, **kw: Any):
-        super().__init__(pool=None, index=None, config=SearchConfig(**kw))  # type: ignore[arg-type]
+    def __init__(self) -> None:
         self.seen: list[np.ndarray] = []
 
-    async def dense_search(
-        self, query_vector: np.ndarray, k: int, filters: SearchFilters, ef_search: int, **_: Any
-    ) -> list[Scored]:
-        self.seen.append(query_vector)
-        scores = {c: float(v @ query_vector) for c, v in VECTORS.items()}
-        return [Scored(c, s) for c, s in sorted(scores.items(), key=lambda kv: -kv[1])][:k]
 
-    async def lexical_search(self, query: str, k: int, filters: SearchFilters, **_: Any) -> list[Scored]:
-        return []
+class FakeSearcher(SearchEngine):
+    """Exact cosine over four chunks (the dense leg below); records every query vector the dense leg saw."""
+
+    def __init__(self, **kw: Any):
+        self.seen_index = SeenIndex()
+        super().__init__(pool=None, index=self.seen_index, config=SearchConfig(**kw))  # type: ignore[arg-type]
+        self.seen = self.seen_index.seen
+
+
+async def _dense_leg(
+    _pool: Any, index: SeenIndex, query_vector: np.ndarray, k: int, *_: Any, **__: Any
+) -> list[Scored]:
+    index.seen.append(query_vector)
+    scores = {c: float(v @ query_vector) for c, v in VECTORS.items()}
+    return [Scored(c, s) for c, s in sorted(scores.items(), key=lambda kv: -kv[1])][:k]
 
 
 @pytest.fixture(autouse=True)
@@ -69,8 +77,10 @@ def _no_store(monkeypatch: pytest.MonkeyPatch) -> None:
     async def vectors_of(_pool: Any, _index: Any, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return {c: VECTORS[c] for c in ids if c in VECTORS}
 
-    monkeypatch.setattr(search_mod, "hit_rows", hydrate)
-    monkeypatch.setattr(search_mod, "vectors_of", vectors_of)
+    # Patched where the stages look them up.
+    monkeypatch.setattr(hydrate_stage, "hit_rows", hydrate)
+    monkeypatch.setattr(feedback_stage, "vectors_of", vectors_of)
+    monkeypatch.setattr(retrieve_stage, "dense_search", _dense_leg)
 
 
 async def _ranked(searcher: FakeSearcher, q: np.ndarray) -> list[str]:

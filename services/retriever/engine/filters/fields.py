@@ -237,3 +237,42 @@ async def with_mesh_descendants(pool: asyncpg.Pool, filters: SearchFilters) -> S
     below = await pool.fetchval(f"SELECT ARRAY({MESH_DESCENDANTS_SQL.format(names='$1')})", list(filters.mesh))
     mesh = list(dict.fromkeys([*filters.mesh, *(below or [])]))
     return filters.model_copy(update={"mesh": mesh, "mesh_descendants": False})
+
+
+#: The parameter numbers a filter's clause may start at: the engine's statements bind at most two values of
+#: their own before the filter's (a query vector and k, a limit, candidate keys).
+FIRST_PARAMS = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class FilterClause:
+    """Everything the engine asks of one search's filters, derived once (:func:`filter_clause`): the legs
+    and the filter-first resolution read these instead of deriving each again."""
+
+    filters: SearchFilters
+    where: dict[int, str]
+    """The ``WHERE`` clause (:func:`where_clause`) by the number of its first parameter (:data:`FIRST_PARAMS`)."""
+    params: list[Any]
+    """The clause's parameters, in order."""
+    restrictive: bool
+    """:func:`is_restrictive`."""
+    chunk_columns: bool
+    """:func:`reads_chunk_columns`."""
+    held_whole: bool
+    """:func:`holds_all`."""
+    narrows: bool
+    """:func:`narrows`."""
+
+
+def filter_clause(filters: SearchFilters) -> FilterClause:
+    """The clause of ``filters`` and what the engine derives from its conditions, in one pass."""
+    conds, params = conditions(filters)
+    return FilterClause(
+        filters,
+        {first: where_clause(filters, first)[0] for first in FIRST_PARAMS},
+        params,
+        restrictive=any(c.binds for c in conds),
+        chunk_columns=any(c.field.chunk_columns for c in conds),
+        held_whole=all(c.field.held is not None for c in conds),
+        narrows=any(c.binds and c.field.held is not None for c in conds),
+    )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from services.retriever.engine.filters.fields import where_clause
+from services.retriever.engine.filters.fields import FilterClause, filter_clause
 from shared.models import SearchFilters
 
 #: The least filter-first bound (see :func:`filter_first_max`).
@@ -58,23 +58,25 @@ SELECT 1 FROM chunks c JOIN documents d ON d.document_id = c.document_id WHERE {
 PLANNED_MARGIN = 4
 
 
-async def planned_rows(conn: asyncpg.Connection | asyncpg.Pool, filters: SearchFilters) -> float:
+async def planned_rows(conn: asyncpg.Connection | asyncpg.Pool, filters: SearchFilters | FilterClause) -> float:
     """How many chunks PostgreSQL's planner expects ``filters`` to pass (its statistics; nothing is read)."""
-    where, params = where_clause(filters, 1)
-    plan = await conn.fetchval(_PLANNED_SQL.format(where=where), *params)
+    clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
+    plan = await conn.fetchval(_PLANNED_SQL.format(where=clause.where[1]), *clause.params)
     return float(json.loads(plan)[0]["Plan"]["Plan Rows"])
 
 
-async def passing_chunks(conn: asyncpg.Connection | asyncpg.Pool, filters: SearchFilters, cap: int) -> PassingSet:
-    """The chunks ``filters`` pass when at most ``cap`` do (reading stops at ``cap + 1``). A filter the
-    planner expects to pass more than :data:`PLANNED_MARGIN` x ``cap`` is not read: broad, both legs check
-    candidates against it instead (either way the results are the same; an estimate off by more than the
-    margin costs time, never a result)."""
-    planned = await planned_rows(conn, filters)
+async def passing_chunks(
+    conn: asyncpg.Connection | asyncpg.Pool, filters: SearchFilters | FilterClause, cap: int
+) -> PassingSet:
+    """The chunks ``filters`` (or their clause, :func:`~.fields.filter_clause`) pass when at most ``cap`` do
+    (reading stops at ``cap + 1``). A filter the planner expects to pass more than :data:`PLANNED_MARGIN` x
+    ``cap`` is not read: broad, both legs check candidates against it instead (either way the results are the
+    same; an estimate off by more than the margin costs time, never a result)."""
+    clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
+    planned = await planned_rows(conn, clause)
     if planned > PLANNED_MARGIN * cap:
         return PassingSet(None, planned)
-    where, params = where_clause(filters, 2)
-    rows = await conn.fetch(_PASSING_SQL.format(where=where), cap + 1, *params)
+    rows = await conn.fetch(_PASSING_SQL.format(where=clause.where[2]), cap + 1, *clause.params)
     if len(rows) > cap:  # the estimate was off by more than the margin: no share to size passes by
         return PassingSet(None)
     return PassingSet({int(r["chunk_key"]): str(r["chunk_id"]) for r in rows})

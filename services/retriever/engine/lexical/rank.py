@@ -12,7 +12,7 @@ import numpy as np
 
 from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower
-from services.retriever.engine.filters.fields import holds_all, is_restrictive, narrows, where_clause
+from services.retriever.engine.filters.fields import FilterClause, filter_clause
 from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
 from services.retriever.engine.lexical.postings import Bm25Scoring, best_keys, bm25_scores, dead_keys, term_postings
 from services.retriever.engine.lexical.postings_cache import PostingsCache
@@ -43,7 +43,7 @@ async def bm25_search(
     pool: asyncpg.Pool,
     query: str,
     k: int,
-    filters: SearchFilters,
+    filters: SearchFilters | FilterClause,
     params: Bm25Params,
     stats: CorpusStats,
     *,
@@ -59,13 +59,13 @@ async def bm25_search(
     ``doc_values``: the filter columns held in memory, used (brought up to date first) under a filter that
     narrows a held column (:func:`~services.retriever.doc_values.narrows`) and is not resolved first."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
-    restrictive = is_restrictive(filters)
-    first = filter_first_max(k, scoring.counts.chunks) if restrictive else 0
+    clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
+    first = filter_first_max(k, scoring.counts.chunks) if clause.restrictive else 0
     values = None
-    if doc_values is not None and narrows(filters) and (passing is None or passing.chunks is None):
+    if doc_values is not None and clause.narrows and (passing is None or passing.chunks is None):
         values = await doc_values.current(pool)
     return await bm25_rank(
-        pool, query, k, filters, scoring, filter_first_max=first, passing=passing, cache=cache, doc_values=values
+        pool, query, k, clause, scoring, filter_first_max=first, passing=passing, cache=cache, doc_values=values
     )
 
 
@@ -123,7 +123,7 @@ async def bm25_rank(
     pool: asyncpg.Pool,
     query: str,
     k: int,
-    filters: SearchFilters,
+    filters: SearchFilters | FilterClause,
     scoring: Bm25Scoring,
     *,
     filter_first_max: int = 0,
@@ -139,7 +139,8 @@ async def bm25_rank(
     is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
     :class:`~services.retriever.engine.doc_values.follower.DocValuesFollower`): chunks that fail the filter for certain
     are dropped before the best are checked, and a filter they hold whole is not resolved first (dropping its
-    failing chunks does the same, without reading them)."""
+    failing chunks does the same, without reading them). ``filters`` may come as their clause
+    (:func:`~services.retriever.engine.filters.fields.filter_clause`), derived once for a search."""
     if scoring.counts.chunks == 0 or k <= 0:
         return []
     async with pool.acquire() as conn:
@@ -147,10 +148,11 @@ async def bm25_rank(
         if not len(postings):
             return []
         scores = bm25_scores(postings, scoring, await dead_keys(conn))
-        where, fparams = where_clause(filters, 2)
-        held = doc_values is not None and holds_all(filters)
+        clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
+        where, fparams = clause.where[2], clause.params
+        held = doc_values is not None and clause.held_whole
         if passing is None and filter_first_max > 0 and not held:
-            passing = await passing_chunks(conn, filters, filter_first_max)
+            passing = await passing_chunks(conn, clause, filter_first_max)
         if passing is not None and passing.chunks is not None:
             ids = passing.chunks
             keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
@@ -159,7 +161,7 @@ async def bm25_rank(
             return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
         share = None
         if doc_values is not None:
-            scores *= doc_values.may_pass(len(scores), filters)
+            scores *= doc_values.may_pass(len(scores), clause.filters)
         if passing is not None and passing.planned is not None and not held:
             share = passing.planned / max(scoring.counts.chunks, 1)
         hits = []

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from services.retriever.engine.filters.fields import is_restrictive, reads_chunk_columns, where_clause
+from services.retriever.engine.filters.fields import FilterClause, filter_clause
 from services.retriever.engine.filters.passing import FILTER_FIRST_MAX_CHUNKS, PassingSet, passing_chunks
 from services.retriever.engine.scored import Scored
 from services.retriever.engine.vector.tables import VectorIndex
@@ -22,7 +22,7 @@ async def dense_search(
     index: VectorIndex,
     query_vector: np.ndarray,
     k: int,
-    filters: SearchFilters,
+    filters: SearchFilters | FilterClause,
     ef_search: int,
     *,
     first_max: int = FILTER_FIRST_MAX_CHUNKS,
@@ -32,38 +32,40 @@ async def dense_search(
     """Nearest chunks by cosine similarity (1 - cosine distance): the table's pgvector index (HNSW searched
     ``ef_search`` deep or IVFFlat ``probes`` lists) with iterative scans, or, under a filter that passes at
     most ``first_max`` chunks (:func:`filter_first_max`), exact over them. ``passing``: the filter already
-    resolved by the caller (:func:`passing_chunks`), used as it is."""
-    if passing is None and is_restrictive(filters):
-        passing = await passing_chunks(pool, filters, first_max)
+    resolved by the caller (:func:`passing_chunks`), used as it is; ``filters`` may come as their clause
+    (:func:`~services.retriever.engine.filters.fields.filter_clause`), derived once for a search."""
+    clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
+    if passing is None and clause.restrictive:
+        passing = await passing_chunks(pool, clause, first_max)
     if passing is not None and passing.chunks is not None:
         rows = await nearest_of_chunks(pool, index, query_vector, k, list(passing.chunks.values()))
     else:
-        rows = await nearest_chunks(pool, index, query_vector, k, filters, ef_search, probes=probes)
+        rows = await nearest_chunks(pool, index, query_vector, k, clause, ef_search, probes=probes)
     # relaxed_order may return near-ties out of order: sort by the exact score.
     out = [Scored(chunk_id, score) for chunk_id, score in rows]
     return sorted(out, key=lambda s: -s.score)
 
 
-def nearest_chunks_sql(index: VectorIndex, filters: SearchFilters) -> tuple[str, list[Any]]:
+def nearest_chunks_sql(index: VectorIndex, filters: SearchFilters | FilterClause) -> tuple[str, list[Any]]:
     """The statement :func:`nearest_chunks` runs: ``$1`` the query vector, ``$2`` k, then the filters'
     parameters. The query vector is cast to the index's column type: an HNSW index over ``halfvec`` serves
     only ``halfvec <=> halfvec``. Each candidate the scan yields is checked against the filters: through its
     chunk only when a filter reads a chunk column (:func:`reads_chunk_columns`), else straight from the
     vector row to its document (one look-up less a candidate: under a filter passing 5 % of 10^6 chunks an
     iterative scan checks ~2,000 candidates for 100 results)."""
-    where, params = where_clause(filters, 3)
+    clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
     query = f"$1::{index.column_type}"
-    if reads_chunk_columns(filters):
+    if clause.chunk_columns:
         joins = "JOIN chunks c ON c.chunk_id = v.chunk_id JOIN documents d ON d.document_id = c.document_id"
     else:
         joins = "JOIN documents d ON d.document_id = v.document_id"
     sql = f"""SELECT v.chunk_id, 1 - (v.embedding <=> {query}) AS score
               FROM {index.table_name} v
               {joins}
-              WHERE {where}
+              WHERE {clause.where[3]}
               ORDER BY v.embedding <=> {query}
               LIMIT $2"""
-    return sql, params
+    return sql, clause.params
 
 
 async def nearest_chunks(
@@ -71,7 +73,7 @@ async def nearest_chunks(
     index: VectorIndex,
     query_vector: np.ndarray,
     k: int,
-    filters: SearchFilters,
+    filters: SearchFilters | FilterClause,
     ef_search: int,
     *,
     probes: int = DEFAULT_IVFFLAT_PROBES,
@@ -79,9 +81,10 @@ async def nearest_chunks(
     """(chunk id, 1 - cosine distance) of the nearest chunks passing ``filters``, by the table's HNSW or IVFFlat
     index with iterative scans (``relaxed_order``: near-ties may come out of order), or exactly while it has
     neither. Run with :func:`nearest_chunks_settings`."""
-    sql, params = nearest_chunks_sql(index, filters)
+    clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
+    sql, params = nearest_chunks_sql(index, clause)
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(nearest_chunks_settings(ef_search, k, filtered=is_restrictive(filters), probes=probes))
+        await conn.execute(nearest_chunks_settings(ef_search, k, filtered=clause.restrictive, probes=probes))
         rows = await conn.fetch(sql, query_vector.astype(np.float32), k, *params)
     return [(r["chunk_id"], float(r["score"])) for r in rows]
 
