@@ -10,6 +10,11 @@ priority, at most one passage a paper) runs from the retriever's request handler
 statement under ``sys.setprofile``. Every *new* Python frame whose code lives in ``services/`` or ``shared/``
 is a step, named by its module; consecutive steps in one module are one stop. A *return* is a stop in a module
 the walk had already left. Resumptions of a suspended coroutine are not new frames and do not count.
+
+Two orders of the same steps are counted. *As run*: in the order the frames start, where the two legs of a
+hybrid search, running at once as two tasks, interleave (each time one waits on its SQL the other goes on).
+*By task*: each task's steps together, a leg's at the point where it started, the legs one after the other,
+as a reader follows the code; the interleaving of concurrent legs is the scheduler's, not the code's.
 """
 
 from __future__ import annotations
@@ -53,7 +58,27 @@ def walk(stops: list[str]) -> tuple[list[str], int]:
     return collapsed, returns
 
 
-def tracer(roots: tuple[Path, ...], steps: list[str]) -> Callable[[FrameType, str, Any], None]:
+def by_task(steps: list[tuple[int, str]]) -> list[str]:
+    """``(task, module)`` steps with each task's together: the first task's in order, another task's all at the
+    point of its first step."""
+    if not steps:
+        return []
+    main = steps[0][0]
+    of_task: dict[int, list[str]] = {}
+    for task, module in steps:
+        of_task.setdefault(task, []).append(module)
+    out: list[str] = []
+    placed: set[int] = set()
+    for task, module in steps:
+        if task == main:
+            out.append(module)
+        elif task not in placed:
+            placed.add(task)
+            out.extend(of_task[task])
+    return out
+
+
+def tracer(roots: tuple[Path, ...], steps: list[tuple[int, str]]) -> Callable[[FrameType, str, Any], None]:
     frames: list[FrameType] = []  # held so that no id is reused while tracing
     seen: set[int] = set()
 
@@ -64,7 +89,11 @@ def tracer(roots: tuple[Path, ...], steps: list[str]) -> Callable[[FrameType, st
         frames.append(frame)
         module = module_of(frame.f_code.co_filename, roots)
         if module is not None:
-            steps.append(module)
+            try:
+                task = id(asyncio.current_task())
+            except RuntimeError:  # no running loop (a thread)
+                task = 0
+            steps.append((task, module))
 
     return profile
 
@@ -108,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         filters=SearchFilters(sources=["pubmed"], min_priority=1, max_chunks_per_document=1),
     )
 
-    async def run() -> list[str]:
+    async def run() -> list[tuple[int, str]]:
         config = retrieval.EvalConfig(modes=("hybrid",), cache_dir=None, concurrency=2)
         async with retrieval.indexed_store(ds, settings, config) as store:
             searcher = await _searcher(store.pool, store.index, settings)
@@ -120,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 settings=settings, embedder=embedder, index=store.index, current_searcher=current_searcher
             )
             await handlers._search(state, request)  # warm: the corpus counts are read once
-            steps: list[str] = []
+            steps: list[tuple[int, str]] = []
             sys.setprofile(tracer(roots, steps))
             try:
                 await handlers._search(state, request)
@@ -129,9 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             return steps
 
     steps = asyncio.run(run())
-    collapsed, returns = walk(steps)
-    print(f"stops {len(collapsed)}, modules {len(set(collapsed))}, returns {returns}")
-    print(" -> ".join(m.removeprefix("services.retriever.") for m in collapsed))
+    for name, order in (("as run", [m for _, m in steps]), ("by task", by_task(steps))):
+        collapsed, returns = walk(order)
+        print(f"{name}: stops {len(collapsed)}, modules {len(set(collapsed))}, returns {returns}")
+        print(" -> ".join(m.removeprefix("services.retriever.") for m in collapsed))
     return 0
 
 

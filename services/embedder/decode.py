@@ -14,22 +14,20 @@ from typing import Any
 from aiokafka import ConsumerRecord
 
 from shared.chunk_wire import WireChunk, read_chunk
-from shared.kafka.decoding import undecodable_reason
+from shared.kafka.decoding import read_records
 from shared.kafka.errors import PoisonEvent
 
 Decoded = tuple[ConsumerRecord[Any, Any], WireChunk | None, PoisonEvent | None]
 
 
+def read_chunk_or_poison(body: bytes) -> WireChunk:
+    """The chunk of one record's body; a malformed one raises :class:`PoisonEvent` saying why."""
+    try:
+        return read_chunk(body)
+    except ValueError as exc:  # pydantic's ValidationError and UnicodeDecodeError included
+        raise PoisonEvent(f"not a valid ChunkCreated: {exc}") from exc
+
+
 def decode_chunks(records: Sequence[ConsumerRecord[Any, Any]]) -> list[Decoded]:
     """Each record with its chunk, or with why it is poison (a malformed body, or undecodable headers)."""
-    out: list[Decoded] = []
-    for record in records:
-        reason = undecodable_reason(record)
-        if reason is not None:
-            out.append((record, None, PoisonEvent(reason)))
-            continue
-        try:
-            out.append((record, read_chunk(record.value or b""), None))
-        except ValueError as exc:  # pydantic's ValidationError and UnicodeDecodeError included
-            out.append((record, None, PoisonEvent(f"not a valid ChunkCreated: {exc}")))
-    return out
+    return read_records(read_chunk_or_poison, records)

@@ -10,6 +10,7 @@ that is not JSON; :func:`tolerant_parser` and :func:`tolerant_batch_decoder` (in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from shared.kafka.errors import PoisonEvent
 from shared.kafka.messages import UNDECODABLE_HEADER, records_of
 
 E = TypeVar("E", bound=BaseModel)
+R = TypeVar("R")
 
 
 def decode(model: type[E], body: bytes | str | dict[str, Any]) -> E:
@@ -54,14 +56,24 @@ def decode_records(
     model: type[E], records: Sequence[ConsumerRecord[Any, Any]]
 ) -> list[tuple[ConsumerRecord[Any, Any], E | None, PoisonEvent | None]]:
     """Each record with its event, or with why it is poison (bad body, or undecodable before the handler)."""
-    out: list[tuple[ConsumerRecord[Any, Any], E | None, PoisonEvent | None]] = []
+    return read_records(functools.partial(decode, model), records)
+
+
+def read_records(
+    read: Callable[[bytes], R], records: Sequence[ConsumerRecord[Any, Any]]
+) -> list[tuple[ConsumerRecord[Any, Any], R | None, PoisonEvent | None]]:
+    """Each record with what ``read`` makes of its body, or with why it is poison: undecodable before the
+    handler (:func:`tolerant_parser`), or a :class:`PoisonEvent` that ``read`` raised. The one per-record loop
+    of every batch handler that sets bad records aside (:func:`decode_records` reads events with pydantic; the
+    embedder reads its binary chunks without)."""
+    out: list[tuple[ConsumerRecord[Any, Any], R | None, PoisonEvent | None]] = []
     for record in records:
         reason = undecodable_reason(record)
         if reason is not None:
             out.append((record, None, PoisonEvent(reason)))
             continue
         try:
-            out.append((record, decode(model, record.value or b""), None))
+            out.append((record, read(record.value or b""), None))
         except PoisonEvent as exc:
             out.append((record, None, exc))
     return out

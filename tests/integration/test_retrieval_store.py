@@ -17,7 +17,6 @@ import pytest
 
 from devstack.postgres import LocalPostgres
 from services.parser.store import store_document
-from services.retriever.engine import pipeline
 from services.retriever.engine.config import SearchConfig
 from services.retriever.engine.filters import passing
 from services.retriever.engine.filters.fields import where_clause, with_mesh_descendants
@@ -27,6 +26,7 @@ from services.retriever.engine.lexical.rank import Bm25Params, bm25_search
 from services.retriever.engine.lexical.stats import CorpusStats
 from services.retriever.engine.pipeline import SearchEngine
 from services.retriever.engine.scored import Scored
+from services.retriever.engine.stages import filters as filters_stage
 from services.retriever.engine.vector import search as vector_search
 from services.retriever.engine.vector.search import (
     dense_search,
@@ -253,7 +253,8 @@ async def test_hybrid_reads_a_filters_chunks_once_for_both_legs(
         reads.append(-1 if result.chunks is None else len(result.chunks))
         return result
 
-    for module in (pipeline, rank, vector_search):  # every leg and the pipeline resolve filters through it
+    # Patched where it is looked up: the filters stage resolves a search's filter; the legs would, handed none.
+    for module in (filters_stage, rank, vector_search):
         monkeypatch.setattr(module, "passing_chunks", counted)
     result = await searcher.search(
         "patients outcome cardiology", query, mode="hybrid", top_k=100, top_n=300, filters=filters

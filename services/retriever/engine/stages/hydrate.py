@@ -12,4 +12,6 @@ async def run(engine: EngineParts, s: Search) -> None:
     extra = [c for c in s.extra_chunk_ids if c not in known]
     s.rows = await hit_rows(engine.pool, [c for c, _ in s.ranked] + extra)
     # Chunks offered again by a conversation skip the filters, but never a document excluded since (0).
-    s.extra = [c for c in extra if c in s.rows and s.rows[c]["priority"] > PRIORITY_EXCLUDED]
+    for c in extra:
+        if c in s.rows and s.rows[c]["priority"] > PRIORITY_EXCLUDED:
+            s.extra.append(c)
