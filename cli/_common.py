@@ -41,9 +41,13 @@ async def producer(settings: Settings) -> AsyncIterator[KafkaBroker]:
 
 
 async def publish_all(
-    broker: KafkaBroker, topic_of: dict[type[Event], str], events: Iterable[tuple[Event, str]], window: int = 256
+    broker: KafkaBroker,
+    topic_of: dict[type[Event] | type[bytes], str],
+    events: Iterable[tuple[Event | bytes, str]],
+    window: int = 256,
 ) -> int:
-    """Publish ``(event, key)`` pairs, ``window`` in flight at a time; returns the count."""
+    """Publish ``(event, key)`` pairs (an event, or its bytes framed already, as ``ChunkCreated`` version 2),
+    each to the topic of its type, ``window`` in flight at a time; returns the count."""
     pending: list[asyncio.Future[object]] = []
     n = 0
     for event, key in events:

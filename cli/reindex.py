@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,35 @@ def _print_summary(
     print(json.dumps({**summary, "switched_to": switched_to, "retired": retired}))
 
 
+def reindex_frames(
+    rows: Sequence[Mapping[str, Any]], ids: Sequence[Sequence[int]] | None, model: str
+) -> list[tuple[bytes, str]]:
+    """The ``chunks.reindex`` records of stored chunk rows, keyed by document: ``ChunkCreated`` version 2 (the
+    binary frame of :mod:`shared.chunk_wire`, as the parser writes ``chunks.created``) aimed at ``model``, with
+    the token ids its tokenizer gave (``ids``, one list a row; None: the embedder tokenizes)."""
+    from shared.chunk_wire import encode_chunk
+    from shared.events import ChunkCreated
+
+    return [
+        (
+            encode_chunk(
+                ChunkCreated(
+                    chunk_id=r["chunk_id"],
+                    document_id=r["document_id"],
+                    ordinal=r["ordinal"],
+                    text=r["embedding_text"],
+                    token_count=r["token_count"],
+                    token_model=model if ids else None,
+                    target_model=model,
+                ),
+                ids[j] if ids else None,
+            ),
+            r["document_id"],
+        )
+        for j, r in enumerate(rows)
+    ]
+
+
 async def reindex(args: argparse.Namespace) -> int:
     from cli._common import console, out, producer, publish_all
     from services.retriever.engine import create_index
@@ -123,7 +153,6 @@ async def reindex(args: argparse.Namespace) -> int:
     from shared.db import create_pool
     from shared.embedding import EmbedderError, get_embedder, resolve
     from shared.embedding.passage_tokens import passage_tokenizer
-    from shared.events import ChunkCreated, Event
     from shared.kafka.topics import CHUNKS_REINDEX
     from shared.settings import get_settings
 
@@ -226,23 +255,8 @@ async def reindex(args: argparse.Namespace) -> int:
                         todo[i : i + args.batch],
                     )
                     ids = await asyncio.to_thread(tok, [r["embedding_text"] for r in rows]) if tok else None
-                    events: list[tuple[Event, str]] = [
-                        (
-                            ChunkCreated(
-                                chunk_id=r["chunk_id"],
-                                document_id=r["document_id"],
-                                ordinal=r["ordinal"],
-                                text=r["embedding_text"],
-                                token_count=r["token_count"],
-                                token_ids_u32=ChunkCreated.pack_ids(ids[j]) if ids else None,
-                                token_model=name if ids else None,
-                                target_model=name,
-                            ),
-                            r["document_id"],
-                        )
-                        for j, r in enumerate(rows)
-                    ]
-                    await publish_all(broker, {ChunkCreated: CHUNKS_REINDEX}, events)
+                    frames = reindex_frames(rows, ids, name)
+                    await publish_all(broker, {bytes: CHUNKS_REINDEX}, frames)
                     published.update(r["chunk_id"] for r in rows)
                 done = total - len(missing)
                 console.print(
