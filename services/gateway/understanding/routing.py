@@ -18,6 +18,7 @@ from services.gateway.understanding.analysis import Analysis
 from services.gateway.understanding.classify import drug_pair
 from shared.events import RetrievalReply
 from shared.models import SearchFilters, SearchHit, relevant_hits
+from shared.sources import guideline_sources
 
 
 async def check_interaction(
@@ -52,7 +53,7 @@ async def routed_search(
     sources first and every source when no guideline passage clears ``min_score``; any other searches as asked.
     The route taken is added to ``intelligence``."""
     if category == "guideline" and not filters.sources:
-        reply = await retrieve(filters.model_copy(update={"sources": ["bookshelf"]}))
+        reply = await retrieve(filters.model_copy(update={"sources": guideline_sources()}))
         useful = relevant_hits(reply.hits, min_score)
         intelligence.route.append(
             f"guideline question: searched guideline sources first ({len(useful)} relevant passages)"

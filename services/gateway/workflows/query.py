@@ -43,6 +43,7 @@ from shared.models import (
     strongest_evidence_first,
 )
 from shared.safety import DISCLAIMER, acheck_emergency, emergency_reply
+from shared.sources import guideline_sources
 
 router = workflow_router()
 
@@ -140,7 +141,7 @@ class QueryTools:
 
     async def get_guideline(self, condition: str, findings: list[str]) -> ToolOutput:
         form = QueryForm.condition_findings(condition, findings)
-        filters = self.body.filters.model_copy(update={"sources": ["bookshelf"]})
+        filters = self.body.filters.model_copy(update={"sources": guideline_sources()})
         reply = await self.ctx.backend.retrieve(
             RetrievalRequest(
                 trace_id=self.trace_id,

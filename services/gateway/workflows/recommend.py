@@ -27,6 +27,7 @@ from shared.models import (
     finding_text,
 )
 from shared.safety import DISCLAIMER
+from shared.sources import guideline_sources
 
 router = workflow_router()
 
@@ -118,7 +119,7 @@ class RecommendWorkflow(Workflow):
                 top_k=body.top_k,
                 top_n=body.top_n,
                 mode=body.mode,
-                filters=SearchFilters(sources=["bookshelf"]),
+                filters=SearchFilters().model_copy(update={"sources": guideline_sources()}),
                 query_form=form,
             )
         )
