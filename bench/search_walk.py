@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     keep = list(full.corpus)[: args.documents]
     ds = retrieval.Dataset("walk", {d: full.corpus[d] for d in keep}, {}, {})
     embedder = HashingEmbedder()
-    shared.embedding.get_embedder = lambda _settings=None: embedder  # type: ignore[assignment]
+    shared.embedding.get_embedder = lambda _settings=None: embedder  # type: ignore[assignment,return-value]
     settings = Settings()
     roots = tuple({Path(handlers.__file__).resolve().parents[2], Path(shared.__file__).resolve().parents[1]})
     request = RetrievalRequest(
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             async def current_searcher() -> Any:
                 return searcher
 
-            state = SimpleNamespace(
+            state: Any = SimpleNamespace(  # what _search reads of a RetrieverState
                 settings=settings, embedder=embedder, index=store.index, current_searcher=current_searcher
             )
             await handlers._search(state, request)  # warm: the corpus counts are read once
