@@ -12,10 +12,12 @@ import asyncpg
 from faststream import Context
 
 from services.fetcher.bookshelf import BookshelfClient
+from services.fetcher.clinicaltrials import ClinicalTrialsClient
 from services.fetcher.eutils import EutilsClient
 from services.fetcher.jobs import fail_jobs_hook
-from services.fetcher.ratelimit import make_limiter, rate_for
+from services.fetcher.ratelimit import CLUSTER_SAFETY, Limiter, PgTokenBucket, TokenBucket, make_limiter, rate_for
 from services.fetcher.sources import FetcherSources
+from services.fetcher.sources.clinicaltrials import ClinicalTrialsSource
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook
 from shared.kafka.dead_letters import add_dead_letter_hook
@@ -40,6 +42,7 @@ class FetcherState:
         self._pool: asyncpg.Pool | None = None
         self._client: EutilsClient | None = None
         self._bookshelf: BookshelfClient | None = None
+        self._trials: ClinicalTrialsClient | None = None
         self._sources: FetcherSources | None = None
 
     async def start(self) -> None:
@@ -51,12 +54,22 @@ class FetcherState:
         limiter = make_limiter(ncbi.ncbi_rate_scope, rate_for(api_key, ncbi.ncbi_rate_per_s), self._pool)
         self._client = EutilsClient(ncbi, limiter=limiter)
         self._bookshelf = BookshelfClient(ncbi)
+        self._trials = ClinicalTrialsClient(self.settings.clinicaltrials, limiter=self._trials_limiter())
+
+    def _trials_limiter(self) -> Limiter:
+        """ClinicalTrials.gov's own bucket, shared by the replicas as the NCBI one is (same scope)."""
+        rate = self.settings.clinicaltrials.rate_per_min / 60
+        if self.settings.ncbi.ncbi_rate_scope == "cluster":
+            return PgTokenBucket(self.pool, rate * CLUSTER_SAFETY, name=f"clinicaltrials:{rate:g}")
+        return TokenBucket(rate)
 
     async def stop(self) -> None:
         if self._client is not None:
             await self._client.aclose()
         if self._bookshelf is not None:
             await self._bookshelf.aclose()
+        if self._trials is not None:
+            await self._trials.aclose()
         if self._pool is not None:
             await self._pool.close()
 
@@ -82,7 +95,9 @@ class FetcherState:
     def sources(self) -> FetcherSources:
         """Every source, built on the clients the first time it is asked for (after :meth:`start`)."""
         if self._sources is None:
-            self._sources = FetcherSources(self.client, self.bookshelf, self.pool, self.settings.ncbi)
+            assert self._trials is not None, "fetcher not started"
+            trials = ClinicalTrialsSource(self._trials, self.settings.clinicaltrials)
+            self._sources = FetcherSources(self.client, self.bookshelf, self.pool, self.settings.ncbi, inline=[trials])
         return self._sources
 
 
