@@ -340,6 +340,26 @@ class SearchFilters(BaseModel):
     sources: list[Source] = Field(
         default_factory=list, description="pubmed, pmc, bookshelf, clinicaltrials and/or fda_label."
     )
+    trial_phase: list[TrialPhase] = Field(
+        default_factory=list,
+        description=(
+            "Only registered trials (ClinicalTrials.gov) in any of these phases (`PHASE1`..`PHASE4`, `EARLY_PHASE1`, "
+            "`NA`; a phase 2/3 trial is in both). A document that is no trial fails this filter."
+        ),
+    )
+    trial_status: list[TrialStatus] = Field(
+        default_factory=list,
+        description=(
+            "Only registered trials of any of these overall statuses (`RECRUITING`, `COMPLETED`, ...). A document "
+            "that is no trial fails this filter."
+        ),
+    )
+    has_results: bool | None = Field(
+        None,
+        description=(
+            "true: only registered trials with results posted; false: only trials without. Unset: any document."
+        ),
+    )
     include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
     min_priority: int | None = Field(
         None,
