@@ -85,7 +85,7 @@ class FakeClinicalTrials(LocalHttpServer):
         else:
             found = [s for n, s in sorted(self.studies.items()) if self._matches(s, params)]
         start = 0
-        if token := (params.get("pageToken") or [None])[0]:
+        if token := (params.get("pageToken") or [""])[0]:
             with self._lock:
                 if token not in self._pages:
                     return 400, load_fixture("error_400")

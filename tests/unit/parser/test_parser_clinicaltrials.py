@@ -13,8 +13,9 @@ import pytest
 from services.parser.chunking import Chunker
 from services.parser.clinicaltrials import MAX_FIELD_CHARS, TrialParseError, parse_study, parse_trial
 from services.parser.core import ParseError, parse_content
-from services.parser.handlers import PoisonEvent, parse_event
+from services.parser.handlers import parse_event
 from shared.events import DocumentFetched
+from shared.kafka.errors import PoisonEvent
 from shared.models import ParsedDocument
 from tests.fakes.clinicaltrials_server import load_fixture
 
