@@ -54,7 +54,6 @@ class FetcherState:
         limiter = make_limiter(ncbi.ncbi_rate_scope, rate_for(api_key, ncbi.ncbi_rate_per_s), self._pool)
         self._client = EutilsClient(ncbi, limiter=limiter)
         self._bookshelf = BookshelfClient(ncbi)
-        self._trials = ClinicalTrialsClient(self.settings.clinicaltrials, limiter=self._trials_limiter())
 
     def _trials_limiter(self) -> Limiter:
         """ClinicalTrials.gov's own bucket, shared by the replicas as the NCBI one is (same scope)."""
@@ -92,11 +91,17 @@ class FetcherState:
         return self._bookshelf
 
     @property
+    def trials(self) -> ClinicalTrialsClient:
+        """The ClinicalTrials.gov client, made the first time it is asked for (after :meth:`start`)."""
+        if self._trials is None:
+            self._trials = ClinicalTrialsClient(self.settings.clinicaltrials, limiter=self._trials_limiter())
+        return self._trials
+
+    @property
     def sources(self) -> FetcherSources:
         """Every source, built on the clients the first time it is asked for (after :meth:`start`)."""
         if self._sources is None:
-            assert self._trials is not None, "fetcher not started"
-            trials = ClinicalTrialsSource(self._trials, self.settings.clinicaltrials)
+            trials = ClinicalTrialsSource(self.trials, self.settings.clinicaltrials)
             self._sources = FetcherSources(self.client, self.bookshelf, self.pool, self.settings.ncbi, inline=[trials])
         return self._sources
 
