@@ -8,6 +8,7 @@ The test's studies are taken away at its end, so the session's other tests see t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,7 +59,7 @@ def test_a_trial_is_ingested_found_filtered_and_cited(trials: Stack) -> None:
         assert r.status_code == 202, r.text
         status = stack.wait_job(r.json()["job_id"], timeout=TIMEOUT)
     assert status["done"] and status["state"] == "done", status
-    assert status["total"] == 2 and status["counts"]["embedded"] == 2 and not status["failures"], status
+    assert status["total"] == 2 and status["counts"]["embedded"] == 2 and not status["failures"], json.dumps(status)
 
     rows = db_fetch(
         stack.infra.postgres.url,
