@@ -13,6 +13,7 @@ naming a source:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from services.fetcher.bookshelf import BookshelfClient
@@ -32,14 +33,23 @@ def pmid_sources(eutils: EutilsClient, pool: Db, settings: NcbiSettings) -> dict
 
 
 class FetcherSources:
-    """Every source the fetcher drives, built on its clients, by how its units travel."""
+    """Every source the fetcher drives, built on its clients, by how its units travel: the NCBI ones on their
+    topics, and ``inline`` the sources (each on a client of its own) whose units are fetched where they are
+    discovered."""
 
-    def __init__(self, eutils: EutilsClient, bookshelf: BookshelfClient, pool: Db, settings: NcbiSettings) -> None:
+    def __init__(
+        self,
+        eutils: EutilsClient,
+        bookshelf: BookshelfClient,
+        pool: Db,
+        settings: NcbiSettings,
+        inline: Iterable[FetchSource[Any]] = (),
+    ) -> None:
         self.pubmed = PubmedSource(eutils, pool, settings)
         self.pmc = PmcSource(eutils, pool, settings)
         self.by_pmid: dict[str, FetchSource[str]] = {s.rule.name: s for s in (self.pubmed, self.pmc)}
         self.packages = BookshelfSource(bookshelf, settings)
-        self.inline: dict[str, FetchSource[Any]] = {}
+        self.inline: dict[str, FetchSource[Any]] = {s.rule.name: s for s in inline}
 
     def names(self) -> list[str]:
         """Every source the fetcher can ingest from."""
