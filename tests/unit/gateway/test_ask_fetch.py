@@ -205,3 +205,28 @@ async def test_the_stream_sends_fetch_progress_before_retrieval_done() -> None:
     done = dict(events)["retrieval_done"]
     assert done["fetch"]["ingested"] == ["pubmed:777", "pubmed:778"] and done["fetch"]["mode"] == "always"
     assert names[-1] == "done"
+
+
+# --- the CLI ----------------------------------------------------------------------------------------------
+
+
+def test_the_cli_sends_fetch_and_shows_its_progress_and_report(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli import exits
+    from cli.main import main
+    from tests.unit.gateway.test_cli_against_gateway import serve
+
+    pubmed = FakePubmed({relaxed_queries(TERMS)[0]: ["777"]})
+    app, _, _ = build_app(gateway=scoped(), hits=HITS[:1], pubmed=pubmed)
+    with serve(app) as url:
+        rc = main(["--gateway-url", url, "--api-key", INGESTER, "ask", QUESTION, "--fetch", "always"])
+        captured = capsys.readouterr()
+        assert rc == exits.OK, captured.err
+        assert "searching PubMed: 'vitamin AND supplementation" in captured.err
+        assert "embedded 1 of 1" in captured.err
+        assert "PubMed (always): 'vitamin AND" in captured.out and "1 fetched and searched" in captured.out
+        rc = main(["--gateway-url", url, "--api-key", READER, "ask", QUESTION, "--fetch", "always", "--no-stream"])
+        assert rc != exits.OK  # 403: a read key may not fetch
+        rc = main(["--gateway-url", url, "--api-key", READER, "ask", QUESTION, "--fetch", "never", "--json"])
+        assert rc == exits.OK
+        assert json.loads(capsys.readouterr().out)["fetch"]["searched"] is False
+    assert pubmed.ingested == [["777"]]
