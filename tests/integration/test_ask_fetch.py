@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from services.gateway.livefetch.query import question_terms, relaxed_queries
+from tests.integration.capture import capture
 from tests.integration.conftest import Stack
 from tests.integration.gateways import extra_gateway
 from tests.integration.workflow_data import pubmed_set
@@ -60,9 +61,12 @@ def test_never_answers_from_the_store_without_searching(stack: Stack, served: No
 
 def test_auto_fetches_the_question_s_record_and_cites_it(stack: Stack, served: None) -> None:
     t0 = time.monotonic()
+    request = {"question": FETCHED[1]}  # auth off: every scope, so `fetch` defaults to auto
     with stack.http() as http:
-        body = http.post("/v1/ask", json={"question": FETCHED[1]}).json()  # auth off: every scope, auto
+        r = http.post("/v1/ask", json=request)
     elapsed = time.monotonic() - t0
+    capture(request, r, "ask: fetch auto")
+    body = r.json()
     fetch = body["fetch"]
     assert fetch["mode"] == "auto" and fetch["searched"] and not fetch["cached"], fetch
     assert fetch["query"] == first_query(FETCHED[1]) and fetch["found"] == 3
@@ -135,9 +139,12 @@ def test_a_refusing_ncbi_answers_from_the_store_at_once_and_says_why(stack: Stac
     # the search fails at once, and so does the question's fetch.
     stack.fake.fail_next(429, count=1, retry_after=3600.0, utility="esearch")
     t0 = time.monotonic()
+    request = {"question": REFUSED, "fetch": "always"}
     with stack.http() as http:
-        body = http.post("/v1/ask", json={"question": REFUSED, "fetch": "always"}).json()
+        r = http.post("/v1/ask", json=request)
     elapsed = time.monotonic() - t0
+    capture(request, r, "ask: NCBI refusing")
+    body = r.json()
     fetch = body["fetch"]
     assert fetch["searched"] is False and fetch["job_id"] is None and fetch["ingested"] == []
     assert "could not be searched" in fetch["reason"] and "answered from the store" in fetch["reason"]
