@@ -110,10 +110,12 @@ def test_the_stream_reports_the_fetch_as_it_runs(stack: Stack, served: None) -> 
     assert kinds.index("retrieval_done") > max(i for i, k in enumerate(kinds) if k == "fetch")
     stages = [p["stage"] for p in progress]
     assert stages[:2] == ["searching", "found"] and stages[-1] == "done", stages
-    assert progress[1]["found"] == 3
+    assert progress[1]["found"] == 3 and progress[1]["new"] == 2  # one of its distractors came with FETCHED
     embedded = [p for p in progress if p["stage"] == "embedded"]
-    assert embedded and embedded[-1]["of"] == 3 and embedded[-1]["embedded"] >= 1
+    assert embedded and embedded[-1]["of"] == 2 and embedded[-1]["embedded"] >= 1
+    assert [p["embedded"] for p in embedded] == sorted(p["embedded"] for p in embedded)  # counted up
     done = dict(events)["retrieval_done"]
+    assert done["fetch"]["already_stored"] == 1
     assert f"pubmed:{STREAMED[0]}" in done["fetch"]["ingested"]
     assert f"pubmed:{STREAMED[0]}" in {s["document_id"] for s in done["sources"]}
     assert kinds[-1] == "done"
