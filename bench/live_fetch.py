@@ -57,7 +57,7 @@ def load() -> tuple[dict[str, str], dict[str, SynthDoc]]:
     """{PMID: question} and {PMID: its record}."""
     questions = {k: str(v["QUESTION"]) for k, v in json.loads(QUESTIONS.read_text()).items()}
     records: dict[str, SynthDoc] = {}
-    for line in RECORDS.read_text().splitlines():
+    for line in RECORDS.read_text(encoding="utf-8").split("\n"):  # not splitlines: abstracts hold U+2028
         if line.strip():
             d = json.loads(line)
             mesh = [m["descriptor"] if isinstance(m, dict) else str(m) for m in d.get("mesh") or []]
