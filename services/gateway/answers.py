@@ -231,15 +231,15 @@ class AnswerService:
     async def _retrieve(self, turn: Turn, progress: Progress = no_progress) -> tuple[list[SearchHit], float]:
         """The passages of the turn, with PubMed searched first (``always``) or when the store has too little
         (``auto``); the fetch's time is in the report's ``waited_ms``, not in the returned retrieval time."""
-        fetch_ms = 0.0
         if turn.plan.mode == "always":
-            fetch_ms += await self._fetch(turn, "fetch: always", progress)
+            await self._fetch(turn, "fetch: always", progress)
         t0 = time.perf_counter()
+        fetch_ms = 0.0  # of a fetch between two retrievals, not counted as retrieval time
         hits = await self._search(turn)
         if turn.plan.mode != "always":
             wanted, why = should_search(turn.plan.mode, hits, self.settings.relevance_floor)
             if wanted:
-                fetch_ms += await self._fetch(turn, why, progress)
+                fetch_ms = await self._fetch(turn, why, progress)
                 if turn.fetch is not None and turn.fetch.ingested:
                     hits = await self._search(turn)
             else:

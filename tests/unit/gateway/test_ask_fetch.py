@@ -182,8 +182,13 @@ async def test_auto_fetches_when_the_store_has_too_little_and_answers_from_the_n
         assert body["fetch"]["mode"] == "auto" and body["fetch"]["ingested"] == ["pubmed:777"]
         assert "pubmed:777" in {s["document_id"] for s in body["sources"]}
         assert len(kafka.retrievals) == 2  # the store, then again with the new record
+        assert body["timings_ms"]["fetch"] >= 0 and body["timings_ms"]["retrieval"] >= 0
         never = (await ingester.post("/v1/ask", json={"question": QUESTION, "fetch": "never"})).json()
         assert never["fetch"]["searched"] is False and len(pubmed.queries) == 1
+        always = (await ingester.post("/v1/ask", json={"question": QUESTION, "fetch": "always"})).json()
+        assert always["fetch"]["cached"] and always["fetch"]["ingested"] == []  # nothing new: stored already
+        assert always["timings_ms"]["retrieval"] >= 0 and "fetch" in always["timings_ms"]
+        assert len(pubmed.queries) == 1  # the cached search
 
 
 async def test_the_stream_sends_fetch_progress_before_retrieval_done() -> None:
