@@ -163,7 +163,7 @@ def http_calls(http: httpx.AsyncClient, top_n: int) -> dict[str, Call]:
         return {"retriever_took": float(r.json().get("took_ms") or 0.0)}
 
     async def ask(query: str) -> None:
-        r = await http.post("/v1/ask", json={"question": query, "top_n": top_n})
+        r = await http.post("/v1/ask", json={"question": query, "top_n": top_n, "fetch": "never"})  # the store only
         if r.status_code != 200:
             raise Failure(f"HTTP {r.status_code}")
         mode = str(r.json().get("mode"))

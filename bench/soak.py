@@ -243,7 +243,9 @@ async def query_loop(
             n += 1
             q = rng.choice(questions)
             if args.ask_every and n % args.ask_every == 0:
-                coro = call(client, base, "/v1/ask", {"question": q, "top_n": 5}, record, deadline_s=60.0)
+                coro = call(
+                    client, base, "/v1/ask", {"question": q, "top_n": 5, "fetch": "never"}, record, deadline_s=60.0
+                )
             else:
                 coro = call(client, base, "/v1/search", {"query": q, "top_n": 10}, record, deadline_s=60.0)
             task = asyncio.create_task(coro)

@@ -3,7 +3,9 @@
 By default the question goes to ``POST /v1/ask/stream``: the model's tokens are shown as they arrive (on
 stderr, so stdout carries only the result), then the verified answer (citations checked, numbered) with its
 reference list is printed on stdout. ``--no-stream`` uses ``POST /v1/ask`` and waits for the whole answer.
-``--json`` prints one JSON object (the answer, citations, citation check, summary, metrics).
+``--json`` prints one JSON object (the answer, citations, citation check, summary, metrics). ``--fetch``
+(auto, always, never) decides whether PubMed is searched at question time; its progress is shown as it runs
+and what it did is printed with the answer.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def register(subparsers: Any) -> None:
         choices=range(1, 6),
         metavar="1-5",
         help="Only sources of at least this evidence level, 1 (systematic review, meta-analysis) .. 5 (everything).",
+    )
+    p.add_argument(
+        "--fetch",
+        choices=["auto", "always", "never"],
+        help="Search PubMed at question time: auto (the gateway's default for a key with the ingest scope) when "
+        "the store has fewer than 3 relevant sources, always, or never (the store only).",
     )
     p.add_argument("--conversation", metavar="ID", help="Continue a conversation (its id from an earlier answer).")
     p.add_argument("--no-stream", action="store_true", help="Wait for the whole answer (POST /v1/ask).")
@@ -110,6 +118,38 @@ def intelligence_line(data: dict[str, Any]) -> str:
     return "; ".join(parts) + "".join(f"\n  {step}" for step in qi.get("route") or [])
 
 
+def fetch_line(report: dict[str, Any] | None) -> str:
+    """One line on the question's PubMed search (the response's ``fetch``); "" from a gateway without it."""
+    if not report:
+        return ""
+    if not report.get("searched"):
+        return f"PubMed ({report.get('mode')}): not searched" + (
+            f": {report['reason']}" if report.get("reason") else ""
+        )
+    parts = [
+        f"PubMed ({report.get('mode')}{', cached search' if report.get('cached') else ''}): {report.get('query')!r} "
+        f"found {report.get('found', 0)}",
+        f"{len(report.get('ingested') or [])} fetched and searched",
+        f"{len(report.get('pending') or [])} still on their way",
+        f"{report.get('waited_ms', 0) / 1000:.1f} s",
+    ]
+    return "; ".join(parts) + (f" (job {report['job_id']})" if report.get("job_id") else "")
+
+
+def fetch_progress(data: dict[str, Any]) -> str:
+    """A stream ``fetch`` event as one line of progress."""
+    stage = data.get("stage")
+    if stage == "searching":
+        return f"searching PubMed: {data.get('query')!r}"
+    if stage == "found":
+        return f"found {data.get('found', 0)} in PubMed; fetching {data.get('new', 0)} new"
+    if stage == "embedded":
+        return f"embedded {data.get('embedded', 0)} of {data.get('of', 0)}"
+    if stage == "unavailable":
+        return f"PubMed unavailable: {data.get('reason')}"
+    return ""
+
+
 def print_answer(data: dict[str, Any]) -> None:
     """The verified answer: numbered as its citations, with the reference list and the citation check."""
     out.rule(f"Answer ({data['mode']}{', ' + data['model'] if data.get('model') else ''})")
@@ -148,6 +188,9 @@ def print_answer(data: dict[str, Any]) -> None:
     understood = intelligence_line(data)
     if understood:
         out.print(understood, style="dim", markup=False, highlight=False)
+    fetched = fetch_line(data.get("fetch"))
+    if fetched:
+        out.print(fetched, style="dim", markup=False, highlight=False)
     usage = model_usage(data)
     if usage:
         out.print(usage, style="dim")
@@ -163,8 +206,13 @@ def stream_answer(args: argparse.Namespace, body: dict[str, Any], show_tokens: b
     tokens = 0
     with client_from_args(args, timeout=args.timeout) as gw:
         for event, data in gw.stream_events("/v1/ask/stream", body, "ask", timeout=args.timeout):
-            if event == "retrieval_done":
+            if event == "fetch":
+                line = fetch_progress(data)
+                if show_tokens and line:
+                    live.print(line, style="dim", markup=False, highlight=False)
+            elif event == "retrieval_done":
                 result["sources"] = data.get("sources", [])
+                result["fetch"] = data.get("fetch")
                 if show_tokens:
                     live.print(f"[dim]{data.get('count', 0)} passages retrieved; answering…[/dim]")
             elif event == "token":
@@ -198,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
         body["source_types"] = args.source
     if args.min_evidence_level is not None:
         body["min_evidence_level"] = args.min_evidence_level
+    if args.fetch:
+        body["fetch"] = args.fetch
     as_json = wants_json(args)
     if args.no_stream:
         with client_from_args(args, timeout=args.timeout) as gw:

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
         key = getattr(args, "api_key", None) or os.environ.get("EVIDENTIA_API_KEY")
         with GatewayClient(f"http://127.0.0.1:{settings.service.gateway_port}", key, timeout=120) as gw:
-            answer = gw.post_json("/v1/ask", {"question": args.question, "top_n": 5}, what="ask")
+            # The bundled sample only: the demo never depends on reaching NCBI.
+            answer = gw.post_json("/v1/ask", {"question": args.question, "top_n": 5, "fetch": "never"}, what="ask")
         if as_json:
             print(json.dumps({"job": status.model_dump(mode="json"), "answer": answer}, indent=2, default=str))
         else:

@@ -795,12 +795,20 @@ class NcbiCountRequest(Event):
     schema_version: Literal[1] = 1
     term: str = Field(min_length=1, max_length=4000, description="An E-utilities search term.")
     database: Literal["pubmed", "pmc"] = "pubmed"
+    max_ids: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="Also return the ids of the best matches, at most this many, in relevance order (esearch "
+        "``sort=relevance``); 0: the count only.",
+    )
 
 
 class NcbiCountReply(Event):
     schema_version: Literal[1] = 1
     term: str = ""
     count: int = Field(0, ge=0)
+    ids: list[str] = Field(default_factory=list, description="The best matches (``max_ids`` asked), best first.")
     error: ErrorInfo | None = None
 
 

@@ -786,6 +786,29 @@ class WorkflowSettings(BaseSettings):
     rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one drug interaction API call.")
 
 
+class AskFetchSettings(BaseSettings):
+    """PubMed searched at question time by ``/v1/ask`` (its ``fetch`` field)."""
+
+    model_config = _config("EVIDENTIA_ASK_FETCH_")
+
+    max_documents: int = Field(
+        20, ge=1, le=200, description="Most new PubMed records one question ingests (records already stored are not)."
+    )
+    budget_s: float = Field(
+        20.0,
+        ge=0,
+        description="Longest a question waits for the records it fetched to become searchable; later arrivals "
+        "serve the next question.",
+    )
+    search_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest wait for PubMed's answer to the question's search (through the fetcher); past it the "
+        "question is answered from the store at once and says PubMed could not be reached in time (NCBI down, no "
+        "network, or the cluster's NCBI rate budget spent).",
+    )
+
+
 class TracingSettings(BaseSettings):
     model_config = _config("EVIDENTIA_TRACING_")
 
@@ -887,6 +910,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)  # type: ignore[arg-type]
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
+    ask_fetch: AskFetchSettings = Field(default_factory=AskFetchSettings)  # type: ignore[arg-type]
     tracing: TracingSettings = Field(default_factory=TracingSettings)  # type: ignore[arg-type]
     safety: SafetySettings = Field(default_factory=SafetySettings)  # type: ignore[arg-type]
     support: SupportSettings = Field(default_factory=SupportSettings)  # type: ignore[arg-type]

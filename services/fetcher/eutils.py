@@ -487,6 +487,7 @@ class EutilsClient(NcbiHttpClient):
         retmax: int,
         webenv: str | None = None,
         query_key: str | None = None,
+        sort: str | None = None,
     ) -> _Page:
         params: dict[str, str | list[str]] = {
             "db": db,
@@ -495,6 +496,8 @@ class EutilsClient(NcbiHttpClient):
             "retstart": str(retstart),
             "retmax": str(retmax),
         }
+        if sort:
+            params["sort"] = sort
         if webenv:
             params["WebEnv"] = webenv
             if query_key:
@@ -503,9 +506,16 @@ class EutilsClient(NcbiHttpClient):
         return parse_esearch(await self.call("esearch", params, method="POST"), term)
 
     async def esearch(
-        self, term: str, db: str = "pubmed", max_results: int | None = None, *, strict: bool = True
+        self,
+        term: str,
+        db: str = "pubmed",
+        max_results: int | None = None,
+        *,
+        strict: bool = True,
+        sort: str | None = None,
     ) -> SearchResult:
-        """Run ``term`` with ``usehistory=y`` and page its WebEnv by retstart/retmax up to the cap.
+        """Run ``term`` with ``usehistory=y`` and page its WebEnv by retstart/retmax up to the cap; ``sort``
+        (e.g. ``relevance``) is E-utilities' order of the ids, NCBI's default when None.
 
         ``strict`` (default): an ``ErrorList`` raises :class:`EutilsQueryError`; otherwise it is kept
         in ``SearchResult.errors``. A ``WarningList`` alone never raises; a search with no hits and
@@ -518,7 +528,7 @@ class EutilsClient(NcbiHttpClient):
         if cap < 1:
             raise ValueError("max_results must be at least 1")
         page_size = min(self.settings.esearch_page_size, cap)
-        first = await self._esearch_page(term, db, 0, page_size)
+        first = await self._esearch_page(term, db, 0, page_size, sort=sort)
         if first.errors and strict:
             raise EutilsQueryError(
                 f"esearch could not run {term!r} as written: {_describe(first.errors)}",
@@ -543,7 +553,7 @@ class EutilsClient(NcbiHttpClient):
         retstart = len(first.ids)
         while len(pmids) < target and retstart < first.count:
             page = await self._esearch_page(
-                term, db, retstart, min(page_size, target - len(pmids)), first.webenv, first.query_key
+                term, db, retstart, min(page_size, target - len(pmids)), first.webenv, first.query_key, sort
             )
             before = len(pmids)
             take(page.ids)

@@ -20,7 +20,14 @@ guideline sources first (every source when none clears ``EVIDENTIA_RETRIEVAL_MIN
 Server-sent events of ``/v1/ask/stream``, in order: ``retrieval_done`` (the sources), ``token`` (``seq``
 from 0, in order), ``citations`` (the verified answer, its citations and the reference list),
 ``summary`` (the evidence summary), ``metrics`` (time to first token..., ``tokens_used`` and ``llm_calls``),
-``done`` (with ``tokens_used``); or ``error``.
+``done`` (with ``tokens_used``); or ``error``. With a PubMed search at question time (the request's ``fetch``,
+:mod:`services.gateway.livefetch`), ``fetch`` events come before ``retrieval_done`` as it runs (``stage``:
+``searching``, ``found`` with ``found``, ``embedded`` with ``embedded`` of ``of``, ``unavailable``, ``done`` with
+the ``report``); ``retrieval_done`` and the response carry the report as ``fetch``.
+
+The search happens (``fetch`` decided by :func:`services.gateway.livefetch.plan.plan_fetch`): with ``always``
+before retrieval; with ``auto`` after it, when fewer than three retrieved sources clear the relevance floor, and
+retrieval runs again when new records became searchable within the budget.
 
 Every Claude call made for a turn (the LLM reranker in the retriever; the follow-up rewrite, the answer,
 summary and support check in the synthesizer) is in the answer's ``llm_calls`` with its model and tokens, and
@@ -30,6 +37,7 @@ summary and support check in the synthesizer) is in the answer's ``llm_calls`` w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -40,8 +48,11 @@ from fastapi import HTTPException
 
 from services.gateway.errors import sse_error
 from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.livefetch.plan import STORE_ONLY, FetchPlan, should_search
+from services.gateway.livefetch.runner import LiveFetcher, Progress, no_progress
 from services.gateway.runtime import TurnLocks
 from services.gateway.schemas import AskRequest, AskResponse
+from services.gateway.schemas.ask import FetchReport
 from services.gateway.schemas.common import InteractionOut, QueryIntelligence
 from services.gateway.sse import error_event, sse
 from services.gateway.store.conversations import (
@@ -99,6 +110,8 @@ class Turn:
     analysis: Analysis | None = None
     intelligence: QueryIntelligence | None = None
     interaction: InteractionOut | None = None
+    plan: FetchPlan = STORE_ONLY
+    fetch: FetchReport | None = None
 
     @property
     def searched(self) -> str:
@@ -150,6 +163,7 @@ class AnswerService:
         locks: TurnLocks,
         analyser: QueryAnalyser | None = None,
         rxnav: RxNavClient | None = None,
+        live: LiveFetcher | None = None,
     ):
         self.settings = settings
         self.kafka = kafka
@@ -158,6 +172,7 @@ class AnswerService:
         self.locks = locks
         self.analyser = analyser
         self.rxnav = rxnav
+        self.live = live
 
     # --- one turn ---------------------------------------------------------------------------------
 
@@ -172,7 +187,7 @@ class AnswerService:
             raise HTTPException(404, f"no conversation {body.conversation_id}")
         return ctx
 
-    async def _begin(self, body: AskRequest, owner: str | None, start: float) -> Turn:
+    async def _begin(self, body: AskRequest, owner: str | None, start: float, plan: FetchPlan = STORE_ONLY) -> Turn:
         ctx = await self.context(body, owner)  # again, under the conversation's lock: it may have moved on
         standalone = body.question.strip()
         ledger = UsageLedger()
@@ -180,7 +195,9 @@ class AnswerService:
             standalone = await self.rewriter.rewrite(body.question, ctx.history, ctx.last_question, ledger=ledger)
             # A rewritten question is model output shown to the client and searched: it may cite nothing.
             standalone = scrub(standalone, ())[0] or body.question.strip()
-        return Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start, ledger)
+        turn = Turn(body, owner, ctx, ctx.turns + 1, standalone[:MAX_QUERY], new_trace_id(), start, ledger)
+        turn.plan = plan
+        return turn
 
     async def _understand(self, turn: Turn, verdict: EmergencyVerdict) -> float:
         """The query-intelligence steps (:mod:`services.gateway.understanding`) of the standalone question, their
@@ -211,8 +228,45 @@ class AnswerService:
                 turn.interaction.text = scrub(turn.interaction.text, ())[0]
         return (time.perf_counter() - t0) * 1000
 
-    async def _retrieve(self, turn: Turn) -> tuple[list[SearchHit], float]:
+    async def _retrieve(self, turn: Turn, progress: Progress = no_progress) -> tuple[list[SearchHit], float]:
+        """The passages of the turn, with PubMed searched first (``always``) or when the store has too little
+        (``auto``); the fetch's time is in the report's ``waited_ms``, not in the returned retrieval time."""
+        if turn.plan.mode == "always":
+            await self._fetch(turn, "fetch: always", progress)
         t0 = time.perf_counter()
+        fetch_ms = 0.0  # of a fetch between two retrievals, not counted as retrieval time
+        hits = await self._search(turn)
+        if turn.plan.mode != "always":
+            wanted, why = should_search(turn.plan.mode, hits, self.settings.relevance_floor)
+            if wanted:
+                fetch_ms = await self._fetch(turn, why, progress)
+                if turn.fetch is not None and turn.fetch.ingested:
+                    hits = await self._search(turn)
+            else:
+                turn.fetch = FetchReport(
+                    mode=turn.plan.mode, requested=turn.plan.requested, reason=turn.plan.note or why
+                )
+        return hits, (time.perf_counter() - t0) * 1000 - fetch_ms
+
+    async def _fetch(self, turn: Turn, why: str, progress: Progress) -> float:
+        """The turn's PubMed fetch (its report in ``turn.fetch``); the time it took (ms)."""
+        t0 = time.perf_counter()
+        plan = turn.plan
+        if self.live is None:
+            turn.fetch = FetchReport(
+                mode=plan.mode, requested=plan.requested, reason=f"{why}; this gateway has no PubMed fetch configured"
+            )
+            return 0.0
+        english = turn.analysis.enhancement.english_question if turn.analysis else turn.standalone
+        language = turn.analysis.language if turn.analysis else detect_language(turn.standalone)
+        with usage_scope() as used:
+            terms = await self.live.terms(turn.standalone, english, language)
+        turn.ledger.extend(used.calls)
+        turn.fetch = await self.live.run(terms, turn.trace_id, plan.mode, plan.requested, why, progress)
+        await progress({"stage": "done", "report": turn.fetch.model_dump(mode="json")})
+        return (time.perf_counter() - t0) * 1000
+
+    async def _search(self, turn: Turn) -> list[SearchHit]:
         b = turn.body
 
         async def retrieve(filters: SearchFilters) -> RetrievalReply:
@@ -240,7 +294,7 @@ class AnswerService:
             )
         else:
             hits = (await retrieve(b.filters)).hits
-        return hits, (time.perf_counter() - t0) * 1000
+        return hits
 
     def _synthesis(self, turn: Turn, hits: list[SearchHit], stream: bool) -> SynthesisRequest:
         return SynthesisRequest(
@@ -328,16 +382,17 @@ class AnswerService:
             query_intelligence=turn.intelligence,
             answer_language=self._answer_language(turn, reply),
             interaction=turn.interaction,
+            fetch=turn.fetch,
         )
 
     # --- whole -------------------------------------------------------------------------------------------
 
-    async def ask(self, body: AskRequest, owner: str | None, start: float) -> AskResponse:
+    async def ask(self, body: AskRequest, owner: str | None, start: float, plan: FetchPlan = STORE_ONLY) -> AskResponse:
         """One turn answered whole and stored; 404 for an unknown conversation, 409 when another turn of it was
-        stored meanwhile."""
+        stored meanwhile. ``plan``: the PubMed fetch the caller may have."""
         await self.context(body, owner)  # 404 before anything else
         async with self.locks.lock(body.conversation_id):
-            turn = await self._begin(body, owner, start)
+            turn = await self._begin(body, owner, start, plan)
             hits: list[SearchHit] = []
             timings: dict[str, float] = {}
             verdict = await acheck_emergency(body.question)
@@ -346,6 +401,8 @@ class AnswerService:
                 reply = self._emergency(turn, verdict)
             else:
                 hits, timings["retrieval"] = await self._retrieve(turn)
+                if turn.fetch is not None and turn.fetch.searched:
+                    timings["fetch"] = turn.fetch.waited_ms
                 t0 = time.perf_counter()
                 reply = gate_reply(
                     await self.kafka.synthesize(self._synthesis(turn, hits, stream=False)),
@@ -365,12 +422,14 @@ class AnswerService:
 
     # --- streamed ----------------------------------------------------------------------------------------
 
-    async def stream(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
+    async def stream(
+        self, body: AskRequest, owner: str | None, start: float, plan: FetchPlan = STORE_ONLY
+    ) -> AsyncIterator[str]:
         """One turn as server-sent events (the module's list), stored when it completes; a failure after the
         stream started is an ``error`` event."""
         try:
             async with self.locks.lock(body.conversation_id):
-                async for chunk in self._stream_turn(body, owner, start):
+                async for chunk in self._stream_turn(body, owner, start, plan):
                     yield chunk
         # The stream has started: an error event is the only way left to say so (services.gateway.sse).
         except ConversationConflict as exc:
@@ -380,8 +439,10 @@ class AnswerService:
         except Exception as exc:
             yield error_event(exc)
 
-    async def _stream_turn(self, body: AskRequest, owner: str | None, start: float) -> AsyncIterator[str]:
-        turn = await self._begin(body, owner, start)
+    async def _stream_turn(
+        self, body: AskRequest, owner: str | None, start: float, plan: FetchPlan
+    ) -> AsyncIterator[str]:
+        turn = await self._begin(body, owner, start, plan)
         head = {
             "conversation_id": turn.ctx.conversation_id,
             "turn": turn.number,
@@ -408,12 +469,19 @@ class AnswerService:
             first = time.perf_counter() - start
             yield sse("token", {"seq": 0, "text": reply.answer})
         else:
-            hits, timings["retrieval"] = await self._retrieve(turn)
+            events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+            retrieving = asyncio.create_task(self._retrieve(turn, events.put))
+            async for event in _relay(events, retrieving):
+                yield sse("fetch", event)
+            hits, timings["retrieval"] = retrieving.result()
+            if turn.fetch is not None and turn.fetch.searched:
+                timings["fetch"] = turn.fetch.waited_ms
             yield sse(
                 "retrieval_done",
                 {
                     **head,
                     **found(),
+                    "fetch": turn.fetch.model_dump(mode="json") if turn.fetch else None,
                     "retrieval_ms": timings["retrieval"],
                     "count": len(hits),
                     "sources": [h.model_dump(mode="json") for h in strongest_evidence_first(hits)]
@@ -500,6 +568,25 @@ class AnswerService:
             },
         )
         yield sse("done", {**head, "tokens_used": turn.ledger.total.model_dump()})
+
+
+async def _relay(events: asyncio.Queue[dict[str, Any]], task: asyncio.Task[Any]) -> AsyncIterator[dict[str, Any]]:
+    """The progress ``events`` put while ``task`` runs, in order, until it has finished and none is left (the
+    task's exception, if any, is raised by ``task.result()`` afterwards)."""
+    try:
+        while True:
+            getter = asyncio.ensure_future(events.get())
+            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+                continue
+            getter.cancel()
+            while not events.empty():
+                yield events.get_nowait()
+            return
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 def _usage(ledger: UsageLedger) -> dict[str, Any]:

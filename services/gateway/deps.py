@@ -18,6 +18,7 @@ from services.gateway.intelligence.cache import Cache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.kafka import GatewayKafka
+from services.gateway.livefetch.runner import LiveFetcher, PubmedSearch
 from services.gateway.runtime import Gateway, TurnLocks
 from services.gateway.store.cache import PgCache
 from services.gateway.store.conversations import ConversationStore, PgConversationStore
@@ -104,6 +105,11 @@ def get_workflow_backend(gateway: GatewayDep) -> WorkflowBackend:
     return gateway.workflow_backend
 
 
+def get_pubmed_search(gateway: GatewayDep) -> PubmedSearch:
+    """PubMed's best matches, unstored documents, PMID ingestion and stages for ``/v1/ask``'s live fetch."""
+    return gateway.workflow_backend
+
+
 def get_workflow_cache(pool: PoolDep) -> Cache:
     return PgCache(pool)
 
@@ -125,11 +131,13 @@ def get_answers(
     cache: Annotated[Cache, Depends(get_workflow_cache)],
     llm: Annotated[WorkflowLlm, Depends(get_workflow_llm)],
     rxnav: Annotated[RxNavClient, Depends(get_rxnav)],
+    pubmed: Annotated[PubmedSearch, Depends(get_pubmed_search)],
 ) -> AnswerService:
     """One turn's service, with the query intelligence shared with ``/v1/query`` (the workflows' LLM steps,
-    cache and interaction service)."""
+    cache and interaction service) and PubMed searched at question time through the workflows' backend."""
     analyser = QueryAnalyser(llm, cache, ttl_s=settings.workflow.cache_ttl_s)
-    return AnswerService(settings, kafka, store, rewriter, locks, analyser, rxnav)
+    live = LiveFetcher(pubmed, settings, cache, llm)
+    return AnswerService(settings, kafka, store, rewriter, locks, analyser, rxnav, live)
 
 
 AnswersDep = Annotated[AnswerService, Depends(get_answers)]

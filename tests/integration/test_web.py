@@ -75,7 +75,7 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     driver = browser
     assert isinstance(driver, WebDriver)
@@ -98,6 +98,7 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     driver.execute_script(WATCH_STREAM)
     driver.find_element(By.ID, "question").send_keys(f"What is known about {title.lower()}?")
     driver.find_element(By.ID, "year-from").send_keys("1950")
+    Select(driver.find_element(By.ID, "fetch-mode")).select_by_value("always")  # PubMed searched at question time
     driver.find_element(By.ID, "ask").click()
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#answer a.cite")))
     seen = driver.execute_script("return window.__seen")
@@ -106,6 +107,8 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     answer = driver.find_element(By.ID, "answer")
     assert "streaming" not in (answer.get_attribute("class") or "")
     assert "Extractive answer" in answer.text and "PMID:" not in answer.text
+    fetched = driver.find_element(By.CSS_SELECTOR, "#thread .fetch-progress").text
+    assert fetched.startswith("PubMed (always): "), fetched  # the fetch's report, after its progress
 
     # Click the first citation: its source is shown with a PubMed link.
     cite = answer.find_elements(By.CSS_SELECTOR, "a.cite")[0]

@@ -1,5 +1,6 @@
-"""``ncbi.requests`` (request/reply): PubMed hit counts (esearch ``rettype=count``) for the gateway's workflows.
-A term NCBI refuses is answered with a 422 error, any other NCBI failure with a 502; nothing is retried."""
+"""``ncbi.requests`` (request/reply): PubMed hit counts (esearch ``rettype=count``) for the gateway's workflows,
+and with ``max_ids`` the best matches' ids in relevance order (``/v1/ask``'s live fetch). A term NCBI refuses is
+answered with a 422 error, any other NCBI failure with a 502."""
 
 from __future__ import annotations
 
@@ -26,8 +27,12 @@ async def on_count(
     broker: Annotated[KafkaBroker, Context("broker")],
 ) -> None:
     try:
-        count = await state.client.count(request.term, request.database)
-        answer = NcbiCountReply(trace_id=request.trace_id, term=request.term, count=count)
+        if request.max_ids:
+            found = await state.client.esearch(request.term, request.database, request.max_ids, sort="relevance")
+            answer = NcbiCountReply(trace_id=request.trace_id, term=request.term, count=found.count, ids=found.pmids)
+        else:
+            count = await state.client.count(request.term, request.database)
+            answer = NcbiCountReply(trace_id=request.trace_id, term=request.term, count=count)
     except EutilsQueryError as exc:  # NCBI refused the term: the caller's fault, not a retry
         answer = NcbiCountReply(
             trace_id=request.trace_id,
@@ -52,6 +57,7 @@ def router(settings: Settings) -> KafkaRouter:
         group_id=GROUP_ID,
         **request_subscriber_options(settings.kafka, NCBI_REQUESTS),
         title="ncbi.requests:fetcher",
-        description="An NcbiCountRequest; the NcbiCountReply (esearch count) goes to the reply_to topic.",
+        description="An NcbiCountRequest; the NcbiCountReply (esearch count, and the best matches' ids when asked) "
+        "goes to the reply_to topic.",
     )(on_count)
     return r

@@ -4,15 +4,29 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 
-from services.gateway.deps import AnswersDep, OwnerDep
+from services.gateway.deps import AnswersDep, OwnerDep, ScopesDep
+from services.gateway.livefetch.plan import FetchNotAllowed, FetchPlan, plan_fetch
 from services.gateway.schemas.ask import AskRequest, AskResponse
 from services.gateway.sse import STREAM_RESPONSES, event_stream
 
 router = APIRouter(tags=["answers"])
+
+FETCH_403: dict[int | str, dict[str, Any]] = {
+    403: {"description": "`fetch: always` from an API key without the `ingest` scope"}
+}
+
+
+def fetch_plan(body: AskRequest, scopes: frozenset[str]) -> FetchPlan:
+    """The PubMed fetch the caller may have (403 for ``always`` without the ``ingest`` scope)."""
+    try:
+        return plan_fetch(body.fetch, "ingest" in scopes)
+    except FetchNotAllowed as exc:
+        raise HTTPException(403, str(exc)) from exc
 
 
 @router.post(
@@ -22,20 +36,22 @@ router = APIRouter(tags=["answers"])
     responses={
         404: {"description": "Unknown conversation"},
         409: {"description": "Another turn of the conversation was stored meanwhile"},
+        **FETCH_403,
     },
 )
-async def ask(body: AskRequest, answers: AnswersDep, owner: OwnerDep) -> AskResponse:
-    return await answers.ask(body, owner, time.perf_counter())
+async def ask(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep) -> AskResponse:
+    return await answers.ask(body, owner, time.perf_counter(), fetch_plan(body, scopes))
 
 
 @router.post(
     "/v1/ask/stream",
     response_class=StreamingResponse,
-    summary="The same answer as server-sent events: retrieval_done, token..., citations, summary, "
-    "metrics, done (or error)",
-    responses=STREAM_RESPONSES,
+    summary="The same answer as server-sent events: fetch... (PubMed searched at question time), retrieval_done, "
+    "token..., citations, summary, metrics, done (or error)",
+    responses={**STREAM_RESPONSES, **FETCH_403},
 )
-async def ask_stream(body: AskRequest, answers: AnswersDep, owner: OwnerDep) -> StreamingResponse:
+async def ask_stream(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep) -> StreamingResponse:
     start = time.perf_counter()
+    plan = fetch_plan(body, scopes)  # 403 as a status, before the stream starts
     await answers.context(body, owner)  # 404 as a status, before the stream starts
-    return event_stream(answers.stream(body, owner, start))
+    return event_stream(answers.stream(body, owner, start, plan))

@@ -36,6 +36,37 @@ SOURCE_TYPES: dict[str, Source] = {
     "fda_label": "fda_label",
 }
 SourceType = Literal["pubmed", "pmc", "bookshelf", "guidelines", "clinicaltrials", "fda_label"]
+FetchMode = Literal["auto", "always", "never"]
+
+
+class FetchReport(BaseModel):
+    """What the question's PubMed search did (``fetch``): the query, what it found, the records ingested for it
+    and how long the answer waited for them."""
+
+    mode: FetchMode = Field(description="The mode in force (`auto` acts as `never` without the `ingest` scope).")
+    requested: FetchMode | None = Field(None, description="The mode asked for; null: the default.")
+    searched: bool = Field(False, description="Whether PubMed was searched (or its cached search used).")
+    query: str | None = Field(None, description="The PubMed query that found the records (the last tried if none).")
+    queries_tried: list[str] = Field(default_factory=list, description="Each query tried, relaxed in order.")
+    found: int = Field(0, description="PubMed records matching `query` (NCBI's count).")
+    cached: bool = Field(False, description="The search came from the 5-day cache of this normalised question.")
+    already_stored: int = Field(0, description="Best matches already in the store (not fetched again).")
+    ingested: list[str] = Field(
+        default_factory=list, description="Document ids fetched for this question and searchable before the answer."
+    )
+    pending: list[str] = Field(
+        default_factory=list,
+        description="Document ids fetched for this question not yet searchable when the wait ended: they serve "
+        "the next question.",
+    )
+    failed: list[str] = Field(default_factory=list, description="Document ids whose ingestion failed.")
+    waited_ms: float = Field(0.0, description="Time spent searching PubMed and waiting for the new records.")
+    job_id: str | None = Field(None, description="The ingestion job (`GET /v1/ingest/{job_id}`).")
+    reason: str | None = Field(
+        None,
+        description="Why PubMed was or was not searched, or why the answer came from the store without the "
+        "fetched records (NCBI unreachable, nothing found...).",
+    )
 
 
 class AskRequest(BaseModel):
@@ -76,6 +107,14 @@ class AskRequest(BaseModel):
         min_length=1,
         description="Which sources to search: `pubmed`, `pmc`, `bookshelf` or its alias `guidelines` (NCBI Bookshelf "
         "guidelines). Sets `filters.sources`; absent: every source (or `filters.sources`).",
+    )
+    fetch: FetchMode | None = Field(
+        None,
+        description="Search PubMed at question time: `auto` (the default for a key with the `ingest` scope) when "
+        "fewer than 3 retrieved sources clear the relevance floor, `always`, or `never` (the default without "
+        "`ingest`; `always` without it: 403). New records (at most `EVIDENTIA_ASK_FETCH_MAX_DOCUMENTS`) are "
+        "ingested as a job and waited for up to `EVIDENTIA_ASK_FETCH_BUDGET_S`; the response's `fetch` says what "
+        "happened.",
     )
     min_evidence_level: int | None = Field(
         None,
@@ -170,4 +209,7 @@ class AskResponse(BaseModel):
     )
     interaction: InteractionOut | None = Field(
         None, description="A drug-interaction question: the interaction service's check, also said first in the answer."
+    )
+    fetch: FetchReport | None = Field(
+        None, description="The question's PubMed search at question time (request `fetch`); null for an emergency."
     )

@@ -1,8 +1,11 @@
-"""What the gateway reads of the store: one document's identity (for its deletion), the MeSH headings in use
+"""What the gateway reads of the store: one document's identity (for its deletion), which documents are not
+stored yet (``/v1/ask``'s live fetch), the MeSH headings in use
 (the vocabulary query enhancement maps terms to), and whether the database answers at all (readiness); and the
 one thing it writes of a document, its search priority."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -13,6 +16,18 @@ async def stored_document(pool: asyncpg.Pool, document_id: str) -> asyncpg.Recor
         "SELECT source, source_id, origin FROM documents WHERE document_id = $1", document_id
     )
     return row
+
+
+async def unknown_documents(pool: asyncpg.Pool, document_ids: Sequence[str]) -> list[str]:
+    """Those of ``document_ids`` neither stored nor known to the pipeline (no status), in order."""
+    rows = await pool.fetch(
+        """SELECT i FROM unnest($1::text[]) WITH ORDINALITY AS u(i, n)
+           WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.document_id = u.i)
+             AND NOT EXISTS (SELECT 1 FROM document_status s WHERE s.document_id = u.i)
+           ORDER BY n""",
+        list(document_ids),
+    )
+    return [str(r["i"]) for r in rows]
 
 
 async def set_priority(pool: asyncpg.Pool, document_id: str, priority: int) -> bool:

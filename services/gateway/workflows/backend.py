@@ -1,7 +1,9 @@
 """What the workflows need from the running system (:class:`WorkflowBackend`) and the running gateway's
 implementation of it (:class:`GatewayBackend`): retrieval and synthesis over Kafka request/reply, PubMed hit
 counts through the fetcher (``ncbi.requests``: the gateway never calls NCBI), ingestion jobs through
-``ingest.requests``, job states and MeSH headings in PostgreSQL (:mod:`services.gateway.store`).
+``ingest.requests``, job states and MeSH headings in PostgreSQL (:mod:`services.gateway.store`); and for
+``/v1/ask``'s live fetch (:mod:`services.gateway.livefetch`) PubMed's best matches, which of them are not stored
+yet, an ingestion job of PMIDs and the documents' pipeline stages.
 
 :class:`MeteredBackend` adds the Claude calls the retriever and synthesizer made (they come back in their
 replies) to the current answer's ledger, so a workflow's ``llm_calls`` counts them.
@@ -12,13 +14,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import asyncpg
 
 from services.gateway.kafka import GatewayKafka
+from services.gateway.livefetch.runner import SearchUnavailable
 from services.gateway.store import documents as documents_store
+from shared.db import jobs as jobs_store
 from shared.db.jobs import JobStatus, job_status
 from shared.events import (
     IngestRequested,
@@ -133,6 +137,52 @@ class GatewayBackend:
 
     async def job(self, job_id: str) -> JobStatus | None:
         return await job_status(self.pool, job_id)
+
+    async def search_pubmed(self, term: str, max_ids: int, trace_id: str, timeout_s: float) -> tuple[int, list[str]]:
+        """(count, best PMIDs in relevance order) of ``term``; a term NCBI refuses finds nothing; no reply within
+        ``timeout_s`` or an NCBI failure raises :class:`SearchUnavailable` with the reason."""
+        try:
+            reply: NcbiCountReply = await self.kafka.replies.request(
+                NCBI_REQUESTS,
+                NcbiCountRequest(trace_id=trace_id, term=term, max_ids=max_ids),
+                NcbiCountReply,
+                timeout_s,
+            )
+        except RequestTimeout as exc:
+            raise SearchUnavailable(
+                f"PubMed did not answer within {timeout_s:g} s (NCBI unreachable or down, or the cluster's NCBI rate "
+                "budget spent)"
+            ) from exc
+        except RemoteError as exc:
+            if exc.error.status == 422:
+                return 0, []
+            raise SearchUnavailable(f"PubMed could not be searched: {exc.error.message[:300]}") from exc
+        if reply.error is not None:
+            if reply.error.status == 422:
+                return 0, []
+            raise SearchUnavailable(f"PubMed could not be searched: {reply.error.message[:300]}")
+        return reply.count, reply.ids
+
+    async def unstored(self, document_ids: Sequence[str]) -> list[str]:
+        return await documents_store.unknown_documents(self.pool, document_ids)
+
+    async def ingest_pmids(self, pmids: Sequence[str], trace_id: str) -> str:
+        job_id = uuid.uuid4().hex
+        await submit_documents(
+            self.pool,
+            self.kafka.publish,
+            self.kafka.settings.kafka,
+            job_id=job_id,
+            kind="pmids",
+            params={"pmids": list(pmids), "workflow": "ask"},
+            request=IngestRequested(
+                trace_id=trace_id, job_id=job_id, sources=ncbi_sources(pmids=pmids), max_results=max(1, len(pmids))
+            ),
+        )
+        return job_id
+
+    async def stages(self, document_ids: Sequence[str]) -> dict[str, str]:
+        return await jobs_store.stages(self.pool, document_ids)
 
     async def mesh_vocabulary(self) -> dict[str, int]:
         now = time.monotonic()

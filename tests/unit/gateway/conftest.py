@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import anthropic
 import httpx
@@ -22,6 +22,7 @@ from services.gateway import deps
 from services.gateway.app import create_app
 from services.gateway.intelligence.cache import MemoryCache
 from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.livefetch.runner import SearchUnavailable
 from services.gateway.schemas.conversations import ConversationView, MessageView
 from services.gateway.store.conversations import ConversationContext, ConversationGone, TurnRecord
 from services.gateway.understanding.rewrite import FollowUpRewriter
@@ -92,6 +93,50 @@ class FakeKafka:
             random.Random(7).shuffle(tokens)
         for e in [*tokens, final]:
             yield type(e).__name__, e.model_dump_json().encode()
+
+
+class FakePubmed:
+    """PubMed at question time (:class:`services.gateway.livefetch.runner.PubmedSearch`) in memory: ``searches``
+    {query: PMIDs}; an ingested PMID becomes ``embedded`` at once unless listed in ``slow``; ``down``: every
+    search fails as an unreachable NCBI does. Records each call."""
+
+    def __init__(
+        self,
+        searches: dict[str, list[str]] | None = None,
+        *,
+        stored: set[str] | None = None,
+        slow: set[str] | None = None,
+        down: bool = False,
+    ):
+        self.searches = searches or {}
+        self.stored = set(stored or ())
+        self.slow = set(slow or ())
+        self.down = down
+        self.queries: list[str] = []
+        self.ingested: list[list[str]] = []
+        self.stage: dict[str, str] = {}
+        self.on_ingest: list[Callable[[list[str]], None]] = []
+
+    async def search_pubmed(self, term: str, max_ids: int, trace_id: str, timeout_s: float) -> tuple[int, list[str]]:
+        self.queries.append(term)
+        if self.down:
+            raise SearchUnavailable(f"PubMed did not answer within {timeout_s:g} s")
+        ids = self.searches.get(term, [])
+        return len(ids), ids[:max_ids]
+
+    async def unstored(self, document_ids: Sequence[str]) -> list[str]:
+        return [d for d in document_ids if d not in self.stored and d not in self.stage]
+
+    async def ingest_pmids(self, pmids: Sequence[str], trace_id: str) -> str:
+        self.ingested.append(list(pmids))
+        for p in pmids:
+            self.stage[f"pubmed:{p}"] = "discovered" if p in self.slow else "embedded"
+        for hook in self.on_ingest:
+            hook(list(pmids))
+        return f"job-{len(self.ingested)}"
+
+    async def stages(self, document_ids: Sequence[str]) -> dict[str, str]:
+        return {d: self.stage[d] for d in document_ids if d in self.stage}
 
 
 class MemoryStore:
@@ -197,6 +242,7 @@ def build_app(
     shuffle: bool = False,
     claude_rewrites: bool = False,
     claude_intelligence: bool = False,
+    pubmed: FakePubmed | None = None,
 ) -> tuple[FastAPI, FakeKafka, MemoryStore]:
     """The app over the fakes. ``claude_intelligence``: the query-intelligence steps (classification,
     translation) run by the synthesizer's step runner in-process against ``fake`` (a
@@ -229,6 +275,8 @@ def build_app(
     rxnav = RxNavClient(None)  # no interaction service configured: the check says so
     app.dependency_overrides[deps.get_workflow_llm] = lambda: steps
     app.dependency_overrides[deps.get_rxnav] = lambda: rxnav
+    search = pubmed or FakePubmed()  # PubMed at question time: finds nothing unless a test gives records
+    app.dependency_overrides[deps.get_pubmed_search] = lambda: search
     return app, kafka, store
 
 

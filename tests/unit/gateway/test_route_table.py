@@ -37,8 +37,8 @@ ROUTES: dict[tuple[str, str], tuple[str, list[str], list[str], str | None]] = {
         ["administration"],
         None,
     ),
-    ("POST", "/v1/ask"): ("ask_v1_ask_post", ["200", "404", "409", "422"], ["answers"], "AskResponse"),
-    ("POST", "/v1/ask/stream"): ("ask_stream_v1_ask_stream_post", ["200", "422"], ["answers"], None),
+    ("POST", "/v1/ask"): ("ask_v1_ask_post", ["200", "403", "404", "409", "422"], ["answers"], "AskResponse"),
+    ("POST", "/v1/ask/stream"): ("ask_stream_v1_ask_stream_post", ["200", "403", "422"], ["answers"], None),
     ("GET", "/v1/conversations/{conversation_id}"): (
         "conversation_v1_conversations__conversation_id__get",
         ["200", "422"],

@@ -1,0 +1,72 @@
+"""Whether a question searches PubMed: the caller's ``fetch`` mode, what its API key may do, and how many
+retrieved sources clear the relevance floor.
+
+- ``always``: every question searches PubMed; needs the ``ingest`` scope (fetching is ingestion), else 403.
+- ``auto`` (the default for a key with ``ingest``): PubMed is searched when fewer than :data:`MIN_SOURCES`
+  distinct retrieved sources clear the relevance floor (:func:`shared.models.relevant_hits`, the one rule).
+  Without ``ingest`` it acts as ``never`` and the response says so.
+- ``never`` (the default for a key without ``ingest``): the store only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.gateway.schemas.ask import FetchMode
+from shared.models import SearchHit, relevant_hits
+
+MIN_SOURCES = 3
+"""Fewest distinct sources clearing the relevance floor for ``auto`` to answer from the store alone."""
+
+NO_SCOPE = (
+    "this API key lacks the `ingest` scope, which fetching from PubMed needs: answered from the store only "
+    "(`fetch` acts as `never`)"
+)
+
+
+class FetchNotAllowed(Exception):
+    """``fetch: always`` from a key without the ``ingest`` scope (HTTP 403)."""
+
+
+@dataclass(frozen=True)
+class FetchPlan:
+    """The mode in force for one question and, when it differs from what was asked, why."""
+
+    requested: FetchMode | None
+    mode: FetchMode
+    note: str | None = None
+
+
+STORE_ONLY = FetchPlan(None, "never")
+"""No PubMed search (callers other than the ask routes)."""
+
+
+def plan_fetch(requested: FetchMode | None, may_ingest: bool) -> FetchPlan:
+    """The mode in force: ``requested`` (None: ``auto`` for a key that may ingest, else ``never``) as the key's
+    scopes allow. Raises :class:`FetchNotAllowed` for ``always`` without ``ingest``."""
+    if may_ingest:
+        return FetchPlan(requested, requested or "auto")
+    if requested == "always":
+        raise FetchNotAllowed(
+            "this API key lacks the `ingest` scope, which `fetch: always` needs (PubMed records are ingested): "
+            "send `fetch: auto` or `never`, or use a key with `ingest`"
+        )
+    return FetchPlan(requested, "never", None if requested == "never" else NO_SCOPE)
+
+
+def relevant_sources(hits: Sequence[SearchHit], floor: float) -> int:
+    """Distinct sources (citation ids) among ``hits`` that clear the relevance floor."""
+    return len({h.citation_id for h in relevant_hits(hits, floor)})
+
+
+def should_search(mode: FetchMode, hits: Sequence[SearchHit], floor: float) -> tuple[bool, str]:
+    """Whether to search PubMed after retrieving ``hits`` from the store, and why (said in the response)."""
+    if mode == "never":
+        return False, "fetch: never"
+    if mode == "always":
+        return True, "fetch: always"
+    n = relevant_sources(hits, floor)
+    if n >= MIN_SOURCES:
+        return False, f"{n} stored sources clear the relevance floor ({MIN_SOURCES} needed to skip PubMed)"
+    return True, f"only {n} stored sources clear the relevance floor (fewer than {MIN_SOURCES})"
