@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, computed_field, model_validator
 
 from shared import sources
 
@@ -191,6 +191,33 @@ class Chunk(BaseModel):
 PRIORITY_EXCLUDED, PRIORITY_LOW, PRIORITY_NORMAL, PRIORITY_HIGH = 0, 10, 50, 100
 
 
+class DrugLabel(BaseModel):
+    """What identifies a drug label (an FDA Structured Product Label) beyond its set id (the document's
+    ``source_id``): its ``version`` (a new version of a set replaces the stored one), when it took effect, and
+    the drug it is for, by name and RxNorm concept, so a search can keep to one drug's labels (the ``drugs``
+    filter matches :attr:`match_terms`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int | None = Field(None, ge=0, description="The label's version within its set.")
+    label_id: str | None = Field(None, description="The id of this version of the label (openFDA `id`).")
+    effective_time: str | None = Field(None, description="When this version took effect (YYYYMMDD).")
+    generic_names: list[str] = Field(default_factory=list)
+    brand_names: list[str] = Field(default_factory=list)
+    substance_names: list[str] = Field(default_factory=list)
+    rxcuis: list[str] = Field(default_factory=list, description="RxNorm concepts of the labelled products.")
+    pharm_classes: list[str] = Field(
+        default_factory=list, description="Established pharmacologic classes (`Anticoagulant [EPC]`)."
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def match_terms(self) -> list[str]:
+        """Every name (lower case) and RxCUI the label is for: what the ``drugs`` search filter matches."""
+        names = [*self.generic_names, *self.brand_names, *self.substance_names]
+        return sorted({n.strip().lower() for n in names if n.strip()} | {r.strip() for r in self.rxcuis if r.strip()})
+
+
 class ParsedDocument(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -219,6 +246,7 @@ class ParsedDocument(BaseModel):
     sections: list[Section] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list, description="PMIDs this document cites.")
     chunks: list[Chunk] = Field(default_factory=list)
+    drug_label: DrugLabel | None = Field(None, description="A drug label's version and drug (its source's documents).")
     priority: int | None = Field(
         None,
         ge=PRIORITY_EXCLUDED,
@@ -272,6 +300,10 @@ class CliFlag:
     flag: str
     metavar: str | None = None
     help: str | None = None
+
+
+#: A drug as the ``drugs`` filter takes it: a name (compared in lower case) or an RxCUI.
+DrugTerm = Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, min_length=1, max_length=200)]
 
 
 class SearchFilters(BaseModel):
@@ -348,6 +380,14 @@ class SearchFilters(BaseModel):
         ),
     )
     max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
+    drugs: list[DrugTerm] = Field(
+        default_factory=list,
+        max_length=20,
+        description=(
+            "Only drug labels for these drugs, any of which must match: generic, brand or substance names "
+            "(any case) or RxNorm concept ids (RxCUIs). Documents that are not drug labels never match."
+        ),
+    )
 
 
 #: The therapeutic-intent query: what a ``therapeutic`` :class:`QueryForm` embeds and tells a reranker.

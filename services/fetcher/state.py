@@ -14,6 +14,7 @@ from faststream import Context
 from services.fetcher.bookshelf import BookshelfClient
 from services.fetcher.eutils import EutilsClient
 from services.fetcher.jobs import fail_jobs_hook
+from services.fetcher.openfda import OpenFdaClient
 from services.fetcher.ratelimit import make_limiter, rate_for
 from services.fetcher.sources import FetcherSources
 from shared.db import create_pool, reachable
@@ -40,6 +41,7 @@ class FetcherState:
         self._pool: asyncpg.Pool | None = None
         self._client: EutilsClient | None = None
         self._bookshelf: BookshelfClient | None = None
+        self._openfda: OpenFdaClient | None = None
         self._sources: FetcherSources | None = None
 
     async def start(self) -> None:
@@ -51,12 +53,15 @@ class FetcherState:
         limiter = make_limiter(ncbi.ncbi_rate_scope, rate_for(api_key, ncbi.ncbi_rate_per_s), self._pool)
         self._client = EutilsClient(ncbi, limiter=limiter)
         self._bookshelf = BookshelfClient(ncbi)
+        self._openfda = OpenFdaClient(self.settings.openfda)
 
     async def stop(self) -> None:
         if self._client is not None:
             await self._client.aclose()
         if self._bookshelf is not None:
             await self._bookshelf.aclose()
+        if self._openfda is not None:
+            await self._openfda.aclose()
         if self._pool is not None:
             await self._pool.close()
 
@@ -79,10 +84,17 @@ class FetcherState:
         return self._bookshelf
 
     @property
+    def openfda(self) -> OpenFdaClient:
+        assert self._openfda is not None, "fetcher not started"
+        return self._openfda
+
+    @property
     def sources(self) -> FetcherSources:
         """Every source, built on the clients the first time it is asked for (after :meth:`start`)."""
         if self._sources is None:
-            self._sources = FetcherSources(self.client, self.bookshelf, self.pool, self.settings.ncbi)
+            self._sources = FetcherSources(
+                self.client, self.bookshelf, self.pool, self.settings.ncbi, openfda=self.openfda
+            )
         return self._sources
 
 

@@ -17,8 +17,10 @@ from typing import Any
 
 from services.fetcher.bookshelf import BookshelfClient
 from services.fetcher.eutils import EutilsClient
+from services.fetcher.openfda import OpenFdaClient
 from services.fetcher.sources.base import FetchSource
 from services.fetcher.sources.bookshelf import BookshelfSource
+from services.fetcher.sources.fdalabel import FdaLabelSource
 from services.fetcher.sources.pmc import PmcSource
 from services.fetcher.sources.pubmed import PubmedSource
 from shared.db.jobs import Db
@@ -34,16 +36,27 @@ def pmid_sources(eutils: EutilsClient, pool: Db, settings: NcbiSettings) -> dict
 class FetcherSources:
     """Every source the fetcher drives, built on its clients, by how its units travel."""
 
-    def __init__(self, eutils: EutilsClient, bookshelf: BookshelfClient, pool: Db, settings: NcbiSettings) -> None:
+    def __init__(
+        self,
+        eutils: EutilsClient,
+        bookshelf: BookshelfClient,
+        pool: Db,
+        settings: NcbiSettings,
+        *,
+        openfda: OpenFdaClient | None = None,
+    ) -> None:
         self.pubmed = PubmedSource(eutils, pool, settings)
         self.pmc = PmcSource(eutils, pool, settings)
         self.by_pmid: dict[str, FetchSource[str]] = {s.rule.name: s for s in (self.pubmed, self.pmc)}
         self.packages = BookshelfSource(bookshelf, settings)
-        self.inline: dict[str, FetchSource[Any]] = {}
+        inline: list[FetchSource[Any]] = []
+        if openfda is not None:
+            inline.append(FdaLabelSource(openfda, openfda.settings))
+        self.inline: dict[str, FetchSource[Any]] = {s.rule.name: s for s in inline}
 
     def names(self) -> list[str]:
         """Every source the fetcher can ingest from."""
         return [*self.by_pmid, self.packages.rule.name, *self.inline]
 
 
-__all__ = ["BookshelfSource", "FetchSource", "FetcherSources", "PmcSource", "PubmedSource", "pmid_sources"]
+__all__ = ["BookshelfSource", "FdaLabelSource", "FetchSource", "FetcherSources", "PmcSource", "PubmedSource", "pmid_sources"]

@@ -157,6 +157,11 @@ FILTERS: tuple[FilterField, ...] = (
         held=lambda f, h: h.one_of("source", f.sources) if f.sources else None,
     ),
     FilterField("sections", _sections, chunk_columns=True),
+    # Drug labels keep the names and RxCUIs they are for in their metadata (``DrugLabel.match_terms``).
+    FilterField(
+        "drugs",
+        lambda f, b: f"(d.metadata -> 'drug_label' -> 'match_terms') ?| {b(list(f.drugs))}::text[]" if f.drugs else None,
+    ),
     # Not a condition: applied to the ranking (at most this many passages a paper).
     FilterField("max_chunks_per_document", _none),
 )
