@@ -57,7 +57,7 @@ def cap_query(text: str, max_terms: int) -> str:
     return truncate_terms(text, max_terms)[:MAX_QUERY_CHARS]
 
 
-Source = Literal["pubmed", "pmc", "bookshelf"]
+Source = Literal["pubmed", "pmc", "bookshelf", "fda_label"]
 StudyType = Literal[
     "meta-analysis",
     "systematic-review",

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from shared.sources.base import SourceRule
 from shared.sources.bookshelf import BOOKSHELF
+from shared.sources.fdalabel import FDA_LABEL
 from shared.sources.pmc import PMC
 from shared.sources.pubmed import PUBMED
 
 #: Every source by name, strongest identity first.
-SOURCES: dict[str, SourceRule] = {rule.name: rule for rule in (PUBMED, PMC, BOOKSHELF)}
+SOURCES: dict[str, SourceRule] = {rule.name: rule for rule in (PUBMED, PMC, BOOKSHELF, FDA_LABEL)}
 
 
 def source_rule(name: str) -> SourceRule:
