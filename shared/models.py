@@ -191,6 +191,14 @@ class Chunk(BaseModel):
 PRIORITY_EXCLUDED, PRIORITY_LOW, PRIORITY_NORMAL, PRIORITY_HIGH = 0, 10, 50, 100
 
 
+#: Words naming a salt or hydrate form: a drug label's substance without them is its active moiety's name.
+SALT_WORDS = frozenset(
+    "sodium potassium calcium magnesium hydrochloride hcl sulfate bisulfate maleate besylate mesylate tartrate "
+    "succinate citrate acetate phosphate bromide chloride fumarate hyclate monohydrate dihydrate trihydrate "
+    "anhydrous hydrobromide nitrate lactate".split()
+)
+
+
 class DrugLabel(BaseModel):
     """What identifies a drug label (an FDA Structured Product Label) beyond its set id (the document's
     ``source_id``): its ``version`` (a new version of a set replaces the stored one), when it took effect, and
@@ -213,9 +221,11 @@ class DrugLabel(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def match_terms(self) -> list[str]:
-        """Every name (lower case) and RxCUI the label is for: what the ``drugs`` search filter matches."""
-        names = [*self.generic_names, *self.brand_names, *self.substance_names]
-        return sorted({n.strip().lower() for n in names if n.strip()} | {r.strip() for r in self.rxcuis if r.strip()})
+        """Every name (lower case, also without its salt: ``warfarin sodium`` -> ``warfarin``) and RxCUI the label
+        is for: what the ``drugs`` search filter matches."""
+        names = {n.strip().lower() for n in (*self.generic_names, *self.brand_names, *self.substance_names)}
+        bases = {" ".join(w for w in n.split() if w not in SALT_WORDS) for n in names}
+        return sorted({n for n in names | bases if n} | {r.strip() for r in self.rxcuis if r.strip()})
 
 
 class ParsedDocument(BaseModel):
