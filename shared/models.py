@@ -193,9 +193,35 @@ PRIORITY_EXCLUDED, PRIORITY_LOW, PRIORITY_NORMAL, PRIORITY_HIGH = 0, 10, 50, 100
 
 #: Words naming a salt or hydrate form: a drug label's substance without them is its active moiety's name.
 SALT_WORDS = frozenset(
-    "sodium potassium calcium magnesium hydrochloride hcl sulfate bisulfate maleate besylate mesylate tartrate "
-    "succinate citrate acetate phosphate bromide chloride fumarate hyclate monohydrate dihydrate trihydrate "
-    "anhydrous hydrobromide nitrate lactate".split()
+    [
+        "sodium",
+        "potassium",
+        "calcium",
+        "magnesium",
+        "hydrochloride",
+        "hcl",
+        "sulfate",
+        "bisulfate",
+        "maleate",
+        "besylate",
+        "mesylate",
+        "tartrate",
+        "succinate",
+        "citrate",
+        "acetate",
+        "phosphate",
+        "bromide",
+        "chloride",
+        "fumarate",
+        "hyclate",
+        "monohydrate",
+        "dihydrate",
+        "trihydrate",
+        "anhydrous",
+        "hydrobromide",
+        "nitrate",
+        "lactate",
+    ]
 )
 
 

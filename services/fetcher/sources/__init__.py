@@ -59,4 +59,12 @@ class FetcherSources:
         return [*self.by_pmid, self.packages.rule.name, *self.inline]
 
 
-__all__ = ["BookshelfSource", "FdaLabelSource", "FetchSource", "FetcherSources", "PmcSource", "PubmedSource", "pmid_sources"]
+__all__ = [
+    "BookshelfSource",
+    "FdaLabelSource",
+    "FetchSource",
+    "FetcherSources",
+    "PmcSource",
+    "PubmedSource",
+    "pmid_sources",
+]

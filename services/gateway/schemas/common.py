@@ -117,7 +117,9 @@ class InteractionOut(BaseModel):
             "of the others (not proof of safety); `not_checked`: the check could not be made (see `text`)."
         ),
     )
-    rxcuis: dict[str, str] = Field(default_factory=dict, description="Drug -> its RxNorm concept, where RxNorm knew it.")
+    rxcuis: dict[str, str] = Field(
+        default_factory=dict, description="Drug -> its RxNorm concept, where RxNorm knew it."
+    )
     findings: list[InteractionFindingOut] = Field(default_factory=list)
     labels_read: dict[str, list[str]] = Field(
         default_factory=dict, description="Drug -> the citation ids of its labels that were read."

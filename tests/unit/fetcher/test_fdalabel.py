@@ -80,7 +80,7 @@ def test_a_plain_query_is_a_drug_name_and_an_expression_is_kept() -> None:
         'openfda.generic_name:"Warfarin" OR openfda.brand_name:"Warfarin" OR openfda.substance_name:"Warfarin"'
     )
     assert search_expression('drug_interactions:"fluconazole"') == 'drug_interactions:"fluconazole"'
-    assert '\\' not in search_expression('war"farin\\') and '"war farin"' in search_expression('war"farin\\')
+    assert "\\" not in search_expression('war"farin\\') and '"war farin"' in search_expression('war"farin\\')
     with pytest.raises(OpenFdaRefused):
         search_expression(' " ')
 
@@ -99,7 +99,7 @@ async def test_discovery_by_name_expression_and_set_id(fake: FakeOpenFda) -> Non
 
 async def test_fetch_makes_one_document_event_per_label_and_skips_bad_ones(fake: FakeOpenFda) -> None:
     source = FdaLabelSource(_client(fake), OpenFdaSettings(url=fake.url))
-    labels = load("labels.json") + [{"set_id": "not-a-uuid", "drug_interactions": ["x"]}, {"set_id": WARFARIN_SET}]
+    labels = [*load("labels.json"), {"set_id": "not-a-uuid", "drug_interactions": ["x"]}, {"set_id": WARFARIN_SET}]
     events = [e async for e in source.fetch(labels, job_id="job-1", trace_id="t1")]
     assert [e.source_id for e in events] == [x["set_id"] for x in load("labels.json")]
     for event in events:

@@ -160,7 +160,9 @@ FILTERS: tuple[FilterField, ...] = (
     # Drug labels keep the names and RxCUIs they are for in their metadata (``DrugLabel.match_terms``).
     FilterField(
         "drugs",
-        lambda f, b: f"(d.metadata -> 'drug_label' -> 'match_terms') ?| {b(list(f.drugs))}::text[]" if f.drugs else None,
+        lambda f, b: (
+            f"(d.metadata -> 'drug_label' -> 'match_terms') ?| {b(list(f.drugs))}::text[]" if f.drugs else None
+        ),
     ),
     # Not a condition: applied to the ranking (at most this many passages a paper).
     FilterField("max_chunks_per_document", _none),
