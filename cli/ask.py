@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--source",
         action="append",
-        choices=["pubmed", "pmc", "bookshelf", "guidelines"],
+        choices=["pubmed", "pmc", "bookshelf", "guidelines", "clinicaltrials", "fda_label"],
         help="Search only this source (repeatable; guidelines = bookshelf). Default: every source.",
     )
     p.add_argument(

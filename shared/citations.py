@@ -42,16 +42,35 @@ INSUFFICIENT = (
 """What an answer says when no source supports one (the synthesizer's, the agent's and a workflow's)."""
 
 _PREFIXED = [rule for rule in SOURCES.values() if rule.id_prefix]
+# Sources whose ids are numbers take any number after any of their kinds (a model writing [PMID:NBK1] means the
+# Bookshelf id, read by its prefix); a source with an id shape of its own (an NCT number, a set id) is
+# recognised after its own kind only, so that "FDA 2019" in prose is no citation.
+_NUMERIC = [rule for rule in SOURCES.values() if rule.numeric]
+_OWN = [rule for rule in SOURCES.values() if not rule.numeric]
 # Longest first, so that no kind is taken for the start of another.
 _KIND = "(?:" + "|".join(sorted((k.lower() for k in KINDS), key=len, reverse=True)) + ")"
+_NUMERIC_KIND = "(?:" + "|".join(sorted((r.citation_kind.lower() for r in _NUMERIC), key=len, reverse=True)) + ")"
 _SEP = r"[ \t]*[:#=]?[ \t]*"
-_VALUE = r"(?:" + "|".join(re.escape(r.id_prefix.lower()) for r in _PREFIXED) + r")?\d+"
-_KINDED = rf"{_KIND}{_SEP}{_VALUE}"
-_SELF = "(?:" + "|".join(rf"{re.escape(r.id_prefix.lower())}\d+" for r in _PREFIXED) + ")"
+_DIGITS_VALUE = r"(?:" + "|".join(re.escape(r.id_prefix.lower()) for r in _PREFIXED) + r")?\d+"
+# Ids of a shape of their own without a prefix (set ids) first: they may begin with digits.
+_VALUE = "(?:" + "".join(f"{r.id_pattern}|" for r in _OWN if not r.id_prefix) + _DIGITS_VALUE + ")"
+_KINDED = (
+    "(?:"
+    + "|".join(
+        [
+            rf"{_NUMERIC_KIND}{_SEP}{_DIGITS_VALUE}",
+            *(rf"{r.citation_kind.lower()}{_SEP}{r.value_pattern()}" for r in _OWN),
+        ]
+    )
+    + ")"
+)
+_SELF = "(?:" + "|".join(rf"{re.escape(r.id_prefix.lower())}{r.id_pattern}" for r in _PREFIXED) + ")"
 _ONE = rf"(?:{_KINDED}|{_SELF})"
+_BARE = "(?:" + "".join(f"{r.id_pattern}|" for r in _OWN if not r.id_prefix) + r"\d+)"
 _JOIN = r"[ \t]*(?:[,;]|\band\b|&)[ \t]*"
-_GROUP_ITEMS = rf"{_ONE}(?:{_JOIN}(?:{_ONE}|\d+))*"
+_GROUP_ITEMS = rf"{_ONE}(?:{_JOIN}(?:{_ONE}|{_BARE}))*"
 _URL = r"https?://(?:www\.)?(?:" + "|".join(p for r in SOURCES.values() for p in r.url_patterns) + rf"){_VALUE}/?"
+_URL_RULES = [(re.compile(p, re.IGNORECASE), r) for r in SOURCES.values() for p in r.url_patterns]
 # One regex for every form; the leading blanks are part of the match so that a removed citation takes its
 # blank with it ("benefit [PMID:9]." -> "benefit.").
 _CITATION = re.compile(
@@ -64,9 +83,11 @@ _CITATION = re.compile(
     rf")",
     re.IGNORECASE,
 )
-_TOKEN = re.compile(rf"(?P<kind>{_KIND})?{_SEP}(?P<value>{_VALUE})", re.IGNORECASE)
-_URL_ID = re.compile(rf"/(?P<value>{_VALUE})/?$", re.IGNORECASE)
-_CANONICAL_ID = "(?:" + "|".join(KINDS) + "):[A-Za-z0-9]+"
+_OWN_BARE = "|".join(r.id_pattern for r in _OWN if not r.id_prefix) or "(?!)"
+# A set id is read whole before anything else: it may begin with letters that spell a kind ("fda1...").
+_TOKEN = re.compile(rf"(?P<own>{_OWN_BARE})|(?P<kind>{_KIND})?{_SEP}(?P<value>{_VALUE})", re.IGNORECASE)
+_URL_ID = re.compile(rf"[/=](?P<value>{_VALUE})/?$", re.IGNORECASE)
+_CANONICAL_ID = "(?:" + "|".join(KINDS) + "):[A-Za-z0-9-]+"
 _CANONICAL = re.compile(rf"\[{_CANONICAL_ID}(?:, {_CANONICAL_ID})*\]")
 # How long an open bracket is held back at most: a real citation group closes well before this.
 _MAX_OPEN = 240
@@ -75,10 +96,17 @@ _TRAILING_KIND = re.compile(rf"(?:{_KINDED}|{_KIND}{_SEP})[ \t]*$", re.IGNORECAS
 
 def normalise(kind: str, value: str) -> str:
     """``("pmid", "123")`` -> ``PMID:123``; ``("PMCID", "123")`` -> ``PMCID:PMC123``; ids read by their prefix
-    first (``("PMID", "NBK1")`` -> ``NBK:NBK1``), an unknown kind as a PMID."""
+    first (``("PMID", "NBK1")`` -> ``NBK:NBK1``), then by their kind when they have its shape, then by a shape
+    of their own (a set id), anything else as a PMID."""
     value = value.strip()
     upper = value.upper()
-    rule = next((r for r in _PREFIXED if upper.startswith(r.id_prefix)), None) or rule_by_kind(kind.strip()) or PUBMED
+    by_kind = rule_by_kind(kind.strip())
+    rule = (
+        next((r for r in _PREFIXED if upper.startswith(r.id_prefix)), None)
+        or (by_kind if by_kind is not None and by_kind.valid(value) else None)
+        or next((r for r in _OWN if r.valid(value)), None)
+        or PUBMED
+    )
     return rule.citation_id(rule.canonical(value))
 
 
@@ -95,7 +123,7 @@ def ids_in(group: str) -> list[str]:
     for m in _TOKEN.finditer(group):
         if m.group("kind"):
             kind = m.group("kind").upper()
-        cid = normalise(kind, m.group("value"))
+        cid = normalise(kind, m.group("own") or m.group("value"))
         if cid not in out:
             out.append(cid)
     return out
@@ -103,10 +131,12 @@ def ids_in(group: str) -> list[str]:
 
 def _match_ids(m: re.Match[str]) -> list[str]:
     if m.group("url"):
-        u = _URL_ID.search(m.group("url"))
+        url = m.group("url")
+        u = _URL_ID.search(url)
         if u is None:  # pragma: no cover - the URL pattern always ends in an id
             return []
-        return [normalise(PUBMED.citation_kind, u.group("value"))]
+        rule = next((r for pattern, r in _URL_RULES if pattern.search(url)), PUBMED)
+        return [normalise(rule.citation_kind, u.group("value"))]
     group = m.group("square") or m.group("round") or m.group("bare") or m.group("inline") or ""
     return ids_in(group)
 

@@ -57,7 +57,7 @@ def cap_query(text: str, max_terms: int) -> str:
     return truncate_terms(text, max_terms)[:MAX_QUERY_CHARS]
 
 
-Source = Literal["pubmed", "pmc", "bookshelf", "fda_label"]
+Source = Literal["pubmed", "pmc", "bookshelf", "clinicaltrials", "fda_label"]
 StudyType = Literal[
     "meta-analysis",
     "systematic-review",
@@ -364,7 +364,9 @@ class SearchFilters(BaseModel):
             "the store's `mesh_tree` table; otherwise only the named descriptors match)."
         ),
     )
-    sources: list[Source] = Field(default_factory=list, description="pubmed, pmc and/or bookshelf.")
+    sources: list[Source] = Field(
+        default_factory=list, description="pubmed, pmc, bookshelf, clinicaltrials and/or fda_label."
+    )
     include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
     min_priority: int | None = Field(
         None,

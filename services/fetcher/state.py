@@ -17,6 +17,7 @@ from services.fetcher.jobs import fail_jobs_hook
 from services.fetcher.openfda import OpenFdaClient
 from services.fetcher.ratelimit import make_limiter, rate_for
 from services.fetcher.sources import FetcherSources
+from services.fetcher.sources.fdalabel import FdaLabelSource
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook
 from shared.kafka.dead_letters import add_dead_letter_hook
@@ -93,7 +94,11 @@ class FetcherState:
         """Every source, built on the clients the first time it is asked for (after :meth:`start`)."""
         if self._sources is None:
             self._sources = FetcherSources(
-                self.client, self.bookshelf, self.pool, self.settings.ncbi, openfda=self.openfda
+                self.client,
+                self.bookshelf,
+                self.pool,
+                self.settings.ncbi,
+                inline=[FdaLabelSource(self.openfda, self.settings.openfda)],
             )
         return self._sources
 

@@ -18,7 +18,7 @@ import io
 import json
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Literal
 
@@ -41,7 +41,6 @@ from shared.xmlsafe import (
 )
 
 XmlFormat = Literal["pubmed-xml", "jats-xml", "bookshelf-nxml"]
-FORMATS: tuple[XmlFormat, ...] = ("pubmed-xml", "jats-xml", "bookshelf-nxml")
 
 
 class ParseError(ValueError):
@@ -78,27 +77,42 @@ def _check_sections(doc: ParsedDocument) -> None:
             )
 
 
-def _parse_xml_documents(fmt: XmlFormat, content: bytes | str) -> list[ParsedDocument]:
-    if fmt == "pubmed-xml":
-        raw = content.encode("utf-8") if isinstance(content, str) else content
-        return [parse_record(rec.xml) for rec in iter_pubmed_records(raw) if rec.kind != "delete"]
-    root = parse_xml(content)
-    if fmt == "jats-xml":
-        return parse_jats(root)
-    return parse_bookshelf(root)
+def _parse_pubmed(content: bytes | str) -> list[ParsedDocument]:
+    raw = content.encode("utf-8") if isinstance(content, str) else content
+    return [parse_record(rec.xml) for rec in iter_pubmed_records(raw) if rec.kind != "delete"]
 
 
-def parse_content(fmt: XmlFormat, content: bytes | str, *, chunker: Chunker) -> list[ParsedDocument]:
+def _parse_jats(content: bytes | str) -> list[ParsedDocument]:
+    return parse_jats(parse_xml(content))
+
+
+def _parse_bookshelf(content: bytes | str) -> list[ParsedDocument]:
+    return parse_bookshelf(parse_xml(content))
+
+
+#: The parser of each fetched format (a ``DocumentFetched.format``): one document's bytes -> its documents,
+#: unchunked. A source with a format of its own adds its parser module and one entry here.
+PARSERS: dict[str, Callable[[bytes | str], list[ParsedDocument]]] = {
+    "pubmed-xml": _parse_pubmed,
+    "jats-xml": _parse_jats,
+    "bookshelf-nxml": _parse_bookshelf,
+}
+FORMATS: tuple[str, ...] = tuple(PARSERS)
+
+
+def parse_content(fmt: str, content: bytes | str, *, chunker: Chunker) -> list[ParsedDocument]:
     """Parse one document of a known format (plain or gzipped bytes) into chunked documents.
 
     A PubMed set gives one document per ``PubmedArticle`` / ``PubmedBookArticle`` (``DeleteCitation``
     records are ignored here); a ``pmc-articleset`` one per article; Bookshelf NXML one per book part,
-    front matter, reference lists and acknowledgements left out.
+    front matter, reference lists and acknowledgements left out; any other format what its parser in
+    :data:`PARSERS` makes of it.
     """
-    if fmt not in FORMATS:
+    parse = PARSERS.get(fmt)
+    if parse is None:
         raise ParseError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     try:
-        docs = _parse_xml_documents(fmt, content)
+        docs = parse(content)
         return [chunk_document(d, chunker) for d in docs]
     except ValueError:
         raise

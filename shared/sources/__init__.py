@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from shared.sources.base import SourceRule
 from shared.sources.bookshelf import BOOKSHELF
+from shared.sources.clinicaltrials import CLINICALTRIALS
 from shared.sources.fdalabel import FDA_LABEL
 from shared.sources.pmc import PMC
 from shared.sources.pubmed import PUBMED
 
 #: Every source by name, strongest identity first.
-SOURCES: dict[str, SourceRule] = {rule.name: rule for rule in (PUBMED, PMC, BOOKSHELF, FDA_LABEL)}
+SOURCES: dict[str, SourceRule] = {rule.name: rule for rule in (PUBMED, PMC, BOOKSHELF, CLINICALTRIALS, FDA_LABEL)}
 
 
 def source_rule(name: str) -> SourceRule:
@@ -30,7 +31,7 @@ def source_rule(name: str) -> SourceRule:
 
 
 def rule_by_kind(kind: str) -> SourceRule | None:
-    """The source cited as ``kind`` (``PMID``, ``PMCID``, ``NBK``; any case), or None."""
+    """The source cited as ``kind`` (``PMID``, ``PMCID``, ``NBK``, ``NCT``, ``FDA``; any case), or None."""
     upper = kind.upper()
     return next((r for r in SOURCES.values() if r.citation_kind == upper), None)
 

@@ -10,5 +10,5 @@ PMC = SourceRule(
     citation_kind="PMCID",
     record_url="https://pmc.ncbi.nlm.nih.gov/articles/{id}/",
     id_prefix="PMC",
-    url_patterns=(r"ncbi\.nlm\.nih\.gov/pmc/articles/",),
+    url_patterns=(r"pmc\.ncbi\.nlm\.nih\.gov/articles/", r"ncbi\.nlm\.nih\.gov/pmc/articles/"),
 )

@@ -13,14 +13,13 @@ naming a source:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from services.fetcher.bookshelf import BookshelfClient
 from services.fetcher.eutils import EutilsClient
-from services.fetcher.openfda import OpenFdaClient
 from services.fetcher.sources.base import FetchSource
 from services.fetcher.sources.bookshelf import BookshelfSource
-from services.fetcher.sources.fdalabel import FdaLabelSource
 from services.fetcher.sources.pmc import PmcSource
 from services.fetcher.sources.pubmed import PubmedSource
 from shared.db.jobs import Db
@@ -34,7 +33,9 @@ def pmid_sources(eutils: EutilsClient, pool: Db, settings: NcbiSettings) -> dict
 
 
 class FetcherSources:
-    """Every source the fetcher drives, built on its clients, by how its units travel."""
+    """Every source the fetcher drives, built on its clients, by how its units travel: the NCBI ones on their
+    topics, and ``inline`` the sources (each on a client of its own) whose units are fetched where they are
+    discovered."""
 
     def __init__(
         self,
@@ -42,16 +43,12 @@ class FetcherSources:
         bookshelf: BookshelfClient,
         pool: Db,
         settings: NcbiSettings,
-        *,
-        openfda: OpenFdaClient | None = None,
+        inline: Iterable[FetchSource[Any]] = (),
     ) -> None:
         self.pubmed = PubmedSource(eutils, pool, settings)
         self.pmc = PmcSource(eutils, pool, settings)
         self.by_pmid: dict[str, FetchSource[str]] = {s.rule.name: s for s in (self.pubmed, self.pmc)}
         self.packages = BookshelfSource(bookshelf, settings)
-        inline: list[FetchSource[Any]] = []
-        if openfda is not None:
-            inline.append(FdaLabelSource(openfda, openfda.settings))
         self.inline: dict[str, FetchSource[Any]] = {s.rule.name: s for s in inline}
 
     def names(self) -> list[str]:
@@ -59,12 +56,4 @@ class FetcherSources:
         return [*self.by_pmid, self.packages.rule.name, *self.inline]
 
 
-__all__ = [
-    "BookshelfSource",
-    "FdaLabelSource",
-    "FetchSource",
-    "FetcherSources",
-    "PmcSource",
-    "PubmedSource",
-    "pmid_sources",
-]
+__all__ = ["BookshelfSource", "FetchSource", "FetcherSources", "PmcSource", "PubmedSource", "pmid_sources"]

@@ -13,8 +13,9 @@ from services.gateway.deps import KafkaDep, PoolDep, ScopesDep, SettingsDep
 from services.gateway.schemas.ingest import IngestAccepted, IngestRequest
 from shared import provenance
 from shared.db.jobs import JobStatus, job_status
-from shared.events import IngestRequested, ncbi_sources
+from shared.events import FULL_TEXT_OPTION, IngestRequested, SourceRequest, ncbi_sources
 from shared.ingestion import document_event, submit_documents
+from shared.sources import source_rule
 
 router = APIRouter(tags=["ingestion"])
 
@@ -33,6 +34,26 @@ async def check_provenance(pool: asyncpg.Pool, body: IngestRequest) -> None:
             f"{', '.join(taken[:20])}{' ...' if len(taken) > 20 else ''} {provenance.CONFLICT_REASON}; "
             "nothing of this request was ingested",
         )
+
+
+def request_sources(body: IngestRequest) -> list[SourceRequest]:
+    """The source requests of a body: its NCBI-shaped fields as they always were, and its ``query`` and ``ids``
+    at ``source``."""
+    ncbi = body.source in ("pubmed", "pmc")
+    ids = [source_rule(body.source).canonical(i) for i in body.ids]
+    sources = ncbi_sources(
+        query=body.query if ncbi else None,
+        pmids=[p.strip() for p in body.pmids] + (ids if body.source == "pubmed" else []),
+        database="pmc" if body.source == "pmc" else "pubmed",
+        full_text=body.full_text,
+        bookshelf_publisher=body.bookshelf_publisher,
+    )
+    if body.source == "pmc" and ids:
+        options: dict[str, str | bool] = {FULL_TEXT_OPTION: True} if body.full_text else {}
+        sources.append(SourceRequest(source="pmc", ids=ids, options=options))
+    elif not ncbi and (body.query or ids):
+        sources.append(SourceRequest(source=body.source, query=body.query, ids=ids))
+    return sources
 
 
 def job_params(body: IngestRequest, scopes: frozenset[str]) -> dict[str, Any]:
@@ -62,15 +83,20 @@ async def ingest(
     if body.documents:
         await check_provenance(pool, body)
     job_id = uuid.uuid4().hex
-    kind = "documents" if body.documents else "query" if body.query else "pmids" if body.pmids else "bookshelf"
+    kind = (
+        "documents"
+        if body.documents
+        else "query"
+        if body.query
+        else "ids"
+        if body.ids
+        else "pmids"
+        if body.pmids
+        else "bookshelf"
+    )
     request = None
-    if body.query or body.pmids or body.bookshelf_publisher:
-        sources = ncbi_sources(
-            query=body.query,
-            pmids=[p.strip() for p in body.pmids],
-            full_text=body.full_text,
-            bookshelf_publisher=body.bookshelf_publisher,
-        )
+    if body.query or body.ids or body.pmids or body.bookshelf_publisher:
+        sources = request_sources(body)
         request = IngestRequested(job_id=job_id, sources=sources, max_results=body.max_results, refresh=body.refresh)
     documents = [document_event(doc, job_id=job_id) for doc in body.documents]
     await submit_documents(

@@ -32,8 +32,10 @@ SOURCE_TYPES: dict[str, Source] = {
     "pmc": "pmc",
     "bookshelf": "bookshelf",
     "guidelines": "bookshelf",
+    "clinicaltrials": "clinicaltrials",
+    "fda_label": "fda_label",
 }
-SourceType = Literal["pubmed", "pmc", "bookshelf", "guidelines"]
+SourceType = Literal["pubmed", "pmc", "bookshelf", "guidelines", "clinicaltrials", "fda_label"]
 
 
 class AskRequest(BaseModel):

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.models import PRIORITY_EXCLUDED, PRIORITY_HIGH, ParsedDocument
+from shared.models import PRIORITY_EXCLUDED, PRIORITY_HIGH, ParsedDocument, Source
+from shared.sources import source_rule
 
 
 class IngestRequest(BaseModel):
-    """Start an ingestion job: a PubMed query, a list of PMIDs, a Bookshelf publisher, or documents given
-    inline (JSON import)."""
+    """Start an ingestion job: a query or record ids at a source (PubMed unless ``source`` says otherwise), a list
+    of PMIDs, a Bookshelf publisher, or documents given inline (JSON import)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str | None = Field(None, min_length=1, max_length=4000, description="A PubMed query (esearch).")
+    source: Source = Field(
+        "pubmed",
+        description=(
+            "Where `query` and `ids` go: `pubmed` (esearch), `pmc`, or a source with a search of its own "
+            "(`clinicaltrials`: ClinicalTrials.gov's search terms). Bookshelf is ingested by `bookshelf_publisher`."
+        ),
+    )
+    query: str | None = Field(
+        None, min_length=1, max_length=4000, description="A query in the source's search syntax (PubMed: esearch)."
+    )
+    ids: list[str] = Field(
+        default_factory=list, max_length=10_000, description="Record ids at `source`, e.g. NCT numbers."
+    )
     pmids: list[str] = Field(default_factory=list, max_length=10_000, description="PubMed ids.")
     documents: list[ParsedDocument] = Field(
         default_factory=list, max_length=1000, description="Documents in the JSON-lines import format."
@@ -41,8 +54,14 @@ class IngestRequest(BaseModel):
 
     @model_validator(mode="after")
     def _something(self) -> IngestRequest:
-        if not (self.query or self.pmids or self.documents or self.bookshelf_publisher):
-            raise ValueError("give a query, pmids, bookshelf_publisher or documents")
+        if not (self.query or self.ids or self.pmids or self.documents or self.bookshelf_publisher):
+            raise ValueError("give a query, ids, pmids, bookshelf_publisher or documents")
+        if self.source == "bookshelf" and (self.query or self.ids):
+            raise ValueError("Bookshelf is ingested by bookshelf_publisher, not by a query or ids")
+        rule = source_rule(self.source)
+        wrong = [i for i in self.ids if not rule.valid(i)]
+        if wrong:
+            raise ValueError(f"not {self.source} ids (e.g. {rule.example_id}): {wrong[:5]}")
         if "\\u0000" in self.model_dump_json():
             raise ValueError("text may not contain NUL (\\u0000) characters")
         bad = [p for p in self.pmids if not p.strip().isdigit()]

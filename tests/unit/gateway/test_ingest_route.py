@@ -74,3 +74,25 @@ async def test_inline_documents_alone_make_a_job_marked_discovered_once_publishe
     assert [(t, k) for _, t, k in kafka.published] == [(DOCUMENTS_FETCHED, "pubmed:1"), (DOCUMENTS_FETCHED, "pubmed:2")]
     last = pool.statements[-1]
     assert last[0] == "UPDATE ingest_jobs" and last[1][:2] == (r.json()["job_id"], "discovered")
+
+
+async def test_a_query_and_ids_at_a_source_of_its_own_become_that_source_s_request() -> None:
+    app, _, kafka = app_with_fakes()
+    body = {"source": "clinicaltrials", "query": "metformin", "ids": ["nct01234567"]}
+    async with client(app) as http:
+        r = await http.post("/v1/ingest", json=body)
+        assert r.status_code == 202, r.text
+        pmc = await http.post("/v1/ingest", json={"source": "pmc", "ids": ["pmc5"], "full_text": True})
+        assert pmc.status_code == 202, pmc.text
+        for wrong in (
+            {"source": "clinicaltrials", "ids": ["NCT123"]},
+            {"source": "bookshelf", "query": "malaria"},
+            {"source": "pubmed", "ids": ["abc"]},
+        ):
+            bad = await http.post("/v1/ingest", json=wrong)
+            assert bad.status_code == 422, (wrong, bad.text)
+    (request, topic, _), (at_pmc, _, _) = kafka.published
+    assert isinstance(request, IngestRequested) and topic == INGEST_REQUESTS
+    assert request.sources == [SourceRequest(source="clinicaltrials", query="metformin", ids=["NCT01234567"])]
+    assert isinstance(at_pmc, IngestRequested)
+    assert at_pmc.sources == [SourceRequest(source="pmc", ids=["PMC5"], options={"full_text": True})]
