@@ -54,7 +54,6 @@ class FetcherState:
         limiter = make_limiter(ncbi.ncbi_rate_scope, rate_for(api_key, ncbi.ncbi_rate_per_s), self._pool)
         self._client = EutilsClient(ncbi, limiter=limiter)
         self._bookshelf = BookshelfClient(ncbi)
-        self._openfda = OpenFdaClient(self.settings.openfda)
 
     async def stop(self) -> None:
         if self._client is not None:
@@ -86,7 +85,9 @@ class FetcherState:
 
     @property
     def openfda(self) -> OpenFdaClient:
-        assert self._openfda is not None, "fetcher not started"
+        """The openFDA client, made when first needed (it holds no connection until it is used)."""
+        if self._openfda is None:
+            self._openfda = OpenFdaClient(self.settings.openfda)
         return self._openfda
 
     @property
