@@ -89,8 +89,9 @@ class OpenFdaClient:
         if not 1 <= limit <= MAX_LIMIT or not 0 <= skip <= MAX_SKIP:
             raise OpenFdaRefused(f"openFDA pages with 1 <= limit <= {MAX_LIMIT} and skip <= {MAX_SKIP}")
         params = {"search": search, "limit": str(limit), "skip": str(skip)}
-        if self.settings.api_key is not None:
-            params["api_key"] = self.settings.api_key.get_secret_value()
+        key = self.settings.api_key.get_secret_value() if self.settings.api_key is not None else ""
+        if key:  # an empty key is none
+            params["api_key"] = key
         response = await self._get(params)
         if response.status_code == 404:
             return LabelPage(0, [])
