@@ -112,6 +112,8 @@ class InteractionCheck:
         return out
 
     def text(self) -> str:
+        """The result in words. It names no citation id or link (an answer may cite only its verified
+        passages, and ``/v1/ask`` scrubs ids from it): those are in the findings and :meth:`sources`."""
         lines = list(self.notes)
         if self.status == "not_checked":
             lines.append(f"The drug interaction could not be checked: {self.reason}. {ADVICE}")
@@ -125,10 +127,7 @@ class InteractionCheck:
             lines.append("Labelled interactions found:")
             for f in self.findings:
                 where = f" ({f.section})" if f.section else ""
-                lines.append(
-                    f'- The FDA label of {f.label_of}{where} names {f.other} (as "{f.term}"): "{f.excerpt}" '
-                    f"[label {f.hit.citation_id}{', ' + f.hit.url if f.hit.url else ''}]"
-                )
+                lines.append(f'- The FDA label of {f.label_of}{where} names {f.other} (as "{f.term}"): "{f.excerpt}"')
         if self.missing and self.status != "not_checked":
             lines.append(
                 f"No FDA label is stored for {', '.join(self.missing)}, so that label was not read "
@@ -136,8 +135,8 @@ class InteractionCheck:
             )
         if self.literature:
             best = self.literature[0]
-            kind = f", {best.study_type}" if best.study_type else ""
-            lines.append(f"Strongest literature evidence: {best.title} ({best.citation_id}{kind}).")
+            kind = f" ({best.study_type})" if best.study_type else ""
+            lines.append(f"Strongest literature evidence: {best.title}{kind}.")
         elif self.status != "not_checked":
             lines.append("No literature passage on the pair was found in the store.")
         return "\n".join(lines)
