@@ -109,6 +109,7 @@ def test_the_interaction_check_answers_from_the_labels(stack: Stack, fakes: tupl
         agent = http.post(
             "/v1/query", json={"question": "Is there an interaction between Coumadin and Diflucan?", "mode": "agent"}
         ).json()
+        asked = http.post("/v1/ask", json={"question": "Does warfarin interact with fluconazole?"}, timeout=120).json()
     check = found["interaction"]
     assert check["status"] == "found" and check["configured"] is True
     assert check["rxcuis"] == {"warfarin": "11289", "fluconazole": "4450"}
@@ -122,4 +123,7 @@ def test_the_interaction_check_answers_from_the_labels(stack: Stack, fakes: tupl
     assert set(none["interaction"]["labels_read"]) == {"warfarin", "amoxicillin"}
     [step] = [s for s in agent["agent"]["steps"] if s["tool"] == "check_drug_interaction"]
     assert f"FDA:{WARFARIN_SET}" in step["source_ids"] and "Labelled interactions found" in step["output"]
+    # /v1/ask says the same check first, its citation in the finding (the words name none)
+    assert asked["interaction"]["status"] == "found" and asked["answer"].startswith("Drug interaction check:")
+    assert asked["interaction"]["findings"][0]["citation_id"] == f"FDA:{WARFARIN_SET}"
     assert any(path == "/REST/rxclass/class/byRxcui.json" for path, _ in rx.requests)
