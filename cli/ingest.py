@@ -1,5 +1,6 @@
-"""``evidentia ingest``: from a PubMed query, PMIDs (``--full-text`` adds open-access PMC full text) or a
-Bookshelf publisher (through the gateway), or from files (straight to Kafka).
+"""``evidentia ingest``: from a PubMed query, PMIDs (``--full-text`` adds open-access PMC full text), a query or
+record ids at another source (``--source clinicaltrials``) or a Bookshelf publisher (through the gateway), or from
+files (straight to Kafka).
 
 Every form shows a live progress bar per stage (discovered / fetched / parsed / embedded) until the job
 is done, then a summary with failures. ``--status JOB`` follows an existing job.
@@ -26,8 +27,12 @@ from shared.settings import Settings, get_settings
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("ingest", help="Ingest literature and follow the job's progress.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--query", help='A PubMed query, e.g. "metformin AND type 2 diabetes".')
+    src.add_argument("--query", help='A query at --source (PubMed by default), e.g. "metformin AND type 2 diabetes".')
     src.add_argument("--pmids", help="Comma-separated PubMed ids.")
+    src.add_argument("--ids", help="Comma-separated record ids at --source, e.g. NCT numbers.")
+    src.add_argument(
+        "--condition", help="ClinicalTrials.gov: studies of this condition (query.cond), with --source clinicaltrials."
+    )
     src.add_argument(
         "--bookshelf-publisher",
         metavar="PUBLISHER",
@@ -37,7 +42,17 @@ def register(subparsers: Any) -> None:
     src.add_argument("--jsonl", type=Path, help="JSON-lines documents (docs/ingestion.md).")
     src.add_argument("--dir", type=Path, help="A directory of JATS/NXML/PubMed XML files.")
     src.add_argument("--status", metavar="JOB_ID", help="Follow an existing job.")
-    p.add_argument("--max", type=int, default=None, help="Most PMIDs taken from a query (default 500).")
+    p.add_argument(
+        "--source",
+        choices=["pubmed", "pmc", "clinicaltrials"],
+        default="pubmed",
+        help="Where --query, --ids and --condition go (default pubmed).",
+    )
+    p.add_argument(
+        "--intervention",
+        help="ClinicalTrials.gov: studies of this intervention (query.intr), beside --query or --condition.",
+    )
+    p.add_argument("--max", type=int, default=None, help="Most records taken from a query (default 500).")
     p.add_argument("--refresh", action="store_true", help="Fetch again documents already stored.")
     p.add_argument(
         "--full-text",
@@ -78,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
     if args.full_text and not (args.query or args.pmids):
         console.print("[red]--full-text goes with --query or --pmids[/red]")
         return exits.USAGE
-    if args.query or args.pmids or args.bookshelf_publisher or args.status:
+    if (args.condition or args.intervention) and args.source != "clinicaltrials":
+        console.print("[red]--condition and --intervention go with --source clinicaltrials[/red]")
+        return exits.USAGE
+    if args.query or args.pmids or args.ids or args.condition or args.bookshelf_publisher or args.status:
         return asyncio.run(_via_gateway(args, settings))
     return asyncio.run(_from_files(args, settings))
 
@@ -89,9 +107,20 @@ def _request_body(args: argparse.Namespace, settings: Settings) -> dict[str, Any
         body["priority"] = args.priority
     if args.full_text:
         body["full_text"] = True
-    if args.query:
-        body["query"] = args.query
-        body["max_results"] = args.max or settings.ncbi.search_max_results
+    if args.source != "pubmed":
+        body["source"] = args.source
+    for name in ("condition", "intervention"):
+        if getattr(args, name, None):
+            body[name] = getattr(args, name)
+    if args.query or args.condition:
+        if args.query:
+            body["query"] = args.query
+        cap = (
+            settings.clinicaltrials.max_results if args.source == "clinicaltrials" else settings.ncbi.search_max_results
+        )
+        body["max_results"] = args.max or cap
+    elif args.ids:
+        body["ids"] = [i.strip() for i in args.ids.split(",") if i.strip()]
     elif args.bookshelf_publisher:
         body["bookshelf_publisher"] = args.bookshelf_publisher
     else:

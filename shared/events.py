@@ -79,6 +79,9 @@ class Event(BaseModel):
 #: the PMIDs found), Bookshelf reads ``publisher`` (the exact name whose Open Access books to ingest).
 FULL_TEXT_OPTION = "full_text"
 PUBLISHER_OPTION = "publisher"
+#: A source's own search fields beside its ``query`` (ClinicalTrials.gov: ``query.cond``, ``query.intr``).
+CONDITION_OPTION = "condition"
+INTERVENTION_OPTION = "intervention"
 
 
 class SourceRequest(BaseModel):
@@ -91,13 +94,17 @@ class SourceRequest(BaseModel):
     ids: list[str] = Field(default_factory=list, description="Record ids at the source, given directly.")
     options: dict[str, str | bool] = Field(
         default_factory=dict,
-        description="The source's own options: `full_text` (PubMed, PMC), `publisher` (Bookshelf).",
+        description=(
+            "The source's own options: `full_text` (PubMed, PMC), `publisher` (Bookshelf), `condition` and "
+            "`intervention` (ClinicalTrials.gov)."
+        ),
     )
 
     @model_validator(mode="after")
     def _something(self) -> SourceRequest:
-        if not self.query and not self.ids and not self.options.get(PUBLISHER_OPTION):
-            raise ValueError(f"a {self.source} request needs a query, ids or a publisher")
+        named = (PUBLISHER_OPTION, CONDITION_OPTION, INTERVENTION_OPTION)
+        if not self.query and not self.ids and not any(self.options.get(k) for k in named):
+            raise ValueError(f"a {self.source} request needs a query, ids, a publisher, a condition or an intervention")
         return self
 
 
@@ -235,7 +242,7 @@ class PmidDiscovered(Event):
         return f"pubmed:{self.pmid}"
 
 
-DocumentFormat = Literal["pubmed-xml", "jats-xml", "bookshelf-nxml", "document-json"]
+DocumentFormat = Literal["pubmed-xml", "jats-xml", "bookshelf-nxml", "document-json", "clinicaltrials-json"]
 
 
 class DocumentFetched(Event):

@@ -252,6 +252,43 @@ class DrugLabel(BaseModel):
         names = {n.strip().lower() for n in (*self.generic_names, *self.brand_names, *self.substance_names)}
         bases = {" ".join(w for w in n.split() if w not in SALT_WORDS) for n in names}
         return sorted({n for n in names | bases if n} | {r.strip() for r in self.rxcuis if r.strip()})
+TrialPhase = Literal["EARLY_PHASE1", "PHASE1", "PHASE2", "PHASE3", "PHASE4", "NA"]
+"""A trial's phase as ClinicalTrials.gov writes it (``designModule.phases``; ``NA``: not applicable)."""
+TrialStatus = Literal[
+    "NOT_YET_RECRUITING",
+    "RECRUITING",
+    "ENROLLING_BY_INVITATION",
+    "ACTIVE_NOT_RECRUITING",
+    "SUSPENDED",
+    "TERMINATED",
+    "COMPLETED",
+    "WITHDRAWN",
+    "UNKNOWN",
+    "AVAILABLE",
+    "NO_LONGER_AVAILABLE",
+    "TEMPORARILY_NOT_AVAILABLE",
+    "APPROVED_FOR_MARKETING",
+    "WITHHELD",
+]
+"""A study's overall recruitment status as ClinicalTrials.gov writes it (``statusModule.overallStatus``)."""
+TRIAL_PHASES: tuple[str, ...] = get_args(TrialPhase)
+TRIAL_STATUSES: tuple[str, ...] = get_args(TrialStatus)
+
+
+class TrialFacts(BaseModel):
+    """What a registered trial is, beside its text: what the trial filters select on and answers show."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phases: list[TrialPhase] = Field(default_factory=list, description="Its phases (two for a phase 2/3 trial).")
+    status: TrialStatus | None = Field(None, description="Its overall recruitment status.")
+    has_results: bool = Field(False, description="Results are posted at the registry.")
+    study_type: str | None = Field(None, description="INTERVENTIONAL, OBSERVATIONAL or EXPANDED_ACCESS.")
+    enrollment: int | None = Field(None, ge=0, description="Participants enrolled (actual) or planned.")
+    start_date: str | None = None
+    completion_date: str | None = None
+    conditions: list[str] = Field(default_factory=list)
+    interventions: list[str] = Field(default_factory=list)
 
 
 class ParsedDocument(BaseModel):
@@ -281,6 +318,7 @@ class ParsedDocument(BaseModel):
     full_text: str | None = None
     sections: list[Section] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list, description="PMIDs this document cites.")
+    trial: TrialFacts | None = Field(None, description="A registered trial's phase, status and results (else none).")
     chunks: list[Chunk] = Field(default_factory=list)
     drug_label: DrugLabel | None = Field(None, description="A drug label's version and drug (its source's documents).")
     priority: int | None = Field(
@@ -300,7 +338,8 @@ class ParsedDocument(BaseModel):
 
     def content_hash(self) -> str:
         """Hash of everything that shapes the stored text and metadata (not the chunks)."""
-        payload = self.model_dump_json(exclude={"chunks", "priority"})
+        # ``trial`` only where there is one, so the hashes of every other document stay what they were.
+        payload = self.model_dump_json(exclude={"chunks", "priority", *(["trial"] if self.trial is None else [])})
         return hashlib.sha256(payload.encode()).hexdigest()
 
     @property
@@ -366,6 +405,26 @@ class SearchFilters(BaseModel):
     )
     sources: list[Source] = Field(
         default_factory=list, description="pubmed, pmc, bookshelf, clinicaltrials and/or fda_label."
+    )
+    trial_phase: list[TrialPhase] = Field(
+        default_factory=list,
+        description=(
+            "Only registered trials (ClinicalTrials.gov) in any of these phases (`PHASE1`..`PHASE4`, `EARLY_PHASE1`, "
+            "`NA`; a phase 2/3 trial is in both). A document that is no trial fails this filter."
+        ),
+    )
+    trial_status: list[TrialStatus] = Field(
+        default_factory=list,
+        description=(
+            "Only registered trials of any of these overall statuses (`RECRUITING`, `COMPLETED`, ...). A document "
+            "that is no trial fails this filter."
+        ),
+    )
+    has_results: bool | None = Field(
+        None,
+        description=(
+            "true: only registered trials with results posted; false: only trials without. Unset: any document."
+        ),
     )
     include_retracted: bool = Field(False, description="Retracted papers are excluded unless this is true.")
     min_priority: int | None = Field(

@@ -444,6 +444,33 @@ class OpenFdaSettings(BaseSettings):
     backoff_base_s: float = Field(0.5, ge=0, description="First retry back-off of an openFDA call (doubles).")
     retry_after_max_s: float = Field(
         120.0, ge=0, description="Longest openFDA `Retry-After` honoured; a longer one fails the call instead."
+class ClinicalTrialsSettings(BaseSettings):
+    """ClinicalTrials.gov (API v2) as a source: where it is, how fast and how patiently the fetcher asks it."""
+
+    model_config = _config("EVIDENTIA_CLINICALTRIALS_")
+
+    base_url: str = Field(
+        "https://clinicaltrials.gov/api/v2/", description="ClinicalTrials.gov API v2 base URL (`studies` under it)."
+    )
+    rate_per_min: float = Field(
+        50.0,
+        gt=0,
+        description=(
+            "ClinicalTrials.gov requests a minute, for the whole deployment with `EVIDENTIA_NCBI_RATE_SCOPE=cluster` "
+            "(about 50 a minute per IP is what the registry tolerates)."
+        ),
+    )
+    page_size: int = Field(100, ge=1, le=1000, description="Studies asked for per page of a search (pageSize).")
+    max_results: int = Field(500, ge=1, description="Most studies taken from one search.")
+    timeout_s: float = Field(30.0, gt=0, description="Timeout of one ClinicalTrials.gov call.")
+    max_retries: int = Field(4, ge=0, description="Retries of a call after 429, 5xx or a timeout.")
+    backoff_base_s: float = Field(1.0, ge=0, description="First retry back-off (doubles, with jitter).")
+    backoff_max_s: float = Field(60.0, ge=0, description="Longest back-off between two retries.")
+    retry_after_max_s: float = Field(
+        300.0, ge=0, description="Longest `Retry-After` honoured; a longer one fails the call instead."
+    )
+    max_study_bytes: int = Field(
+        8 * 1024**2, ge=1024, description="Largest study record taken; a larger one is skipped and reported."
     )
 
 
@@ -885,6 +912,7 @@ class Settings(BaseSettings):
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)  # type: ignore[arg-type]
     ncbi: NcbiSettings = Field(default_factory=NcbiSettings)  # type: ignore[arg-type]
     openfda: OpenFdaSettings = Field(default_factory=OpenFdaSettings)  # type: ignore[arg-type]
+    clinicaltrials: ClinicalTrialsSettings = Field(default_factory=ClinicalTrialsSettings)  # type: ignore[arg-type]
     llm: LlmSettings = Field(default_factory=LlmSettings)  # type: ignore[arg-type]
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)  # type: ignore[arg-type]
     service: ServiceSettings = Field(default_factory=ServiceSettings)  # type: ignore[arg-type]

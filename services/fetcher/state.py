@@ -12,11 +12,13 @@ import asyncpg
 from faststream import Context
 
 from services.fetcher.bookshelf import BookshelfClient
+from services.fetcher.clinicaltrials import ClinicalTrialsClient
 from services.fetcher.eutils import EutilsClient
 from services.fetcher.jobs import fail_jobs_hook
 from services.fetcher.openfda import OpenFdaClient
-from services.fetcher.ratelimit import make_limiter, rate_for
+from services.fetcher.ratelimit import CLUSTER_SAFETY, Limiter, PgTokenBucket, TokenBucket, make_limiter, rate_for
 from services.fetcher.sources import FetcherSources
+from services.fetcher.sources.clinicaltrials import ClinicalTrialsSource
 from services.fetcher.sources.fdalabel import FdaLabelSource
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook
@@ -43,6 +45,7 @@ class FetcherState:
         self._client: EutilsClient | None = None
         self._bookshelf: BookshelfClient | None = None
         self._openfda: OpenFdaClient | None = None
+        self._trials: ClinicalTrialsClient | None = None
         self._sources: FetcherSources | None = None
 
     async def start(self) -> None:
@@ -55,6 +58,13 @@ class FetcherState:
         self._client = EutilsClient(ncbi, limiter=limiter)
         self._bookshelf = BookshelfClient(ncbi)
 
+    def _trials_limiter(self) -> Limiter:
+        """ClinicalTrials.gov's own bucket, shared by the replicas as the NCBI one is (same scope)."""
+        rate = self.settings.clinicaltrials.rate_per_min / 60
+        if self.settings.ncbi.ncbi_rate_scope == "cluster":
+            return PgTokenBucket(self.pool, rate * CLUSTER_SAFETY, name=f"clinicaltrials:{rate:g}")
+        return TokenBucket(rate)
+
     async def stop(self) -> None:
         if self._client is not None:
             await self._client.aclose()
@@ -62,6 +72,8 @@ class FetcherState:
             await self._bookshelf.aclose()
         if self._openfda is not None:
             await self._openfda.aclose()
+        if self._trials is not None:
+            await self._trials.aclose()
         if self._pool is not None:
             await self._pool.close()
 
@@ -91,15 +103,20 @@ class FetcherState:
         return self._openfda
 
     @property
+    def trials(self) -> ClinicalTrialsClient:
+        """The ClinicalTrials.gov client, made the first time it is asked for (after :meth:`start`)."""
+        if self._trials is None:
+            self._trials = ClinicalTrialsClient(self.settings.clinicaltrials, limiter=self._trials_limiter())
+        return self._trials
+
+    @property
     def sources(self) -> FetcherSources:
         """Every source, built on the clients the first time it is asked for (after :meth:`start`)."""
         if self._sources is None:
+            trials = ClinicalTrialsSource(self.trials, self.settings.clinicaltrials)
+            labels = FdaLabelSource(self.openfda, self.settings.openfda)
             self._sources = FetcherSources(
-                self.client,
-                self.bookshelf,
-                self.pool,
-                self.settings.ncbi,
-                inline=[FdaLabelSource(self.openfda, self.settings.openfda)],
+                self.client, self.bookshelf, self.pool, self.settings.ncbi, inline=[trials, labels]
             )
         return self._sources
 

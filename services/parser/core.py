@@ -26,6 +26,7 @@ from lxml import etree
 from pydantic import ValidationError
 
 from services.parser.chunking import Chunker, default_chunker
+from services.parser.clinicaltrials import parse_trial
 from services.parser.detect import Format, detect_format, head_of
 from services.parser.jats import parse_jats
 from services.parser.nxml import parse_bookshelf
@@ -96,6 +97,7 @@ PARSERS: dict[str, Callable[[bytes | str], list[ParsedDocument]]] = {
     "pubmed-xml": _parse_pubmed,
     "jats-xml": _parse_jats,
     "bookshelf-nxml": _parse_bookshelf,
+    "clinicaltrials-json": parse_trial,
 }
 FORMATS: tuple[str, ...] = tuple(PARSERS)
 

@@ -105,9 +105,10 @@ async def store_document(
             """
             INSERT INTO documents (document_id, source, source_id, pmid, pmcid, doi, title, abstract,
                 full_text, journal, journal_iso, year, pub_date, language, publication_types, study_type,
-                evidence_level, mesh_terms, retracted, metadata, content_hash, origin, updated_at, priority)
+                evidence_level, mesh_terms, retracted, metadata, content_hash, origin, updated_at, priority,
+                trial_phases, trial_status, has_results)
             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20::jsonb,$21,$22, now(),
-                    coalesce($23::smallint, 50))
+                    coalesce($23::smallint, 50), $24::text[], $25, $26)
             ON CONFLICT (document_id) DO UPDATE SET origin = EXCLUDED.origin,
                 priority = coalesce($23::smallint, documents.priority),
                 pmid = EXCLUDED.pmid, pmcid = EXCLUDED.pmcid, doi = EXCLUDED.doi, title = EXCLUDED.title,
@@ -116,7 +117,9 @@ async def store_document(
                 language = EXCLUDED.language, publication_types = EXCLUDED.publication_types,
                 study_type = EXCLUDED.study_type, evidence_level = EXCLUDED.evidence_level,
                 mesh_terms = EXCLUDED.mesh_terms, retracted = EXCLUDED.retracted,
-                metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash, updated_at = now()
+                metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash, updated_at = now(),
+                trial_phases = EXCLUDED.trial_phases, trial_status = EXCLUDED.trial_status,
+                has_results = EXCLUDED.has_results
             """,
             doc_id,
             doc.source,
@@ -141,6 +144,9 @@ async def store_document(
             digest,
             origin,
             priority,
+            list(doc.trial.phases) if doc.trial is not None else None,
+            doc.trial.status if doc.trial is not None else None,
+            doc.trial.has_results if doc.trial is not None else None,
         )
         await conn.execute("DELETE FROM chunks WHERE document_id = $1", doc_id)
         stored = [_stored(doc_id, digest, doc.title, c) for c in doc.chunks]

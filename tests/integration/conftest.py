@@ -28,6 +28,7 @@ from devstack.postgres import LocalPostgres
 from devstack.processes import ServiceStack
 from shared.registry import SERVICES
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.clinicaltrials_server import FakeClinicalTrials
 from tests.fakes.eutils_server import FakeEutils
 
 
@@ -139,12 +140,20 @@ def fake_eutils() -> Iterator[FakeEutils]:
         yield fake
 
 
+@pytest.fixture(scope="session")
+def fake_clinicaltrials() -> Iterator[FakeClinicalTrials]:
+    """The fake ClinicalTrials.gov API v2 the session's fetcher talks to (empty until a test adds studies)."""
+    with FakeClinicalTrials() as fake:
+        yield fake
+
+
 @dataclass
 class Stack:
     infra: Infra
     services: ServiceStack
     fake: FakeEutils
     env: dict[str, str]
+    trials: FakeClinicalTrials | None = None
 
     @property
     def gateway(self) -> str:
@@ -163,8 +172,9 @@ class Stack:
                 time.sleep(0.5)
 
 
-def stack_env(infra: Infra, fake_eutils: FakeEutils) -> dict[str, str]:
-    """The services' environment for a test stack on ``infra`` with the fake E-utilities."""
+def stack_env(infra: Infra, fake_eutils: FakeEutils, fake_trials: FakeClinicalTrials | None = None) -> dict[str, str]:
+    """The services' environment for a test stack on ``infra`` with the fake E-utilities (and the fake
+    ClinicalTrials.gov, when given)."""
     env = dict(os.environ)
     env.update(infra.env)
     env.update(
@@ -186,18 +196,20 @@ def stack_env(infra: Infra, fake_eutils: FakeEutils) -> dict[str, str]:
             "EVIDENTIA_EMBEDDING_MODEL_DOWN_RESTART_S": "30",
         }
     )
+    if fake_trials is not None:
+        env["EVIDENTIA_CLINICALTRIALS_BASE_URL"] = fake_trials.base_url
     env.pop("ANTHROPIC_API_KEY", None)
     return env
 
 
 @pytest.fixture(scope="session")
-def stack(infra: Infra, fake_eutils: FakeEutils) -> Iterator[Stack]:
-    env = stack_env(infra, fake_eutils)
+def stack(infra: Infra, fake_eutils: FakeEutils, fake_clinicaltrials: FakeClinicalTrials) -> Iterator[Stack]:
+    env = stack_env(infra, fake_eutils, fake_clinicaltrials)
     ports = {name: free_port() for name in SERVICES}
     services = ServiceStack(log_dir=infra.root / "logs", env=env, ports=ports)
     services.start(timeout=300)
     try:
-        yield Stack(infra, services, fake_eutils, env)
+        yield Stack(infra, services, fake_eutils, env, fake_clinicaltrials)
     finally:
         services.stop()
 

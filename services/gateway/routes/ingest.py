@@ -13,7 +13,14 @@ from services.gateway.deps import KafkaDep, PoolDep, ScopesDep, SettingsDep
 from services.gateway.schemas.ingest import IngestAccepted, IngestRequest
 from shared import provenance
 from shared.db.jobs import JobStatus, job_status
-from shared.events import FULL_TEXT_OPTION, IngestRequested, SourceRequest, ncbi_sources
+from shared.events import (
+    CONDITION_OPTION,
+    FULL_TEXT_OPTION,
+    INTERVENTION_OPTION,
+    IngestRequested,
+    SourceRequest,
+    ncbi_sources,
+)
 from shared.ingestion import document_event, submit_documents
 from shared.sources import source_rule
 
@@ -49,10 +56,12 @@ def request_sources(body: IngestRequest) -> list[SourceRequest]:
         bookshelf_publisher=body.bookshelf_publisher,
     )
     if body.source == "pmc" and ids:
-        options: dict[str, str | bool] = {FULL_TEXT_OPTION: True} if body.full_text else {}
-        sources.append(SourceRequest(source="pmc", ids=ids, options=options))
-    elif not ncbi and (body.query or ids):
-        sources.append(SourceRequest(source=body.source, query=body.query, ids=ids))
+        text: dict[str, str | bool] = {FULL_TEXT_OPTION: True} if body.full_text else {}
+        sources.append(SourceRequest(source="pmc", ids=ids, options=text))
+    elif not ncbi and (body.query or ids or body.condition or body.intervention):
+        named = {CONDITION_OPTION: body.condition, INTERVENTION_OPTION: body.intervention}
+        options: dict[str, str | bool] = {k: v for k, v in named.items() if v}
+        sources.append(SourceRequest(source=body.source, query=body.query, ids=ids, options=options))
     return sources
 
 
@@ -87,7 +96,7 @@ async def ingest(
         "documents"
         if body.documents
         else "query"
-        if body.query
+        if body.query or body.condition or body.intervention
         else "ids"
         if body.ids
         else "pmids"
@@ -95,7 +104,7 @@ async def ingest(
         else "bookshelf"
     )
     request = None
-    if body.query or body.ids or body.pmids or body.bookshelf_publisher:
+    if body.query or body.ids or body.condition or body.intervention or body.pmids or body.bookshelf_publisher:
         sources = request_sources(body)
         request = IngestRequested(job_id=job_id, sources=sources, max_results=body.max_results, refresh=body.refresh)
     documents = [document_event(doc, job_id=job_id) for doc in body.documents]

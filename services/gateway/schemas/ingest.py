@@ -27,6 +27,15 @@ class IngestRequest(BaseModel):
     ids: list[str] = Field(
         default_factory=list, max_length=10_000, description="Record ids at `source`, e.g. NCT numbers."
     )
+    condition: str | None = Field(
+        None, min_length=1, max_length=1000, description="ClinicalTrials.gov: studies of this condition (query.cond)."
+    )
+    intervention: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="ClinicalTrials.gov: studies of this intervention (query.intr).",
+    )
     pmids: list[str] = Field(default_factory=list, max_length=10_000, description="PubMed ids.")
     documents: list[ParsedDocument] = Field(
         default_factory=list, max_length=1000, description="Documents in the JSON-lines import format."
@@ -54,8 +63,11 @@ class IngestRequest(BaseModel):
 
     @model_validator(mode="after")
     def _something(self) -> IngestRequest:
-        if not (self.query or self.ids or self.pmids or self.documents or self.bookshelf_publisher):
+        searched = self.query or self.condition or self.intervention
+        if not (searched or self.ids or self.pmids or self.documents or self.bookshelf_publisher):
             raise ValueError("give a query, ids, pmids, bookshelf_publisher or documents")
+        if (self.condition or self.intervention) and self.source != "clinicaltrials":
+            raise ValueError("condition and intervention are ClinicalTrials.gov searches: give source clinicaltrials")
         if self.source == "bookshelf" and (self.query or self.ids):
             raise ValueError("Bookshelf is ingested by bookshelf_publisher, not by a query or ids")
         rule = source_rule(self.source)

@@ -84,15 +84,21 @@ async def test_a_query_and_ids_at_a_source_of_its_own_become_that_source_s_reque
         assert r.status_code == 202, r.text
         pmc = await http.post("/v1/ingest", json={"source": "pmc", "ids": ["pmc5"], "full_text": True})
         assert pmc.status_code == 202, pmc.text
+        by_condition = {"source": "clinicaltrials", "condition": "asthma", "intervention": "budesonide"}
+        assert (await http.post("/v1/ingest", json=by_condition)).status_code == 202
         for wrong in (
             {"source": "clinicaltrials", "ids": ["NCT123"]},
             {"source": "bookshelf", "query": "malaria"},
             {"source": "pubmed", "ids": ["abc"]},
+            {"condition": "asthma"},  # a ClinicalTrials.gov search at PubMed
         ):
             bad = await http.post("/v1/ingest", json=wrong)
             assert bad.status_code == 422, (wrong, bad.text)
-    (request, topic, _), (at_pmc, _, _) = kafka.published
+    (request, topic, _), (at_pmc, _, _), (searched, _, _) = kafka.published
     assert isinstance(request, IngestRequested) and topic == INGEST_REQUESTS
     assert request.sources == [SourceRequest(source="clinicaltrials", query="metformin", ids=["NCT01234567"])]
     assert isinstance(at_pmc, IngestRequested)
     assert at_pmc.sources == [SourceRequest(source="pmc", ids=["PMC5"], options={"full_text": True})]
+    assert isinstance(searched, IngestRequested)
+    options = {"condition": "asthma", "intervention": "budesonide"}
+    assert searched.sources == [SourceRequest(source="clinicaltrials", options=options)]

@@ -42,6 +42,21 @@ def test_every_filter_becomes_a_numbered_parameter() -> None:
     assert params == [2010, 2020, ["lancet"], ["randomized-controlled-trial"], 0.8, ["Diabetes Mellitus"], ["pubmed"]]
 
 
+def test_the_trial_filters_read_the_trial_columns_and_restrict() -> None:
+    f = SearchFilters(trial_phase=["PHASE2", "PHASE3"], trial_status=["RECRUITING"], has_results=False)
+    sql, params = where_clause(f, 2)
+    assert sql == (
+        "NOT d.retracted AND d.priority > 0 AND d.trial_phases && $2::text[] AND d.trial_status = ANY($3::text[]) "
+        "AND d.has_results = $4"
+    )
+    assert params == [["PHASE2", "PHASE3"], ["RECRUITING"], False]
+    assert is_restrictive(SearchFilters(has_results=True)) and not reads_chunk_columns(f)
+    with pytest.raises(ValidationError):
+        SearchFilters(trial_phase=["PHASE5"])  # type: ignore[list-item]
+    with pytest.raises(ValidationError):
+        SearchFilters(trial_status=["OPEN"])  # type: ignore[list-item]
+
+
 def test_sections_are_matched_through_the_stores_section_names() -> None:
     sql, params = where_clause(SearchFilters(sections=[" Results ", "Conclusions"], include_retracted=True), 2)
     # One rule for both sides: the chunk's path and the requested names both go through section_names().

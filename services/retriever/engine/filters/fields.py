@@ -156,6 +156,19 @@ FILTERS: tuple[FilterField, ...] = (
         lambda f, b: f"d.source = ANY({b(list(f.sources))}::text[])" if f.sources else None,
         held=lambda f, h: h.one_of("source", f.sources) if f.sources else None,
     ),
+    # A registered trial's facts (ClinicalTrials.gov); NULL for any other document, which fails them.
+    FilterField(
+        "trial_phase",
+        lambda f, b: f"d.trial_phases && {b(list(f.trial_phase))}::text[]" if f.trial_phase else None,
+    ),
+    FilterField(
+        "trial_status",
+        lambda f, b: f"d.trial_status = ANY({b(list(f.trial_status))}::text[])" if f.trial_status else None,
+    ),
+    FilterField(
+        "has_results",
+        lambda f, b: None if f.has_results is None else f"d.has_results = {b(f.has_results)}",
+    ),
     FilterField("sections", _sections, chunk_columns=True),
     # Drug labels keep the names and RxCUIs they are for in their metadata (``DrugLabel.match_terms``).
     FilterField(

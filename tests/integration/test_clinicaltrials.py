@@ -1,0 +1,113 @@
+"""ClinicalTrials.gov through the running services: ``POST /v1/ingest`` with ``source: clinicaltrials`` -> the
+fetcher searches the fake registry (tests/fakes/clinicaltrials_server.py) and fetches the studies -> parsed,
+chunked by section, embedded -> found by search, selected by the trial filters, cited ``[NCT:...]`` in an
+answer (the session's synthesizer is extractive) with the citation verified.
+
+The test's studies are taken away at its end, so the session's other tests see the corpus they expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Stack
+from tests.integration.db import db_fetch
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TIMEOUT = 150.0
+WITH_RESULTS, RECRUITING = "NCT04000001", "NCT05000002"
+
+
+@pytest.fixture
+def trials(stack: Stack) -> Iterator[Stack]:
+    fake = stack.trials
+    assert fake is not None
+    fake.add_fixture(WITH_RESULTS)
+    fake.add_fixture(RECRUITING)
+    try:
+        yield stack
+    finally:
+        fake.studies.clear()
+        url = stack.infra.postgres.url
+        rows = db_fetch(url, "DELETE FROM documents WHERE source = 'clinicaltrials' RETURNING document_id")
+        ids = [r["document_id"] for r in rows]
+        db_fetch(url, "DELETE FROM document_status WHERE document_id = ANY($1::text[])", ids)
+
+
+def search(stack: Stack, filters: dict[str, Any]) -> list[dict[str, Any]]:
+    body = {
+        "query": "metformin type 2 diabetes trial",
+        "top_k": 20,
+        "filters": {"sources": ["clinicaltrials"], **filters},
+    }
+    with stack.http() as http:
+        r = http.post("/v1/search", json=body)
+    assert r.status_code == 200, r.text
+    hits: list[dict[str, Any]] = r.json()["hits"]
+    return hits
+
+
+def test_a_trial_is_ingested_found_filtered_and_cited(trials: Stack) -> None:
+    stack = trials
+    with stack.http() as http:
+        r = http.post("/v1/ingest", json={"source": "clinicaltrials", "query": "metformin"})
+        assert r.status_code == 202, r.text
+        status = stack.wait_job(r.json()["job_id"], timeout=TIMEOUT)
+    assert status["done"] and status["state"] == "done", status
+    assert status["total"] == 2 and status["counts"]["embedded"] == 2 and not status["failures"], status
+
+    rows = db_fetch(
+        stack.infra.postgres.url,
+        "SELECT document_id, trial_phases, trial_status, has_results FROM documents WHERE source = 'clinicaltrials' "
+        "ORDER BY document_id",
+    )
+    assert [(r["document_id"], r["trial_phases"], r["trial_status"], r["has_results"]) for r in rows] == [
+        (f"clinicaltrials:{WITH_RESULTS}", ["PHASE3"], "COMPLETED", True),
+        (f"clinicaltrials:{RECRUITING}", ["PHASE2"], "RECRUITING", False),
+    ]
+    requests = [params for path, params in stack.trials.requests if path == "/api/v2/studies"]  # type: ignore[union-attr]
+    assert requests[0]["query.term"] == ["metformin"] and any("filter.ids" in p for p in requests)
+
+    hits = search(stack, {})
+    assert {h["source_id"] for h in hits} == {WITH_RESULTS, RECRUITING}
+    first = next(h for h in hits if h["source_id"] == WITH_RESULTS)
+    assert first["url"] == f"https://clinicaltrials.gov/study/{WITH_RESULTS}"
+
+    assert {h["source_id"] for h in search(stack, {"trial_phase": ["PHASE2"]})} == {RECRUITING}
+    assert {h["source_id"] for h in search(stack, {"has_results": True})} == {WITH_RESULTS}
+    assert {h["source_id"] for h in search(stack, {"trial_status": ["COMPLETED", "SUSPENDED"]})} == {WITH_RESULTS}
+    assert search(stack, {"trial_status": ["WITHDRAWN"]}) == []
+    # a document that is no trial fails a trial filter: PubMed records have none of the columns
+    with stack.http() as http:
+        r = http.post(
+            "/v1/search", json={"query": "metformin", "filters": {"has_results": False, "sources": ["pubmed"]}}
+        )
+    assert r.status_code == 200 and r.json()["hits"] == []
+
+    question = "Does metformin lower HbA1c compared with placebo in early type 2 diabetes?"
+    with stack.http() as http:
+        r = http.post(
+            "/v1/ask", json={"question": question, "filters": {"sources": ["clinicaltrials"], "has_results": True}}
+        )
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    cited = f"NCT:{WITH_RESULTS}"
+    assert answer["mode"] == "extractive", answer["mode"]
+    assert f"[{cited}]" in answer["answer"]
+    assert cited in answer["citation_check"]["verified"] and answer["citation_check"]["removed"] == []
+    citation = next(c for c in answer["citations"] if c["citation_id"] == cited)
+    assert citation["url"] == f"https://clinicaltrials.gov/study/{WITH_RESULTS}"
+
+
+def test_a_wrong_nct_number_is_refused_and_the_cap_reaches_the_registry_s_search(trials: Stack) -> None:
+    with trials.http() as http:
+        bad = http.post("/v1/ingest", json={"source": "clinicaltrials", "ids": ["NCT123"]})
+        assert bad.status_code == 422 and "NCT01234567" in bad.text
+        r = http.post("/v1/ingest", json={"source": "clinicaltrials", "query": "metformin", "max_results": 1})
+        assert r.status_code == 202
+        status = trials.wait_job(r.json()["job_id"], timeout=TIMEOUT)
+    assert status["done"] and status["total"] == 1, status  # the cap reaches the registry's search
