@@ -252,6 +252,8 @@ class DrugLabel(BaseModel):
         names = {n.strip().lower() for n in (*self.generic_names, *self.brand_names, *self.substance_names)}
         bases = {" ".join(w for w in n.split() if w not in SALT_WORDS) for n in names}
         return sorted({n for n in names | bases if n} | {r.strip() for r in self.rxcuis if r.strip()})
+
+
 TrialPhase = Literal["EARLY_PHASE1", "PHASE1", "PHASE2", "PHASE3", "PHASE4", "NA"]
 """A trial's phase as ClinicalTrials.gov writes it (``designModule.phases``; ``NA``: not applicable)."""
 TrialStatus = Literal[

@@ -444,6 +444,9 @@ class OpenFdaSettings(BaseSettings):
     backoff_base_s: float = Field(0.5, ge=0, description="First retry back-off of an openFDA call (doubles).")
     retry_after_max_s: float = Field(
         120.0, ge=0, description="Longest openFDA `Retry-After` honoured; a longer one fails the call instead."
+    )
+
+
 class ClinicalTrialsSettings(BaseSettings):
     """ClinicalTrials.gov (API v2) as a source: where it is, how fast and how patiently the fetcher asks it."""
 
