@@ -99,9 +99,11 @@ class OpenFdaClient:
             body = response.json()
         except ValueError as exc:
             raise OpenFdaUnavailable(f"openFDA answered with a body that is not JSON: {exc}") from exc
-        results = body.get("results") if isinstance(body, dict) else None
-        meta = (body.get("meta") or {}).get("results") if isinstance(body, dict) else None
-        total = meta.get("total") if isinstance(meta, dict) else None
+        body = body if isinstance(body, dict) else {}
+        results = body.get("results")
+        meta = body.get("meta")
+        counts = meta.get("results") if isinstance(meta, dict) else None
+        total = counts.get("total") if isinstance(counts, dict) else None
         labels = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
         return LabelPage(total if isinstance(total, int) and total >= 0 else len(labels), labels)
 

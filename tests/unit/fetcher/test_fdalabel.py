@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from services.fetcher.openfda import OpenFdaClient, OpenFdaRefused, OpenFdaUnavailable
@@ -106,3 +107,29 @@ async def test_fetch_makes_one_document_event_per_label_and_skips_bad_ones(fake:
         assert event.format == "document-json" and event.document is not None and event.job_id == "job-1"
         assert event.document_id == f"fda_label:{event.source_id}" == event.document.document_id
         assert source.identify(event) == [event.document_id]
+
+
+@pytest.mark.parametrize(
+    ("body", "total", "count"),
+    [
+        ({"meta": {"results": {"total": 7}}, "results": [{"set_id": WARFARIN_SET}, "junk", 3, None]}, 7, 1),
+        ({"meta": "not an object", "results": {"not": "a list"}}, 0, 0),
+        ({"results": [{"set_id": WARFARIN_SET}]}, 1, 1),  # no meta: the page is all there is
+        ({"meta": {"results": {"total": -4}}, "results": []}, 0, 0),
+        (["a", "list"], 0, 0),
+    ],
+)
+async def test_odd_response_bodies_are_read_for_what_they_hold(body: Any, total: int, count: int) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+    async with httpx.AsyncClient(transport=transport) as http:
+        client = OpenFdaClient(OpenFdaSettings(url="http://openfda.test"), http=http, limiter=TokenBucket(1000.0))
+        page = await client.search("openfda.route:oral", limit=5)
+    assert (page.total, len(page.labels)) == (total, count)
+
+
+async def test_a_body_that_is_not_json_is_an_outage_not_a_result() -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text="<html>maintenance</html>"))
+    async with httpx.AsyncClient(transport=transport) as http:
+        client = OpenFdaClient(OpenFdaSettings(url="http://openfda.test"), http=http, limiter=TokenBucket(1000.0))
+        with pytest.raises(OpenFdaUnavailable, match="not JSON"):
+            await client.search("openfda.route:oral", limit=5)
