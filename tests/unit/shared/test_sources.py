@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import get_args
 
 import pytest
 
 from shared import citations
+from shared.db import list_migrations
 from shared.models import ParsedDocument, Source
 from shared.sources import SOURCES, citation_id, guideline_sources, record_url, rule_by_kind, source_rule
 
@@ -104,3 +106,12 @@ def test_a_source_rule_stores_its_documents_under_its_canonical_id() -> None:
     assert SOURCES["clinicaltrials"].document_id("nct01234567") == "clinicaltrials:NCT01234567"
     assert SOURCES["fda_label"].document_id(SET_ID.upper()) == f"fda_label:{SET_ID}"
     assert not SOURCES["clinicaltrials"].valid("NCT123") and SOURCES["pubmed"].valid("123")
+
+
+def test_the_store_takes_documents_of_every_source() -> None:
+    """The ``documents.source`` CHECK of the latest migration that sets it names exactly the model's sources."""
+    setting = [m for m in list_migrations() if "documents_source_check" in m.sql or "CHECK (source IN" in m.sql]
+    assert setting, "no migration constrains documents.source"
+    found = re.search(r"CHECK \(source IN \(([^)]*)\)\)", setting[-1].sql)
+    assert found is not None
+    assert re.findall(r"'([^']+)'", found.group(1)) == list(get_args(Source))
