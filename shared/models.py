@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, computed_field, model_validator
 
 from shared import sources
 
@@ -191,6 +191,69 @@ class Chunk(BaseModel):
 PRIORITY_EXCLUDED, PRIORITY_LOW, PRIORITY_NORMAL, PRIORITY_HIGH = 0, 10, 50, 100
 
 
+#: Words naming a salt or hydrate form: a drug label's substance without them is its active moiety's name.
+SALT_WORDS = frozenset(
+    [
+        "sodium",
+        "potassium",
+        "calcium",
+        "magnesium",
+        "hydrochloride",
+        "hcl",
+        "sulfate",
+        "bisulfate",
+        "maleate",
+        "besylate",
+        "mesylate",
+        "tartrate",
+        "succinate",
+        "citrate",
+        "acetate",
+        "phosphate",
+        "bromide",
+        "chloride",
+        "fumarate",
+        "hyclate",
+        "monohydrate",
+        "dihydrate",
+        "trihydrate",
+        "anhydrous",
+        "hydrobromide",
+        "nitrate",
+        "lactate",
+    ]
+)
+
+
+class DrugLabel(BaseModel):
+    """What identifies a drug label (an FDA Structured Product Label) beyond its set id (the document's
+    ``source_id``): its ``version`` (a new version of a set replaces the stored one), when it took effect, and
+    the drug it is for, by name and RxNorm concept, so a search can keep to one drug's labels (the ``drugs``
+    filter matches :attr:`match_terms`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int | None = Field(None, ge=0, description="The label's version within its set.")
+    label_id: str | None = Field(None, description="The id of this version of the label (openFDA `id`).")
+    effective_time: str | None = Field(None, description="When this version took effect (YYYYMMDD).")
+    generic_names: list[str] = Field(default_factory=list)
+    brand_names: list[str] = Field(default_factory=list)
+    substance_names: list[str] = Field(default_factory=list)
+    rxcuis: list[str] = Field(default_factory=list, description="RxNorm concepts of the labelled products.")
+    pharm_classes: list[str] = Field(
+        default_factory=list, description="Established pharmacologic classes (`Anticoagulant [EPC]`)."
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def match_terms(self) -> list[str]:
+        """Every name (lower case, also without its salt: ``warfarin sodium`` -> ``warfarin``) and RxCUI the label
+        is for: what the ``drugs`` search filter matches."""
+        names = {n.strip().lower() for n in (*self.generic_names, *self.brand_names, *self.substance_names)}
+        bases = {" ".join(w for w in n.split() if w not in SALT_WORDS) for n in names}
+        return sorted({n for n in names | bases if n} | {r.strip() for r in self.rxcuis if r.strip()})
+
+
 TrialPhase = Literal["EARLY_PHASE1", "PHASE1", "PHASE2", "PHASE3", "PHASE4", "NA"]
 """A trial's phase as ClinicalTrials.gov writes it (``designModule.phases``; ``NA``: not applicable)."""
 TrialStatus = Literal[
@@ -259,6 +322,7 @@ class ParsedDocument(BaseModel):
     references: list[str] = Field(default_factory=list, description="PMIDs this document cites.")
     trial: TrialFacts | None = Field(None, description="A registered trial's phase, status and results (else none).")
     chunks: list[Chunk] = Field(default_factory=list)
+    drug_label: DrugLabel | None = Field(None, description="A drug label's version and drug (its source's documents).")
     priority: int | None = Field(
         None,
         ge=PRIORITY_EXCLUDED,
@@ -313,6 +377,10 @@ class CliFlag:
     flag: str
     metavar: str | None = None
     help: str | None = None
+
+
+#: A drug as the ``drugs`` filter takes it: a name (compared in lower case) or an RxCUI.
+DrugTerm = Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, min_length=1, max_length=200)]
 
 
 class SearchFilters(BaseModel):
@@ -411,6 +479,14 @@ class SearchFilters(BaseModel):
         ),
     )
     max_chunks_per_document: int | None = Field(None, ge=1, description="At most this many passages a paper.")
+    drugs: list[DrugTerm] = Field(
+        default_factory=list,
+        max_length=20,
+        description=(
+            "Only drug labels for these drugs, any of which must match: generic, brand or substance names "
+            "(any case) or RxNorm concept ids (RxCUIs). Documents that are not drug labels never match."
+        ),
+    )
 
 
 #: The therapeutic-intent query: what a ``therapeutic`` :class:`QueryForm` embeds and tells a reranker.

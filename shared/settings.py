@@ -418,6 +418,35 @@ class NcbiSettings(BaseSettings):
     )
 
 
+class OpenFdaSettings(BaseSettings):
+    """The openFDA drug label endpoint, the source of FDA drug labels (``fda_label``)."""
+
+    model_config = _config("EVIDENTIA_OPENFDA_")
+
+    url: str = Field("https://api.fda.gov", description="openFDA base URL (labels are read from `/drug/label.json`).")
+    api_key: SecretStr | None = Field(
+        None, description="openFDA API key (raises the daily quota from 1,000 to 120,000 requests)."
+    )
+    timeout_s: float = Field(30.0, gt=0, description="Timeout of one openFDA call.")
+    page_size: int = Field(
+        100, ge=1, le=1000, description="Labels asked for per openFDA page (`limit`; openFDA allows 1000)."
+    )
+    max_results: int = Field(
+        200,
+        ge=1,
+        le=26_000,
+        description="Most labels one query ingests (openFDA pages with `skip`, which it caps at 25,000).",
+    )
+    rate_per_s: float = Field(
+        3.0, gt=0, description="openFDA calls per second of each fetcher process (openFDA allows 240 a minute)."
+    )
+    max_retries: int = Field(4, ge=0, description="Retries of an openFDA call after 429, 5xx or a timeout.")
+    backoff_base_s: float = Field(0.5, ge=0, description="First retry back-off of an openFDA call (doubles).")
+    retry_after_max_s: float = Field(
+        120.0, ge=0, description="Longest openFDA `Retry-After` honoured; a longer one fails the call instead."
+    )
+
+
 class ClinicalTrialsSettings(BaseSettings):
     """ClinicalTrials.gov (API v2) as a source: where it is, how fast and how patiently the fetcher asks it."""
 
@@ -777,13 +806,17 @@ class WorkflowSettings(BaseSettings):
     )
     agent_max_steps: int = Field(6, ge=1, le=20, description="Most tool-using turns of agentic mode.")
     rxnav_url: str | None = Field(
-        None,
+        "https://rxnav.nlm.nih.gov",
         description=(
-            "Base URL of an RxNav-style drug interaction API (`/REST/rxcui.json`, `/REST/interaction/list.json`); "
-            "unset: the `check_drug_interaction` tool says it is not configured."
+            "Base URL of NLM's RxNav (the RxNorm API `/REST/rxcui.json`, `/REST/approximateTerm.json` and RxClass "
+            "`/REST/rxclass/class/byRxcui.json`): how the drug interaction check names drugs as RxNorm concepts. "
+            "Unset (empty): drugs are looked up in the labels by the names given."
         ),
     )
-    rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one drug interaction API call.")
+    rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one RxNav call.")
+    interaction_passages: int = Field(
+        8, ge=1, le=50, description="Label passages the drug interaction check reads of each drug's label."
+    )
 
 
 class AskFetchSettings(BaseSettings):
@@ -904,6 +937,7 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)  # type: ignore[arg-type]
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)  # type: ignore[arg-type]
     ncbi: NcbiSettings = Field(default_factory=NcbiSettings)  # type: ignore[arg-type]
+    openfda: OpenFdaSettings = Field(default_factory=OpenFdaSettings)  # type: ignore[arg-type]
     clinicaltrials: ClinicalTrialsSettings = Field(default_factory=ClinicalTrialsSettings)  # type: ignore[arg-type]
     llm: LlmSettings = Field(default_factory=LlmSettings)  # type: ignore[arg-type]
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)  # type: ignore[arg-type]

@@ -15,9 +15,11 @@ from services.fetcher.bookshelf import BookshelfClient
 from services.fetcher.clinicaltrials import ClinicalTrialsClient
 from services.fetcher.eutils import EutilsClient
 from services.fetcher.jobs import fail_jobs_hook
+from services.fetcher.openfda import OpenFdaClient
 from services.fetcher.ratelimit import CLUSTER_SAFETY, Limiter, PgTokenBucket, TokenBucket, make_limiter, rate_for
 from services.fetcher.sources import FetcherSources
 from services.fetcher.sources.clinicaltrials import ClinicalTrialsSource
+from services.fetcher.sources.fdalabel import FdaLabelSource
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook
 from shared.kafka.dead_letters import add_dead_letter_hook
@@ -42,6 +44,7 @@ class FetcherState:
         self._pool: asyncpg.Pool | None = None
         self._client: EutilsClient | None = None
         self._bookshelf: BookshelfClient | None = None
+        self._openfda: OpenFdaClient | None = None
         self._trials: ClinicalTrialsClient | None = None
         self._sources: FetcherSources | None = None
 
@@ -67,6 +70,8 @@ class FetcherState:
             await self._client.aclose()
         if self._bookshelf is not None:
             await self._bookshelf.aclose()
+        if self._openfda is not None:
+            await self._openfda.aclose()
         if self._trials is not None:
             await self._trials.aclose()
         if self._pool is not None:
@@ -91,6 +96,13 @@ class FetcherState:
         return self._bookshelf
 
     @property
+    def openfda(self) -> OpenFdaClient:
+        """The openFDA client, made when first needed (it holds no connection until it is used)."""
+        if self._openfda is None:
+            self._openfda = OpenFdaClient(self.settings.openfda)
+        return self._openfda
+
+    @property
     def trials(self) -> ClinicalTrialsClient:
         """The ClinicalTrials.gov client, made the first time it is asked for (after :meth:`start`)."""
         if self._trials is None:
@@ -102,7 +114,10 @@ class FetcherState:
         """Every source, built on the clients the first time it is asked for (after :meth:`start`)."""
         if self._sources is None:
             trials = ClinicalTrialsSource(self.trials, self.settings.clinicaltrials)
-            self._sources = FetcherSources(self.client, self.bookshelf, self.pool, self.settings.ncbi, inline=[trials])
+            labels = FdaLabelSource(self.openfda, self.settings.openfda)
+            self._sources = FetcherSources(
+                self.client, self.bookshelf, self.pool, self.settings.ncbi, inline=[trials, labels]
+            )
         return self._sources
 
 

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 from fastapi import HTTPException
 
 from services.gateway.errors import sse_error
+from services.gateway.intelligence.interactions import InteractionChecker
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.livefetch.plan import STORE_ONLY, FetchPlan, should_search
 from services.gateway.livefetch.runner import LiveFetcher, Progress, no_progress
@@ -68,7 +69,12 @@ from services.gateway.understanding.classify import Classification
 from services.gateway.understanding.enhance import Enhancement
 from services.gateway.understanding.language import detect_language
 from services.gateway.understanding.rewrite import FollowUpRewriter
-from services.gateway.understanding.routing import check_interaction, routed_search, with_interaction
+from services.gateway.understanding.routing import (
+    check_interaction,
+    interaction_out,
+    routed_search,
+    with_interaction,
+)
 from shared import metrics
 from shared.citations import StreamGate, gate_reply, scrub
 from shared.events import (
@@ -220,9 +226,15 @@ class AnswerService:
                 turn.analysis = await self.analyser.analyse(turn.standalone, enhance=False, asker_language=b.language)
                 turn.intelligence = turn.analysis.intelligence()
                 if self.rxnav is not None:
-                    turn.interaction = await check_interaction(
-                        self.rxnav, turn.analysis, turn.standalone, turn.intelligence
+                    checker = InteractionChecker(
+                        self.rxnav,
+                        self.kafka.retrieve,
+                        trace_id=turn.trace_id,
+                        passages=self.settings.workflow.interaction_passages,
+                        min_score=self.settings.relevance_floor,
                     )
+                    checked = await check_interaction(checker, turn.analysis, turn.standalone, turn.intelligence)
+                    turn.interaction = interaction_out(checked) if checked is not None else None
             turn.ledger.extend(used.calls)
             if turn.interaction is not None:  # said before the answer, which only the verified passages may cite
                 turn.interaction.text = scrub(turn.interaction.text, ())[0]

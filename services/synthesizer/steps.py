@@ -430,7 +430,11 @@ AGENT_TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "check_drug_interaction",
-        "description": "Check interactions between two or more drugs with the configured drug interaction service.",
+        "description": (
+            "Check interactions between two or more drugs: what each drug's current FDA label (drug "
+            "interactions, contraindications, boxed warning) says of the others, with citations, and the "
+            "strongest literature on the pair."
+        ),
         "input_schema": {
             "type": "object",
             "properties": {"drugs": {"type": "array", "items": {"type": "string"}, "minItems": 2}},

@@ -20,7 +20,7 @@ from typing import Any
 
 from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic, RecordedRequest, adversarial_answer
 
-_CITED = re.compile(r"(?:\[|id=\")((?:PMID|PMCID|NBK):[A-Za-z0-9]+)(?:\]|\")")
+_CITED = re.compile(r"(?:\[|id=\")((?:PMID|PMCID|NBK|NCT|FDA):[A-Za-z0-9-]+)(?:\]|\")")
 ToolAnswer = dict[str, Any] | Callable[[RecordedRequest], dict[str, Any]]
 FORGED_SECTION = "NBK:NBK000666"  # cited by the fake's assessment, never a retrieved section
 

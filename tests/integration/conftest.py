@@ -184,6 +184,9 @@ def stack_env(infra: Infra, fake_eutils: FakeEutils, fake_trials: FakeClinicalTr
             "EVIDENTIA_BOOKSHELF_FILE_LIST_URL": fake_eutils.static_url("/pub/litarch/file_list.csv"),
             "EVIDENTIA_BOOKSHELF_BASE_URL": fake_eutils.static_url("/pub/litarch/"),
             "EVIDENTIA_KAFKA_TOPIC_PARTITIONS": "3",
+            # No public service is called: RxNav off, openFDA nowhere (a module points them at its fakes).
+            "EVIDENTIA_WORKFLOW_RXNAV_URL": "",
+            "EVIDENTIA_OPENFDA_URL": "http://127.0.0.1:9",
             "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "30",
             "EVIDENTIA_LOG_FORMAT": "json",
             "EVIDENTIA_LLM_MODEL": "claude-test",

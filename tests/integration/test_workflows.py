@@ -122,5 +122,10 @@ def test_query_intelligence_offline(stack: Stack, guideline: None) -> None:
     assert any("needs the LLM" in n for n in fr["intelligence"]["notes"]) and fr["answer_language"] == "en"
     assert agent["agent"]["planner"] == "rules"
     assert [s["tool"] for s in agent["agent"]["steps"]] == ["check_drug_interaction", "search_literature"]
-    assert "No drug interaction service is configured" in agent["agent"]["steps"][0]["output"]
+    # without RxNav the labels are read by the names given; whether a warfarin label is stored depends on the
+    # modules run before, so either verdict may come, but never a failure
+    assert agent["agent"]["steps"][0]["error"] is None
+    assert agent["agent"]["steps"][0]["output"].startswith(
+        ("Labelled interactions found", "The drug interaction could not be checked: no FDA label is stored")
+    )
     assert sos["mode"] == "emergency" and sos["sources"] == []

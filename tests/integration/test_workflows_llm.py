@@ -1,5 +1,6 @@
 """The clinical workflows through the running services in Claude mode (the fake Anthropic server taught the
-workflows' tools, ``tests/fakes/workflow_anthropic.py``), with a fake RxNav-style interaction service.
+workflows' tools, ``tests/fakes/workflow_anthropic.py``), with the fake RxNav and the fixture FDA labels
+(imported inline) for the drug interaction check.
 
 The gateway and the synthesizer are restarted with ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` (and the
 gateway with ``EVIDENTIA_WORKFLOW_RXNAV_URL``) for this module, then restarted back to offline mode.
@@ -16,7 +17,7 @@ from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
 from tests.integration.conftest import Stack
-from tests.integration.workflow_data import DRUG, METFORMIN_PMIDS, ingest_guideline, serve_metformin
+from tests.integration.workflow_data import DRUG, METFORMIN_PMIDS, ingest_guideline, ingest_labels, serve_metformin
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "EVIDENTIA_WORKFLOW_RXNAV_URL")
@@ -28,9 +29,9 @@ def claude(stack: Stack) -> Iterator[tuple[WorkflowAnthropic, FakeRxNav]]:
     fake = WorkflowAnthropic()
     fake.start()
     rx = FakeRxNav().start()
-    rx.add_drug("warfarin", "11289")
-    rx.add_drug("aspirin", "1191")
-    rx.add_interaction("11289", "1191", "high", "Aspirin increases the bleeding risk of warfarin (test data).")
+    rx.add_drug("warfarin", "11289", brands=["Coumadin"])
+    rx.add_drug("aspirin", "1191", classes=["Platelet Aggregation Inhibitor"])
+    ingest_labels(stack)
     extra = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url, "EVIDENTIA_WORKFLOW_RXNAV_URL": rx.url}
     try:
         for name in ("synthesizer", "gateway"):
@@ -42,6 +43,7 @@ def claude(stack: Stack) -> Iterator[tuple[WorkflowAnthropic, FakeRxNav]]:
         for name in ("synthesizer", "gateway"):
             proc = stack.services.processes[name]
             proc.env = {k: v for k, v in proc.env.items() if k not in KEYS}
+            proc.env.update({k: v for k, v in stack.env.items() if k in KEYS})  # the stack's own (RxNav off)
             stack.services.restart(name)
         fake.stop()
         rx.stop()
@@ -124,7 +126,7 @@ def test_query_translation_and_agent_with_claude(stack: Stack, claude: tuple[Wor
     steps = agent["agent"]["steps"]
     assert agent["agent"]["planner"] == "llm"
     assert [s["tool"] for s in steps] == ["search_literature", "check_drug_interaction"]
-    assert "bleeding risk" in steps[1]["output"] and rx.requests
-    assert agent["interaction"]["configured"] is True
+    assert "antiplatelet agents such as aspirin" in steps[1]["output"] and rx.requests
+    assert agent["interaction"]["configured"] is True and agent["interaction"]["status"] == "found"
     assert f"PMID:{HALLUCINATED_PMID}" in agent["citation_check"]["removed"]
     assert agent["citations"] and {c["citation_id"] for c in agent["citations"]} <= set(steps[0]["source_ids"])

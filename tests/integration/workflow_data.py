@@ -22,6 +22,8 @@ from faststream.kafka import KafkaBroker
 
 from shared.events import DocumentFetched
 from shared.kafka.topics import DOCUMENTS_FETCHED
+from shared.sources.fdalabel_document import label_document
+from tests.fakes.openfda_server import load
 from tests.integration.conftest import Stack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,3 +120,13 @@ def _guideline_hits(http: httpx.Client) -> int:
         },
     )
     return len(r.json().get("hits", [])) if r.status_code == 200 else 0
+
+
+def ingest_labels(stack: Stack) -> None:
+    """Import the fixture FDA labels (``tests/fixtures/openfda``) inline, as documents, and wait until stored."""
+    documents = [label_document(label).model_dump(mode="json") for label in load("labels.json")]
+    with stack.http() as http:
+        r = http.post("/v1/ingest", json={"documents": documents})
+    assert r.status_code == 202, r.text
+    status = stack.wait_job(r.json()["job_id"])
+    assert status["done"] and status["state"] != "failed", status

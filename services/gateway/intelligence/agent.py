@@ -7,7 +7,8 @@ Passages returned by the tools reach Claude as delimited, escaped ``<source>`` b
 (:mod:`shared.passages`), and its answer passes the citation gate of :mod:`shared.citations` like any other.
 
 Tools: ``search_literature`` (hybrid search over everything stored), ``get_guideline`` (guideline chunks
-only, by condition + findings) and ``check_drug_interaction`` (the RxNav-style service). Every call, its
+only, by condition + findings) and ``check_drug_interaction`` (the FDA labels and the literature,
+:mod:`.interactions`). Every call, its
 input, what it returned and the source ids it added are recorded in :class:`AgentStep` so the response
 shows them. The loop stops when Claude answers without a tool call, or after ``max_steps`` tool turns, when
 it is asked once more to answer from what it has (no tools offered).

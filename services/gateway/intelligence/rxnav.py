@@ -1,10 +1,16 @@
-"""Drug interactions from an RxNav-style HTTP API (configurable: ``EVIDENTIA_WORKFLOW_RXNAV_URL``).
+"""Drug names as RxNorm concepts, from NLM's RxNav (``EVIDENTIA_WORKFLOW_RXNAV_URL``): what the drug interaction
+check (:mod:`.interactions`) looks each drug up by.
 
-The API shape is the one the NLM RxNav REST service used: ``GET /REST/rxcui.json?name=<drug>`` ->
-``{"idGroup": {"rxnormId": ["..."]}}`` and ``GET /REST/interaction/list.json?rxcuis=<id>+<id>`` ->
-``{"fullInteractionTypeGroup": [{"sourceName", "fullInteractionType": [{"minConcept": [{"rxcui",
-"name"}], "interactionPair": [{"severity", "description"}]}]}]}``. When no URL is configured, or the
-service cannot be reached, the result says so plainly: the tool never guesses an interaction.
+The RxNorm API: ``GET /REST/rxcui.json?name=<name>&search=2`` -> ``{"idGroup": {"rxnormId": ["..."]}}`` (an
+exact or normalised match), else ``GET /REST/approximateTerm.json?term=<name>&maxEntries=1`` ->
+``{"approximateGroup": {"candidate": [{"rxcui", "score", "rank", "name"?}]}}`` (a misspelling);
+``GET /REST/rxcui/<id>/properties.json`` -> ``{"properties": {"rxcui", "name", "tty"}}`` (the concept's
+name); ``GET /REST/rxcui/<id>/related.json?tty=BN`` -> ``{"relatedGroup": {"conceptGroup": [{"tty": "BN",
+"conceptProperties": [{"name"}]}]}}`` (its brand names); and RxClass ``GET
+/REST/rxclass/class/byRxcui.json?rxcui=<id>&relaSources=DAILYMED`` -> ``{"rxclassDrugInfoList":
+{"rxclassDrugInfo": [{"rxclassMinConceptItem": {"className", "classType"}}]}}`` (its established
+pharmacologic classes, the ``EPC`` ones labels name). A name RxNorm does not know is kept as given; RxNav
+unset or failing is said (the check then looks drugs up by the names given), never guessed around.
 """
 
 from __future__ import annotations
@@ -19,50 +25,39 @@ from services.gateway.errors import new_error_id
 
 log = logging.getLogger(__name__)
 
-NOT_CONFIGURED = (
-    "No drug interaction service is configured (EVIDENTIA_WORKFLOW_RXNAV_URL is unset), so interactions "
-    "cannot be checked here. Do not assume there is none: ask a pharmacist or consult a drug interaction reference."
-)
+#: The most brand names and classes kept of one concept.
+MAX_NAMES = 12
+
+
+@dataclass(frozen=True)
+class DrugConcept:
+    """A drug as the check knows it: the name asked about, its RxNorm concept (when RxNorm knows it), and
+    the other names a label may call it by (RxNorm's name, brand names) and its pharmacologic classes."""
+
+    query: str
+    rxcui: str | None = None
+    name: str | None = None
+    brands: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        """Every name of the drug (lower case, the one asked about first)."""
+        found = [self.query, self.name or "", *self.brands]
+        return list(dict.fromkeys(n.strip().lower() for n in found if n and n.strip()))
 
 
 @dataclass
-class Interaction:
-    drugs: list[str]
-    severity: str | None
-    description: str
-    source: str | None = None
+class Normalised:
+    """The concepts of some drug names, and what went wrong looking them up (None: nothing)."""
 
-
-@dataclass
-class InteractionCheck:
-    drugs: list[str]
-    configured: bool
-    resolved: dict[str, str] = field(default_factory=dict)
-    """Drug name -> RxCUI, for the names the service knew."""
-    unresolved: list[str] = field(default_factory=list)
-    interactions: list[Interaction] = field(default_factory=list)
+    concepts: list[DrugConcept] = field(default_factory=list)
     error: str | None = None
-
-    def text(self) -> str:
-        if not self.configured:
-            return NOT_CONFIGURED
-        if self.error:
-            return f"The drug interaction service could not be used ({self.error}); interactions were not checked."
-        lines = []
-        if self.unresolved:
-            lines.append(f"Not found in the drug vocabulary: {', '.join(self.unresolved)}.")
-        if len(self.resolved) < 2:
-            lines.append("Fewer than two drugs were recognised, so no interaction could be checked.")
-        elif not self.interactions:
-            lines.append(f"The interaction service lists no interaction between {', '.join(self.resolved)}.")
-        for i in self.interactions:
-            sev = f" (severity: {i.severity})" if i.severity else ""
-            src = f" [source: {i.source}]" if i.source else ""
-            lines.append(f"{' + '.join(i.drugs)}{sev}: {i.description}{src}")
-        return "\n".join(lines)
 
 
 class RxNavClient:
+    """RxNav's RxNorm and RxClass lookups; ``base_url`` None: not configured (drugs stay as named)."""
+
     def __init__(self, base_url: str | None, *, timeout_s: float = 10.0, http: httpx.AsyncClient | None = None):
         self.base_url = base_url.rstrip("/") if base_url else None
         self.timeout_s = timeout_s
@@ -78,45 +73,62 @@ class RxNavClient:
         data = r.json()
         return data if isinstance(data, dict) else {}
 
-    async def check(self, drugs: list[str]) -> InteractionCheck:
+    async def normalise(self, drugs: list[str]) -> Normalised:
+        """Each name (trimmed, lower case, once) as a :class:`DrugConcept`."""
         names = list(dict.fromkeys(d.strip().lower() for d in drugs if d and d.strip()))
-        out = InteractionCheck(names, self.configured)
-        if not self.configured:
+        out = Normalised([DrugConcept(n) for n in names])
+        if not self.configured or not names:
             return out
         client = self._http or httpx.AsyncClient()
         try:
-            for name in names:
-                data = await self._get(client, "/REST/rxcui.json", {"name": name})
-                ids = (data.get("idGroup") or {}).get("rxnormId") or []
-                if ids:
-                    out.resolved[name] = str(ids[0])
-                else:
-                    out.unresolved.append(name)
-            if len(out.resolved) >= 2:
-                data = await self._get(
-                    client, "/REST/interaction/list.json", {"rxcuis": " ".join(out.resolved.values())}
-                )
-                out.interactions = parse_interactions(data)
+            out.concepts = [await self._concept(client, n) for n in names]
         except (httpx.HTTPError, ValueError) as exc:
             # The client learns that it failed and an id; the detail (addresses, bodies) stays in the log.
             error_id = new_error_id()
-            log.warning("drug interaction service failed", extra={"error": repr(exc)[:300], "error_id": error_id})
-            out.error = f"the drug interaction service failed ({type(exc).__name__}; error id {error_id})"
+            log.warning("RxNav failed", extra={"error": repr(exc)[:300], "error_id": error_id})
+            out.error = f"RxNorm could not be reached ({type(exc).__name__}; error id {error_id})"
         finally:
             if self._http is None:
                 await client.aclose()
         return out
 
+    async def _concept(self, client: httpx.AsyncClient, name: str) -> DrugConcept:
+        data = await self._get(client, "/REST/rxcui.json", {"name": name, "search": "2"})
+        ids = _strings((data.get("idGroup") or {}).get("rxnormId"))
+        if not ids:
+            data = await self._get(client, "/REST/approximateTerm.json", {"term": name, "maxEntries": "1"})
+            candidates = (data.get("approximateGroup") or {}).get("candidate")
+            ids = [str(c["rxcui"]) for c in candidates or [] if isinstance(c, dict) and c.get("rxcui")][:1]
+        if not ids:
+            return DrugConcept(name)
+        rxcui = ids[0]
+        props = (await self._get(client, f"/REST/rxcui/{rxcui}/properties.json", {})).get("properties") or {}
+        related = await self._get(client, f"/REST/rxcui/{rxcui}/related.json", {"tty": "BN"})
+        brands = [
+            str(p.get("name"))
+            for g in (related.get("relatedGroup") or {}).get("conceptGroup") or []
+            if isinstance(g, dict)
+            for p in g.get("conceptProperties") or []
+            if isinstance(p, dict) and p.get("name")
+        ]
+        classes_data = await self._get(
+            client, "/REST/rxclass/class/byRxcui.json", {"rxcui": rxcui, "relaSources": "DAILYMED"}
+        )
+        classes = [
+            str(item.get("className"))
+            for info in (classes_data.get("rxclassDrugInfoList") or {}).get("rxclassDrugInfo") or []
+            if isinstance(info, dict)
+            for item in [info.get("rxclassMinConceptItem") or {}]
+            if isinstance(item, dict) and item.get("className") and item.get("classType") == "EPC"
+        ]
+        return DrugConcept(
+            name,
+            rxcui,
+            str(props.get("name")) if isinstance(props, dict) and props.get("name") else None,
+            tuple(dict.fromkeys(brands))[:MAX_NAMES],
+            tuple(dict.fromkeys(classes))[:MAX_NAMES],
+        )
 
-def parse_interactions(data: dict[str, Any]) -> list[Interaction]:
-    out: list[Interaction] = []
-    for group in data.get("fullInteractionTypeGroup") or []:
-        source = group.get("sourceName")
-        for itype in group.get("fullInteractionType") or []:
-            concepts = [str(c.get("name", "")) for c in itype.get("minConcept") or [] if c.get("name")]
-            for pair in itype.get("interactionPair") or []:
-                desc = str(pair.get("description") or "").strip()
-                if desc:
-                    sev = pair.get("severity")
-                    out.append(Interaction(concepts, str(sev) if sev and sev != "N/A" else None, desc, source))
-    return out
+
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value if isinstance(v, (str, int))] if isinstance(value, list) else []

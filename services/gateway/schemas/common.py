@@ -94,7 +94,37 @@ class QueryIntelligence(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class InteractionFindingOut(BaseModel):
+    """One FDA label passage that names another of the drugs."""
+
+    label_of: str = Field(description="The drug whose label it is.")
+    other: str = Field(description="The drug the passage names.")
+    term: str = Field(description="What the passage names it as: a name, a brand name or its class.")
+    section: str | None = Field(None, description="The label section (`Drug interactions`, `Contraindications`...).")
+    excerpt: str = Field(description="The label's words around the name.")
+    citation_id: str = Field(description="The label's citation id (`FDA:<set id>`).")
+    url: str | None = Field(None, description="The label's page (DailyMed, current version).")
+
+
 class InteractionOut(BaseModel):
     drugs: list[str]
-    configured: bool
+    configured: bool = Field(description="Whether RxNav is configured (drugs are named as RxNorm concepts).")
     text: str
+    status: Literal["found", "none_found", "not_checked"] = Field(
+        "not_checked",
+        description=(
+            "`found`: a current FDA label of one drug names another; `none_found`: labels were read and name none "
+            "of the others (not proof of safety); `not_checked`: the check could not be made (see `text`)."
+        ),
+    )
+    rxcuis: dict[str, str] = Field(
+        default_factory=dict, description="Drug -> its RxNorm concept, where RxNorm knew it."
+    )
+    findings: list[InteractionFindingOut] = Field(default_factory=list)
+    labels_read: dict[str, list[str]] = Field(
+        default_factory=dict, description="Drug -> the citation ids of its labels that were read."
+    )
+    missing_labels: list[str] = Field(default_factory=list, description="Drugs with no stored FDA label.")
+    literature: list[str] = Field(
+        default_factory=list, description="Citation ids of the strongest literature passages on the pair."
+    )

@@ -2,7 +2,8 @@
 
 - :func:`routed_search` searches guideline sources first for a guideline question (every source when none of
   them clears ``EVIDENTIA_RETRIEVAL_MIN_SCORE``), and any other question as asked;
-- :func:`check_interaction` runs the interaction service's check of a drug-interaction question's drugs, which
+- :func:`check_interaction` runs the drug interaction check (FDA labels and the literature,
+  :mod:`services.gateway.intelligence.interactions`) of a drug-interaction question's drugs, which
   :func:`with_interaction` says before the answer.
 
 Each route taken is added to the response's ``QueryIntelligence.route``.
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from services.gateway.intelligence.rxnav import RxNavClient
-from services.gateway.schemas.common import InteractionOut, QueryIntelligence
+from services.gateway.intelligence.interactions import InteractionCheck, InteractionChecker
+from services.gateway.schemas.common import InteractionFindingOut, InteractionOut, QueryIntelligence
 from services.gateway.understanding.analysis import Analysis
 from services.gateway.understanding.classify import drug_pair
 from shared.events import RetrievalReply
@@ -22,19 +23,45 @@ from shared.sources import guideline_sources
 
 
 async def check_interaction(
-    rxnav: RxNavClient, analysis: Analysis, question: str, intelligence: QueryIntelligence
-) -> InteractionOut | None:
-    """The interaction service's check of a drug-interaction question's drugs (None for any other class); the
-    route taken is added to ``intelligence``."""
+    checker: InteractionChecker, analysis: Analysis, question: str, intelligence: QueryIntelligence
+) -> InteractionCheck | None:
+    """The drug interaction check of a drug-interaction question's drugs (None for any other class); the route
+    taken is added to ``intelligence``."""
     if analysis.classification.category != "drug_interaction":
         return None
     drugs = drug_pair(analysis.enhancement.english_question) or drug_pair(question)
-    check = await rxnav.check(drugs)
+    check = await checker.check(drugs)
     intelligence.route.append(
-        f"drug interaction: checked {', '.join(check.drugs) or 'no drugs found'} "
-        f"({'service configured' if check.configured else 'no service configured'})"
+        f"drug interaction: checked {', '.join(check.drugs) or 'no drugs found'} in their FDA labels "
+        f"({check.status.replace('_', ' ')}; {'RxNorm' if check.configured else 'no RxNorm'})"
     )
-    return InteractionOut(drugs=check.drugs, configured=check.configured, text=check.text())
+    return check
+
+
+def interaction_out(check: InteractionCheck) -> InteractionOut:
+    """The HTTP form of an interaction check."""
+    return InteractionOut(
+        drugs=check.drugs,
+        configured=check.configured,
+        text=check.text(),
+        status=check.status,
+        rxcuis={c.query: c.rxcui for c in check.concepts if c.rxcui},
+        findings=[
+            InteractionFindingOut(
+                label_of=f.label_of,
+                other=f.other,
+                term=f.term,
+                section=f.section,
+                excerpt=f.excerpt,
+                citation_id=f.hit.citation_id,
+                url=f.hit.url,
+            )
+            for f in check.findings
+        ],
+        labels_read=check.labels_read,
+        missing_labels=check.missing,
+        literature=[h.citation_id for h in check.literature],
+    )
 
 
 def with_interaction(text: str, interaction: InteractionOut | None) -> str:

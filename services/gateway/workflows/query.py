@@ -12,12 +12,12 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.intelligence.agent import Agent, ToolOutput
-from services.gateway.intelligence.rxnav import InteractionCheck
+from services.gateway.intelligence.interactions import InteractionCheck, InteractionChecker
 from services.gateway.schemas.common import InteractionOut, Metered, QueryIntelligence, check_query_terms
 from services.gateway.understanding.analysis import QueryAnalyser
 from services.gateway.understanding.classify import Classification
 from services.gateway.understanding.enhance import Enhancement
-from services.gateway.understanding.routing import check_interaction, routed_search, with_interaction
+from services.gateway.understanding.routing import check_interaction, interaction_out, routed_search, with_interaction
 from services.gateway.workflows.base import ContextDep, Run, Workflow, WorkflowContext, metered, workflow_router
 from shared.citations import INSUFFICIENT, CitationVerifier
 from shared.events import (
@@ -154,10 +154,20 @@ class QueryTools:
         )
         return ToolOutput("" if reply.hits else "No guideline section matched.", reply.hits)
 
+    def checker(self) -> InteractionChecker:
+        """The drug interaction check over this request's retrieval."""
+        return InteractionChecker(
+            self.ctx.rxnav,
+            self.ctx.backend.retrieve,
+            trace_id=self.trace_id,
+            passages=self.ctx.settings.workflow.interaction_passages,
+            min_score=self.ctx.settings.relevance_floor,
+        )
+
     async def check_drug_interaction(self, drugs: list[str]) -> ToolOutput:
-        check = await self.ctx.rxnav.check(drugs)
+        check = await self.checker().check(drugs)
         self.interaction = check
-        return ToolOutput(check.text(), [], {"configured": check.configured})
+        return ToolOutput(check.text(), check.sources(), {"status": check.status, "configured": check.configured})
 
 
 class QueryWorkflow(Workflow):
@@ -210,7 +220,10 @@ class QueryWorkflow(Workflow):
                 trace_id,
                 run,
             )
-        interaction = await check_interaction(self.ctx.rxnav, analysis, question, intelligence)
+        checked = await check_interaction(
+            QueryTools(self.ctx, body, trace_id).checker(), analysis, question, intelligence
+        )
+        interaction = interaction_out(checked) if checked is not None else None
         t0 = time.perf_counter()
 
         async def retrieve(filters: SearchFilters) -> RetrievalReply:
@@ -228,6 +241,9 @@ class QueryWorkflow(Workflow):
         hits = await routed_search(
             retrieve, classification.category, body.filters, self.settings.relevance_floor, intelligence
         )
+        if checked is not None:  # the label passages the check quotes are the answer's to cite too
+            found = {h.chunk_id for h in hits}
+            hits = [h for h in checked.sources() if h.chunk_id not in found] + hits
         run.lap("retrieval", t0)
         t0 = time.perf_counter()
         synth = await self.backend.synthesize(
@@ -315,7 +331,7 @@ class QueryWorkflow(Workflow):
                 numbered_text = f"Drug interaction check: {checked.output}\n\n{numbered_text}"
         last = tools.interaction
         if last is not None:
-            interaction = InteractionOut(drugs=last.drugs, configured=last.configured, text=last.text())
+            interaction = interaction_out(last)
         return QueryResponse(
             question=question,
             answer=answer,

@@ -22,12 +22,40 @@ from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.db.jobs import JobStatus
 from shared.events import RetrievalReply, RetrievalRequest, SynthesisReply, SynthesisRequest
-from shared.models import SearchHit
+from shared.models import ParsedDocument, SearchFilters, SearchHit
 from shared.settings import GatewaySettings, LlmSettings, Settings, WorkflowSettings
 from tests.fakes.llm_steps import step_llm
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
 
 MALARIA_BOOK = "Guidelines for the treatment of malaria (test edition)"
+
+
+def label_hits(labels: list[ParsedDocument], filters: SearchFilters) -> list[SearchHit]:
+    """As the store answers a label search: one hit per section of each label whose drug is among
+    ``filters.drugs`` (its ``match_terms``), in the named ``filters.sections`` when there are some."""
+    wanted = set(filters.drugs)
+    hits: list[SearchHit] = []
+    for doc in labels:
+        if doc.drug_label is None or (wanted and not wanted & set(doc.drug_label.match_terms)):
+            continue
+        for sec in doc.sections:
+            if filters.sections and sec.title not in filters.sections:
+                continue
+            hits.append(
+                SearchHit(
+                    chunk_id=f"{doc.document_id}#{sec.title}",
+                    document_id=doc.document_id,
+                    source=doc.source,
+                    source_id=doc.source_id,
+                    title=doc.title,
+                    section=sec.title,
+                    text=(doc.full_text or "")[sec.char_start : sec.char_end],
+                    score=1.0,
+                    rank=len(hits) + 1,
+                    url=doc.url,
+                )
+            )
+    return hits
 
 
 def pubmed_hit(
@@ -120,11 +148,14 @@ class FakeBackend:
         self.ingested: list[tuple[str, int]] = []
         self.guideline_hits = list(GUIDELINES)
         self.pubmed_hits = list(PUBMED)
+        self.labels: list[ParsedDocument] = []
 
     async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
         """As the retriever: renders the query form (with the retriever's own rendering) and sends it back."""
         self.retrievals.append(request)
         rendered = render(request.query, request.query_form).rerank
+        if request.filters.sources == ["fda_label"]:
+            return RetrievalReply(hits=label_hits(self.labels, request.filters), rendered_query=rendered)
         if request.filters.sources == ["bookshelf"]:
             hits = self.guideline_hits
             if "pregnan" in rendered.lower():

@@ -1,13 +1,11 @@
-"""The workflows' pure components besides query understanding: the TTL cache, the drug interaction client and
-the guideline plan attribution."""
+"""The workflows' pure components besides query understanding: the TTL cache, the guideline plan attribution
+(the drug interaction check: ``test_interaction_check.py``)."""
 
 from __future__ import annotations
 
 from services.gateway.intelligence.cache import MemoryCache, cache_key, cached
 from services.gateway.intelligence.guidelines import attribute
-from services.gateway.intelligence.rxnav import NOT_CONFIGURED, RxNavClient
 from shared.models import QueryForm
-from tests.fakes.rxnav_server import FakeRxNav
 from tests.unit.workflows.conftest import GUIDELINES
 
 
@@ -25,28 +23,6 @@ async def test_cache_expires_after_its_ttl() -> None:
     now[0] += 11
     assert await cached(cache, "pubmed_count", cache_key("q"), 10, make) == (7, False)
     assert len(calls) == 2
-
-
-async def test_rxnav_unconfigured_says_so() -> None:
-    check = await RxNavClient(None).check(["warfarin", "aspirin"])
-    assert not check.configured and check.text() == NOT_CONFIGURED
-
-
-async def test_rxnav_against_the_fake() -> None:
-    with FakeRxNav() as fake:
-        url = fake.url
-        fake.add_drug("warfarin", "11289")
-        fake.add_drug("aspirin", "1191")
-        fake.add_interaction("11289", "1191", "high", "Aspirin increases the bleeding risk of warfarin.")
-        check = await RxNavClient(fake.url).check(["Warfarin", "aspirin", "unobtainium"])
-        assert check.resolved == {"warfarin": "11289", "aspirin": "1191"} and check.unresolved == ["unobtainium"]
-        assert check.interactions[0].severity == "high"
-        assert "bleeding risk" in check.text() and "unobtainium" in check.text()
-        fake.fail_status = 503
-        failed = await RxNavClient(fake.url).check(["warfarin", "aspirin"])
-        assert failed.error and "could not be used" in failed.text()
-    down = await RxNavClient(url, timeout_s=2).check(["warfarin", "aspirin"])  # server stopped
-    assert down.error is not None and not down.interactions
 
 
 # --- guidelines -----------------------------------------------------------------------------------------

@@ -13,11 +13,14 @@ from services.retriever.engine.queries import render
 from shared.events import SynthesisRequest
 from shared.models import relevant_hits
 from shared.safety import EMERGENCY_ANSWER
+from shared.sources.fdalabel_document import label_document
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
+from tests.fakes.openfda_server import load
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
 from tests.unit.workflows.conftest import build, client, pubmed_hit
 
+WARFARIN_SET = "d2a1e8f4-2c3b-4e0a-9a51-6f0c2b7d9e11"
 COUNT = 'metformin AND ("polycystic ovary syndrome" OR PCOS)'
 
 
@@ -302,23 +305,40 @@ async def test_query_with_claude_translates_and_answers_in_the_language(fake_llm
     assert body["answer_language"] == "fr" and body["mode"] == "llm"
 
 
-async def test_query_interaction_question_reports_an_unconfigured_service() -> None:
+async def test_query_interaction_question_without_labels_says_it_could_not_check() -> None:
     app, _, _ = build()
     async with client(app) as http:
         body = (
             await http.post("/v1/query", json={"question": "Is there an interaction between warfarin and aspirin?"})
         ).json()
     assert body["intelligence"]["classification"]["category"] == "drug_interaction"
-    assert body["interaction"]["configured"] is False and "is configured" in body["interaction"]["text"]
-    assert body["answer"].startswith("Drug interaction check:")
+    interaction = body["interaction"]
+    assert interaction["configured"] is False and interaction["status"] == "not_checked"
+    assert "no FDA label is stored for warfarin or aspirin" in interaction["text"]
+    assert body["answer"].startswith("Drug interaction check: The drug interaction could not be checked")
+
+
+async def test_query_interaction_question_answers_from_the_labels() -> None:
+    app, _, backend = build()
+    backend.labels = [label_document(x) for x in load("labels.json")]
+    async with client(app) as http:
+        body = (await http.post("/v1/query", json={"question": "Does warfarin interact with fluconazole?"})).json()
+    interaction = body["interaction"]
+    assert interaction["status"] == "found" and interaction["missing_labels"] == []
+    [finding] = interaction["findings"]
+    assert finding["label_of"] == "warfarin" and finding["section"] == "Drug interactions"
+    assert finding["citation_id"] == f"FDA:{WARFARIN_SET}" and "fluconazole" in finding["excerpt"]
+    assert body["answer"].startswith("Drug interaction check: Labelled interactions found:")
+    # the quoted label passage is among the answer's sources, so the answer may cite it
+    assert f"fda_label:{WARFARIN_SET}" in {s["document_id"] for s in body["sources"]}
 
 
 async def test_agent_mode_with_claude_shows_every_tool_call(fake_llm: WorkflowAnthropic) -> None:
     with FakeRxNav() as rx:
-        rx.add_drug("warfarin", "11289")
-        rx.add_drug("aspirin", "1191")
-        rx.add_interaction("11289", "1191", "high", "Aspirin increases the bleeding risk of warfarin.")
-        app, _, _ = build(fake_llm, rxnav_url=rx.url)
+        rx.add_drug("warfarin", "11289", brands=["Coumadin"])
+        rx.add_drug("aspirin", "1191", classes=["Platelet Aggregation Inhibitor"])
+        app, _, backend = build(fake_llm, rxnav_url=rx.url)
+        backend.labels = [label_document(x) for x in load("labels.json")]
         async with client(app) as http:
             body = (
                 await http.post("/v1/query", json={"question": "Does warfarin interact with aspirin?", "mode": "agent"})
@@ -326,8 +346,13 @@ async def test_agent_mode_with_claude_shows_every_tool_call(fake_llm: WorkflowAn
     agent = body["agent"]
     assert agent["planner"] == "llm" and agent["stop_reason"] == "answered"
     assert [s["tool"] for s in agent["steps"]] == ["search_literature", "check_drug_interaction"]
-    assert agent["steps"][0]["source_ids"] and "bleeding risk" in agent["steps"][1]["output"]
-    assert body["interaction"]["configured"] and body["mode"] == "llm"
+    assert agent["steps"][0]["source_ids"] and "antiplatelet agents such as aspirin" in agent["steps"][1]["output"]
+    assert f"FDA:{WARFARIN_SET}" in agent["steps"][1]["source_ids"]  # the label passage, citable
+    assert body["interaction"]["configured"] and body["interaction"]["rxcuis"] == {
+        "warfarin": "11289",
+        "aspirin": "1191",
+    }
+    assert body["interaction"]["status"] == "found" and body["mode"] == "llm"
     assert body["citations"] and f"PMID:{HALLUCINATED_PMID}" in body["citation_check"]["removed"]
     assert {c["citation_id"] for c in body["citations"]} <= set(agent["steps"][0]["source_ids"])
 
@@ -351,6 +376,6 @@ async def test_agent_mode_offline_plans_by_rules() -> None:
     agent = body["agent"]
     assert agent["planner"] == "rules"
     assert [s["tool"] for s in agent["steps"]] == ["check_drug_interaction", "search_literature"]
-    assert "No drug interaction service is configured" in agent["steps"][0]["output"]
+    assert "could not be checked: no FDA label is stored" in agent["steps"][0]["output"]
     assert body["mode"] == "extractive" and body["citations"]
     assert backend.syntheses[-1].passages

@@ -170,6 +170,13 @@ FILTERS: tuple[FilterField, ...] = (
         lambda f, b: None if f.has_results is None else f"d.has_results = {b(f.has_results)}",
     ),
     FilterField("sections", _sections, chunk_columns=True),
+    # Drug labels keep the names and RxCUIs they are for in their metadata (``DrugLabel.match_terms``).
+    FilterField(
+        "drugs",
+        lambda f, b: (
+            f"(d.metadata -> 'drug_label' -> 'match_terms') ?| {b(list(f.drugs))}::text[]" if f.drugs else None
+        ),
+    ),
     # Not a condition: applied to the ranking (at most this many passages a paper).
     FilterField("max_chunks_per_document", _none),
 )
