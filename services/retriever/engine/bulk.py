@@ -36,6 +36,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from services.retriever.engine.bulk_postings import index_batch
 from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK
 from services.retriever.engine.lexical.compaction import compact
 from services.retriever.engine.vector.ann_index import ann_indexes, plan
@@ -231,19 +232,20 @@ class BulkFinished:
 
 
 async def index_deferred_chunks(pool: asyncpg.Pool, *, batch: int = LEXICAL_BATCH) -> int:
-    """The lexical postings of every chunk stored without them, ``batch`` chunks a transaction; returns how
-    many were indexed. Safe to run beside the live path and again after an interruption."""
+    """The lexical postings of every chunk stored without them, ``batch`` chunks a transaction
+    (:func:`~services.retriever.engine.bulk_postings.index_batch`); returns how many were indexed. Safe to run
+    beside the live path and again after an interruption."""
     done = 0
     after = ""
     async with pool.acquire() as conn:
         await conn.execute("SET statement_timeout = 0")
         try:
             while True:
-                row = await conn.fetchrow("SELECT last_id, indexed FROM bm25_index_deferred($1, $2)", after, batch)
-                if row is None or not row["indexed"]:
+                indexed = await index_batch(conn, after, batch)
+                if not indexed.chunks:
                     return done
-                done += int(row["indexed"])
-                after = str(row["last_id"])
+                done += indexed.chunks
+                after = indexed.last_id
         finally:
             await conn.execute("RESET statement_timeout")
 
