@@ -11,9 +11,10 @@ moves both indexes off the write path:
    in one transaction with ``evidentia.lexical = 'deferred'`` (the insert trigger does not
    index them). Every row is inserted ``ON CONFLICT DO NOTHING``: a replayed batch writes nothing twice, and
    rows already stored (by the live path or an earlier try) are kept as they are.
-3. :func:`finish_bulk_load`: the lexical postings of every chunk not yet indexed, set-wise in large batches
-   (``bm25_index_deferred``, one block a term a batch), at the same time as the ANN index is built with
-   PostgreSQL's parallel maintenance workers; then the compaction merges the batches' blocks, the lock goes.
+3. :func:`finish_bulk_load`: the lexical postings of every chunk not yet indexed, in large batches
+   (:mod:`services.retriever.engine.bulk_postings`: analysed by PostgreSQL, packed into blocks with numpy), at
+   the same time as the ANN index is built with PostgreSQL's parallel maintenance workers; then the compaction
+   merges the batches' small blocks, the lock goes.
 
 Searches during the load stay correct, never complete with what they cannot see: the dense leg reads the
 vector table exactly (no ANN index: every stored vector, the new ones included, slower as the table grows);
