@@ -148,6 +148,7 @@ async def index_batch(
             return PostingsBatch(0, after, 0, 0)
         last_id = str(await conn.fetchval("SELECT max(chunk_id) FROM bulk_batch_in"))
         await conn.execute(_TERMS)
+        await conn.execute("ANALYZE bulk_batch_in; ANALYZE bulk_terms_in")  # a sample: hash joins, not loops
         await conn.execute(_NEW_TERMS)
         await conn.execute(_DF)
         await conn.execute(_CHUNKS)
