@@ -78,7 +78,7 @@ CHUNK_COLUMNS = (
     "char_end",
 )
 
-#: Chunks a ``bm25_index_deferred`` call indexes: one block a term each, merged by the compaction afterwards.
+#: Chunks a postings batch indexes (one transaction): a small last block a term each, merged by the compaction.
 LEXICAL_BATCH = 50_000
 
 
