@@ -1,15 +1,17 @@
 """Bulk-load rate of the store: chunks/s amortised over a load, the index builds included.
 
-    python bench/bulk_load.py --chunks 100000 [--root DIR] [--batch-docs 2500] [--workers 1] [--json]
+    python bench/bulk_load.py --chunks 100000 [--root DIR] [--batch-docs 2500] [--workers 1] [--phases] [--json]
 
 Builds a fresh store (PostgreSQL on a free port in ``--root``, a temp folder by default; ``shared_buffers`` as
 ``bench/scale.py`` sizes it) with ``bench/scale.py``'s generated corpus (the same chunk i as any scale store),
 through the retriever's bulk path (``services/retriever/engine/bulk.py``): the vector table's ANN index dropped,
 every batch's documents, chunks and vectors COPYed in one transaction with the lexical index deferred, then the
 deferred postings and the ANN index built at once (``--workers`` parallel maintenance workers), the compaction
-and ``ANALYZE``. The documents are generated before the clock starts (the embedder's work in production).
+and ``ANALYZE`` (``--phases``: the phases one after the other, each one's PostgreSQL CPU counted). The documents
+are generated before the clock starts (the embedder's work in production).
 
-Printed: the load's chunks/s, the finish's phases, and the figure the issue asks for, chunks over the whole
+Printed: the load's chunks/s, the finish's phases, the CPU a chunk of this server's PostgreSQL and of this
+process (the client: COPY encoding, the postings' packing), and the figure the issue asks for, chunks over the whole
 (load + finish). Halfway through the load it times a dense search (exact: no ANN index then) and a lexical one,
 and checks that a batch written again adds nothing (idempotent replay).
 """
@@ -23,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,41 @@ def rows(docs: list[scale.GeneratedDoc]) -> tuple[list[tuple[Any, ...]], list[tu
     return documents, chunks, ids, np.concatenate([d.vectors for d in docs])
 
 
+async def finish_by_phase(
+    pool: Any, conn: Any, index: Any, db: Any, args: argparse.Namespace, chunks: int
+) -> dict[str, dict[str, float]]:
+    """The finish's phases one after the other (``finish_bulk_load`` runs the two builds at once), each timed
+    and its PostgreSQL CPU counted: what each costs a chunk."""
+    from services.retriever.engine import bulk as bulk_store
+    from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK
+    from services.retriever.engine.lexical.compaction import compact
+
+    backend = int(await conn.fetchval("SELECT pg_backend_pid()"))
+    phases: dict[str, Callable[[], Awaitable[Any]]] = {
+        "postings": lambda: bulk_store.index_deferred_chunks(pool),
+        "ann_build": lambda: bulk_store.build_ann_index(
+            conn, index, db, workers=args.workers, maintenance_work_mem=args.maintenance_work_mem
+        ),
+        "compaction": lambda: compact(pool),
+        "analyze": lambda: conn.execute(
+            f"ANALYZE documents; ANALYZE chunks; ANALYZE bm25_chunks; ANALYZE {index.table_name}"
+        ),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, work in phases.items():
+        cpu, mine, t = server_cpu_s(backend), time.process_time(), time.perf_counter()
+        await work()
+        wall, used, client = time.perf_counter() - t, server_cpu_s(backend) - cpu, time.process_time() - mine
+        out[name] = {
+            "s": round(wall, 1),
+            "postgres_cpu_ms_per_chunk": round(used * 1000 / max(chunks, 1), 3),
+            "client_cpu_ms_per_chunk": round(client * 1000 / max(chunks, 1), 3),
+        }
+        print(f"  {name}: {out[name]}", flush=True)
+    await conn.execute("SELECT pg_advisory_unlock($1, $2)", *ANN_MAINTENANCE_LOCK)
+    return out
+
+
 async def run(url: str, gen: scale.Generator, model: str, dim: int, args: argparse.Namespace) -> dict[str, Any]:
     from services.retriever.engine import bulk as bulk_store
     from services.retriever.engine.lexical.postings import corpus_counts
@@ -95,7 +133,7 @@ async def run(url: str, gen: scale.Generator, model: str, dim: int, args: argpar
         print(f"generated {docs_n} documents in {time.perf_counter() - t:.0f}s (not timed below)", flush=True)
         out: dict[str, Any] = {"chunks": args.chunks, "batch_docs": args.batch_docs, "workers": args.workers}
         backend = int(await pool.fetchval("SELECT pg_backend_pid()"))
-        cpu0, t0 = server_cpu_s(backend), time.perf_counter()
+        cpu0, mine0, t0 = server_cpu_s(backend), time.process_time(), time.perf_counter()
         async with bulk_store.bulk_load(pool, index) as conn:
             written = 0
             for k, (documents, chunks, ids, vectors) in enumerate(batches):
@@ -115,12 +153,16 @@ async def run(url: str, gen: scale.Generator, model: str, dim: int, args: argpar
                     print(f"  mid-load: {out['mid_load_status']}", flush=True)
                 if (k + 1) % max(1, len(batches) // 10) == 0:
                     print(f"  loaded {written} chunks ({time.perf_counter() - t0:.0f}s)", flush=True)
-            load_s, cpu1 = time.perf_counter() - t0, server_cpu_s(backend)
+            load_s, cpu1, mine1 = time.perf_counter() - t0, server_cpu_s(backend), time.process_time()
             print(f"load: {written} chunks in {load_s:.1f}s = {written / load_s:.0f}/s; finishing", flush=True)
-            finished = await bulk_store.finish_bulk_load(
-                pool, conn, index, db, workers=args.workers, maintenance_work_mem=args.maintenance_work_mem
-            )
-        total_s, cpu2 = time.perf_counter() - t0, server_cpu_s(backend)
+            if args.phases:
+                out["finish_phases"] = await finish_by_phase(pool, conn, index, db, args, written)
+            else:
+                finished = await bulk_store.finish_bulk_load(
+                    pool, conn, index, db, workers=args.workers, maintenance_work_mem=args.maintenance_work_mem
+                )
+                out["finish"] = {k: round(v, 1) if isinstance(v, float) else v for k, v in finished.__dict__.items()}
+        total_s, cpu2, mine2 = time.perf_counter() - t0, server_cpu_s(backend), time.process_time()
         status = await bulk_store.bulk_load_status(pool, index)
         counts = await corpus_counts(pool)
         out.update(
@@ -128,11 +170,14 @@ async def run(url: str, gen: scale.Generator, model: str, dim: int, args: argpar
                 "chunks_written": written,
                 "load_s": round(load_s, 1),
                 "load_chunks_per_s": round(written / load_s, 1),
-                "finish": {k: round(v, 1) if isinstance(v, float) else v for k, v in finished.__dict__.items()},
                 "total_s": round(total_s, 1),
                 "postgres_cpu_ms_per_chunk": {
                     "load": round((cpu1 - cpu0) * 1000 / max(written, 1), 3),
                     "finish": round((cpu2 - cpu1) * 1000 / max(written, 1), 3),
+                },
+                "client_cpu_ms_per_chunk": {
+                    "load": round((mine1 - mine0) * 1000 / max(written, 1), 3),
+                    "finish": round((mine2 - mine1) * 1000 / max(written, 1), 3),
                 },
                 "amortised_chunks_per_s": round(written / total_s, 1),
                 "after": {**status.__dict__, "searches": status.searches, "bm25_chunks": counts.chunks},
@@ -157,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-docs", type=int, default=2500, help="Documents (2 chunks each) a bulk transaction.")
     p.add_argument("--workers", type=int, default=1, help="Parallel maintenance workers of the ANN build.")
     p.add_argument("--maintenance-work-mem", default="2GB")
+    p.add_argument(
+        "--phases", action="store_true", help="Run the finish's phases one after the other, each one's CPU counted."
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     source = scale.load_source(Path(args.corpus) if args.corpus else None)

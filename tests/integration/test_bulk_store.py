@@ -15,6 +15,13 @@ from services.parser.store import store_document
 from services.retriever.engine import bulk as bulk_store
 from services.retriever.engine.lexical.blocks import POSTING
 from services.retriever.engine.lexical.compaction import compact
+from services.retriever.engine.lexical.postings import (
+    Bm25Scoring,
+    bm25_scores,
+    corpus_counts,
+    dead_keys,
+    term_postings,
+)
 from services.retriever.engine.vector.ann_index import ann_indexes, maintain_ann_index
 from services.retriever.engine.vector.search import nearest_chunks
 from services.retriever.engine.vector.tables import VectorIndex, create_index, upsert_vectors
@@ -37,6 +44,8 @@ def _doc(i: int) -> ParsedDocument:
     chunks = []
     for o in range(2):
         text = " ".join(WORDS[(i * 3 + o + k * k) % len(WORDS)] for k in range(4 + (i + o) % 5)) + f" finding{i}."
+        if i % 13 == 5 and o == 1:
+            text = "The and of it."  # stop words only: a chunk without a term, indexed with zero lengths
         chunks.append(Chunk(section="Abstract", ordinal=o, text=text, token_count=8, char_start=0, char_end=len(text)))
     return ParsedDocument(
         source="pubmed",
@@ -82,6 +91,14 @@ async def _lexical_index(pool: asyncpg.Pool) -> tuple[dict[str, int], dict[tuple
     return df, postings
 
 
+async def _scores(pool: asyncpg.Pool, query: str) -> dict[str, float]:
+    """The lexical leg's BM25F score of every chunk that ``query`` matches, by chunk id."""
+    ids = {r["chunk_key"]: r["chunk_id"] for r in await pool.fetch("SELECT chunk_key, chunk_id FROM bm25_chunks")}
+    scoring = Bm25Scoring(1.2, 0.75, 2.0, 0.5, await corpus_counts(pool))
+    scores = bm25_scores(await term_postings(pool, query), scoring, await dead_keys(pool))
+    return {ids[int(k)]: round(float(scores[k]), 9) for k in np.flatnonzero(scores)}
+
+
 def _vectors(n: int) -> np.ndarray:
     v = np.random.default_rng(5).normal(size=(n, DIM)).astype(np.float32)
     unit: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
@@ -97,6 +114,11 @@ async def test_a_bulk_load_indexes_exactly_what_the_live_path_does(
     live_docs, live_chunks = await _stored_rows(pool)
     live_lexical = await _lexical_index(pool)
     assert live_lexical[0] and live_lexical[1]
+    live_lengths = await pool.fetch("SELECT chunk_id, len_title, len_section, len_text FROM bm25_chunks ORDER BY 1")
+    assert any(r["len_text"] == 0 for r in live_lengths)
+    queries = ["aspirin stroke", "insulin glucose dose", "heart study", "finding7 tumour lung cohort"]
+    live_scores = [await _scores(pool, q) for q in queries]
+    assert all(live_scores)
     await pool.execute("TRUNCATE documents CASCADE")
 
     index = await _index(pool, migrated_postgres_url)
@@ -140,6 +162,11 @@ async def test_a_bulk_load_indexes_exactly_what_the_live_path_does(
     assert [a.method for a in await ann_indexes(pool, index.table_name)] == ["hnsw"]
     assert await _stored_rows(pool) == (live_docs, live_chunks)
     assert await _lexical_index(pool) == live_lexical  # the same df and postings as the trigger wrote
+    # ... the same field lengths (N and the means with them), so every search scores each chunk the same
+    assert await pool.fetch("SELECT chunk_id, len_title, len_section, len_text FROM bm25_chunks ORDER BY 1") == (
+        live_lengths
+    )
+    assert [await _scores(pool, q) for q in queries] == live_scores
     assert await pool.fetchval("SELECT count(*) FROM bm25_pending") == 0  # compacted
     status = await bulk_store.bulk_load_status(pool, index)
     assert (status.loading, status.ann_index, status.chunks_without_postings) == (False, True, 0)

@@ -11,9 +11,10 @@ moves both indexes off the write path:
    in one transaction with ``evidentia.lexical = 'deferred'`` (the insert trigger does not
    index them). Every row is inserted ``ON CONFLICT DO NOTHING``: a replayed batch writes nothing twice, and
    rows already stored (by the live path or an earlier try) are kept as they are.
-3. :func:`finish_bulk_load`: the lexical postings of every chunk not yet indexed, set-wise in large batches
-   (``bm25_index_deferred``, one block a term a batch), at the same time as the ANN index is built with
-   PostgreSQL's parallel maintenance workers; then the compaction merges the batches' blocks, the lock goes.
+3. :func:`finish_bulk_load`: the lexical postings of every chunk not yet indexed, in large batches
+   (:mod:`services.retriever.engine.bulk_postings`: analysed by PostgreSQL, packed into blocks with numpy), at
+   the same time as the ANN index is built with PostgreSQL's parallel maintenance workers; then the compaction
+   merges the batches' small blocks, the lock goes.
 
 Searches during the load stay correct, never complete with what they cannot see: the dense leg reads the
 vector table exactly (no ANN index: every stored vector, the new ones included, slower as the table grows);
@@ -36,6 +37,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from services.retriever.engine.bulk_postings import index_batch
 from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK
 from services.retriever.engine.lexical.compaction import compact
 from services.retriever.engine.vector.ann_index import ann_indexes, plan
@@ -76,7 +78,7 @@ CHUNK_COLUMNS = (
     "char_end",
 )
 
-#: Chunks a ``bm25_index_deferred`` call indexes: one block a term each, merged by the compaction afterwards.
+#: Chunks a postings batch indexes (one transaction): a small last block a term each, merged by the compaction.
 LEXICAL_BATCH = 50_000
 
 
@@ -231,19 +233,20 @@ class BulkFinished:
 
 
 async def index_deferred_chunks(pool: asyncpg.Pool, *, batch: int = LEXICAL_BATCH) -> int:
-    """The lexical postings of every chunk stored without them, ``batch`` chunks a transaction; returns how
-    many were indexed. Safe to run beside the live path and again after an interruption."""
+    """The lexical postings of every chunk stored without them, ``batch`` chunks a transaction
+    (:func:`~services.retriever.engine.bulk_postings.index_batch`); returns how many were indexed. Safe to run
+    beside the live path and again after an interruption."""
     done = 0
     after = ""
     async with pool.acquire() as conn:
         await conn.execute("SET statement_timeout = 0")
         try:
             while True:
-                row = await conn.fetchrow("SELECT last_id, indexed FROM bm25_index_deferred($1, $2)", after, batch)
-                if row is None or not row["indexed"]:
+                indexed = await index_batch(conn, after, batch)
+                if not indexed.chunks:
                     return done
-                done += int(row["indexed"])
-                after = str(row["last_id"])
+                done += indexed.chunks
+                after = indexed.last_id
         finally:
             await conn.execute("RESET statement_timeout")
 

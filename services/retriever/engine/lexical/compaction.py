@@ -12,7 +12,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.engine.jobs import COMPACTION_LOCK, advisory_session
-from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.blocks import BLOCK_POSTINGS, POSTING, encode_blocks
 from services.retriever.engine.lexical.postings import dead_keys
 from shared.periodic import run_every
 
@@ -51,10 +51,6 @@ def _holds_any(sorted_keys: np.ndarray, low: int, high: int) -> bool:
     """Whether any of ``sorted_keys`` lies in ``[low, high]``."""
     i = int(np.searchsorted(sorted_keys, low))
     return i < len(sorted_keys) and int(sorted_keys[i]) <= high
-
-
-def _split(postings: np.ndarray, block_postings: int) -> list[np.ndarray]:
-    return [postings[i : i + block_postings] for i in range(0, len(postings), block_postings)]
 
 
 async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings: int) -> CompactionReport | None:
@@ -111,12 +107,12 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
                 dropped += int((~keep).sum())
                 merged = merged[keep]
             merged = merged[np.argsort(merged["key"], kind="stable")]
-            for part in _split(merged, block_postings):
-                new_terms.append(term)
-                new_n.append(len(part))
-                new_min.append(int(part["key"][0]))
-                new_max.append(int(part["key"][-1]))
-                new_blobs.append(part.tobytes())
+            for row_term, n, low, high, blob in encode_blocks(np.full(len(merged), term), merged, block_postings):
+                new_terms.append(row_term)
+                new_n.append(n)
+                new_min.append(low)
+                new_max.append(high)
+                new_blobs.append(blob)
         if drop:
             await conn.execute("DELETE FROM bm25_blocks WHERE block_id = ANY ($1::bigint[])", drop)
         if new_terms:
@@ -138,7 +134,11 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
 
 
 async def compact(
-    pool: asyncpg.Pool, *, terms_per_batch: int = 500, block_postings: int = 8192, max_batches: int | None = None
+    pool: asyncpg.Pool,
+    *,
+    terms_per_batch: int = 500,
+    block_postings: int = BLOCK_POSTINGS,
+    max_batches: int | None = None,
 ) -> CompactionReport:
     """Merge the pending terms' blocks until none is pending (or ``max_batches`` ran), one batch a
     transaction; one compacting session at a time (another that holds the lock: nothing is done here)."""
