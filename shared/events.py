@@ -579,6 +579,42 @@ class RetrievalReply(Event):
     )
 
 
+class CitationSpan(BaseModel):
+    """One claim of an answer tied to the sentence of a source it rests on.
+
+    ``answer_start``/``answer_end`` locate the claim in the reply's ``answer`` (the text citing by id);
+    ``start``/``end`` locate ``quote`` in the stored text of the chunk ``chunk_id`` (the retrieved passage's
+    ``text``), ``document_start``/``document_end`` in the document's full text where the chunk's place in it is
+    known. A claim the source does not appear to support has ``supported`` false and no quote.
+    """
+
+    claim: str = Field(description="The answer's sentence, without its citations.")
+    answer_start: int = Field(ge=0, description="Where the claim (with its citations) starts in `answer`.")
+    answer_end: int = Field(ge=0, description="Where it ends in `answer` (exclusive).")
+    document_id: str
+    chunk_id: str | None = Field(None, description="The passage quoted; None when no sentence supports the claim.")
+    section: str | None = Field(
+        None, description="The passage's section: its title path for guidelines and PMC articles (`A > B > C`)."
+    )
+    quote: str | None = Field(None, description="The source's sentence the claim rests on, as stored.")
+    start: int | None = Field(None, ge=0, description="Where `quote` starts in the chunk's stored text.")
+    end: int | None = Field(None, ge=0, description="Where it ends there (exclusive).")
+    document_start: int | None = Field(
+        None, ge=0, description="Where `quote` starts in the document's full text (None: the chunk's place unknown)."
+    )
+    document_end: int | None = Field(None, ge=0, description="Where it ends there (exclusive).")
+    supported: bool | None = Field(
+        description="True: `quote` supports the claim; False: no sentence of the source does (no quote); None: the "
+        "claim was not checked (the support check off, or past its claim limit): `quote` is the closest sentence."
+    )
+    score: float | None = Field(None, ge=0, le=1, description="How well `quote` matches the claim, 0-1.")
+    method: Literal["quote", "similarity", "lexical", "llm"] | None = Field(
+        None,
+        description="`quote`: the claim is the sentence itself (extractive answers); otherwise the claim-support "
+        "check's method that judged it, the sentence being its best match.",
+    )
+
+
 class Citation(BaseModel):
     number: int = Field(
         ge=1,
@@ -596,6 +632,16 @@ class Citation(BaseModel):
     url: str | None = None
     citation_metrics: CitationMetrics | None = Field(
         None, description="The source's NIH iCite citation metrics, when imported for its PMID."
+    )
+    text: str | None = Field(
+        None, description="The answer's first sentence citing this source, without its citations (None: a reference)."
+    )
+    start: int | None = Field(None, ge=0, description="Where that sentence starts in `answer`.")
+    end: int | None = Field(None, ge=0, description="Where it ends in `answer` (exclusive).")
+    created_at: datetime | None = Field(None, description="When the answer citing it was composed (UTC).")
+    spans: list[CitationSpan] = Field(
+        default_factory=list,
+        description="Each claim of the answer citing this source, with the source's sentence it rests on.",
     )
 
 

@@ -15,9 +15,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 
 from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
+from services.synthesizer.spans import citation_spans
 from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
 from services.synthesizer.support import ClaimChecker
 from shared.citations import INSUFFICIENT, CitationVerifier, StreamGate, gate_summary, merge_check
@@ -134,6 +136,9 @@ class Synthesizer:
                 "claims_checked": support.checked,
             }
         )
+        citations = await citation_spans(
+            verified.text, verified.citations, hits, support, self.claims, datetime.now(UTC)
+        )
         if req.summarize:
             checked = None
             if summary_task is not None:
@@ -161,7 +166,7 @@ class Synthesizer:
             numbered_answer=numbered.text,
             mode=mode,  # type: ignore[arg-type]
             model=self.llm.model if mode == "llm" and self.llm else None,
-            citations=verified.citations,
+            citations=citations,
             citation_check=check,
             disclaimer=DISCLAIMER,
             summary=summary,

@@ -10,8 +10,8 @@ import asyncpg
 from shared.models import CitationMetrics, SearchHit
 from shared.sources import record_url
 
-_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority,
+_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.char_start, c.embedding_text, d.source,
+    d.source_id, d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority,
     icm.pmid AS icite_pmid, icm.citation_count AS icite_citation_count,
     icm.relative_citation_ratio AS icite_relative_citation_ratio, icm.nih_percentile AS icite_nih_percentile,
     icm.year AS icite_year, icm.provisional AS icite_provisional"""
@@ -73,6 +73,7 @@ def search_hit(
         citation_metrics=_citation_metrics(r),
         section=r["section"],
         text=r["content"],
+        char_start=r.get("char_start"),
         score=score,
         dense_score=dense_score,
         lexical_score=lexical_score,
