@@ -712,6 +712,53 @@ class EvidenceSummary(BaseModel):
     )
 
 
+AgreementLabel = Literal["supports", "contradicts", "mixed", "not_addressed"]
+AGREEMENT_LABELS: tuple[AgreementLabel, ...] = ("supports", "contradicts", "mixed", "not_addressed")
+
+
+class SourceAgreement(BaseModel):
+    """How one cited source stands to the answer's main finding."""
+
+    citation_id: str
+    number: int | None = Field(None, ge=1, description="The source's display number [n] in the conversation.")
+    label: AgreementLabel = Field(
+        description="`supports`, `contradicts`, `mixed` (part for, part against) or `not_addressed` (the source "
+        "does not speak to the main finding)."
+    )
+    reason: str | None = Field(None, description="The model's one-line reason, as given.")
+
+
+class AgreementCounts(BaseModel):
+    supports: int = 0
+    contradicts: int = 0
+    mixed: int = 0
+    not_addressed: int = 0
+
+
+class Agreement(BaseModel):
+    """Where the cited sources agree and disagree on the answer's main finding (answers citing two or more).
+
+    Labelled by Claude through a forced tool call, strictly checked: only ids among the answer's cited sources
+    are kept, one label each; the rest are dropped and counted. Offline, for a single source, or when the call
+    gave nothing usable, ``labels`` is empty and ``reason`` says why: no label is ever guessed.
+    """
+
+    status: Literal["labelled", "offline", "single-source", "failed"] = Field(
+        description="`labelled`; `offline` (no language model); `single-source` (fewer than two cited sources); "
+        "`failed` (the labelling call failed or returned no valid label)."
+    )
+    reason: str | None = Field(None, description="Why there are no labels (every status but `labelled`).")
+    main_finding: str | None = Field(None, description="The answer's main finding the labels refer to.")
+    labels: list[SourceAgreement] = Field(default_factory=list, description="One per labelled source, by number.")
+    counts: AgreementCounts = Field(default_factory=AgreementCounts)
+    disagree: bool = Field(False, description="Some source contradicts the main finding, or is mixed on it.")
+    unlabelled: list[str] = Field(default_factory=list, description="Cited sources the model gave no valid label.")
+    dropped: int = Field(
+        0, ge=0, description="Labels dropped: for ids not among the cited sources, repeated, or not a valid label."
+    )
+    model: str | None = None
+
+
 class ChatTurn(BaseModel):
     """One earlier turn of a conversation, given to the model as context."""
 
@@ -768,6 +815,9 @@ class SynthesisReply(Event):
     llm_calls: list[LlmCall] = Field(
         default_factory=list,
         description="Claude calls made for this answer (answer, summary, support check), with their tokens.",
+    )
+    agreement: Agreement | None = Field(
+        None, description="Where the cited sources agree and disagree on the main finding (None: no answer)."
     )
 
 
