@@ -319,6 +319,7 @@ class AnswerService:
             references=self.references(turn.ctx, reply),
             citation_check=reply.citation_check,
             summary=reply.summary,
+            agreement=reply.agreement,
             emergency=reply.emergency,
             disclaimer=reply.disclaimer,
             sources=strongest_evidence_first(hits) if turn.body.return_sources else [],
@@ -481,6 +482,7 @@ class AnswerService:
                 "citations": [c.model_dump() for c in reply.citations],
                 "references": [c.model_dump() for c in self.references(turn.ctx, reply)],
                 "citation_check": reply.citation_check.model_dump(),
+                "agreement": reply.agreement.model_dump() if reply.agreement else None,
                 "emergency": reply.emergency.model_dump() if reply.emergency else None,
                 "disclaimer": reply.disclaimer,
                 "answer_language": self._answer_language(turn, reply),
@@ -499,7 +501,8 @@ class AnswerService:
                 **_usage(turn.ledger),
             },
         )
-        yield sse("done", {**head, "tokens_used": turn.ledger.total.model_dump()})
+        agreement = reply.agreement.counts.model_dump() if reply.agreement and reply.agreement.labels else None
+        yield sse("done", {**head, "tokens_used": turn.ledger.total.model_dump(), "agreement": agreement})
 
 
 def _usage(ledger: UsageLedger) -> dict[str, Any]:
