@@ -10,7 +10,9 @@ retrieved and sources not cited are dropped and counted).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -115,10 +117,28 @@ def test_the_stream_and_the_conversation_carry_the_spans(stack: Stack, offline_a
     assert all(c["spans"] == [] for c in view["references"])  # the reference list keeps the sources only
 
 
-def reworded(text: str) -> str:
-    """A sentence of ``text`` said a little differently (not word for word): "Reportedly, " + all but its first word."""
-    sentence = next(s for s in split_sentences(text) if len(s.split()) >= 8 and "[" not in s)
-    return "Reportedly, " + sentence.split(" ", 1)[1].rstrip(".")
+@contextmanager
+def every_passage_relevant(stack: Stack) -> Iterator[None]:
+    """The synthesizer restarted with no relevance floor (the sample's other records are off-topic, and an answer
+    needs two sources to compare), then restarted as it was."""
+    proc = stack.services.processes["synthesizer"]
+    before = proc.env
+    proc.env = {**before, "EVIDENTIA_RETRIEVAL_MIN_SCORE": "-1"}
+    stack.services.restart("synthesizer")
+    try:
+        yield
+    finally:
+        proc.env = before
+        stack.services.restart("synthesizer")
+
+
+def reworded(text: str) -> str | None:
+    """A long sentence of ``text`` said a little differently (not word for word): "Reportedly, " + all but its
+    first word; None when ``text`` has none."""
+    for s in split_sentences(text):
+        if len(re.findall(r"[A-Za-z]{4,}", s)) >= 8 and "[" not in s:
+            return "Reportedly, " + s.split(" ", 1)[1].rstrip(".")
+    return None
 
 
 def test_claude_answers_tie_claims_to_the_best_sentence_and_sources_are_labelled(
@@ -127,23 +147,26 @@ def test_claude_answers_tie_claims_to_the_best_sentence_and_sources_are_labelled
     texts = {f"PMID:{s['pmid']}": s["text"] for s in offline_answer["sources"]}
 
     def answer(ids: Sequence[str]) -> str:
-        if len(ids) < 2 or ids[0] not in texts:
+        good = next((i for i in ids if reworded(texts.get(i, ""))), None)
+        other = next((i for i in ids if i != good), None)
+        if good is None or other is None:
             return default_answer(ids)
         return (
-            f"{reworded(texts[ids[0]])} [{ids[0]}]. "
-            f"Penguins established colonies on Mars during the ancient dynasties [{ids[1]}]."
+            f"{reworded(texts[good])} [{good}]. "
+            f"Penguins established colonies on Mars during the ancient dynasties [{other}]."
         )
 
     retrieved_not_cited: list[str] = []
 
     def labels(ids: Sequence[str]) -> dict[str, Any]:
+        good = next(i for i in ids if reworded(texts.get(i, "")))
         extra = [i for i in texts if i not in ids][:1]
         retrieved_not_cited.extend(extra)
         return {
             "main_finding": "Treatment in correctional facilities is feasible.",
             "labels": [
-                {"id": ids[0], "label": "supports", "reason": "Reports it."},
-                {"id": ids[1], "label": "contradicts", "reason": "Reports otherwise."},
+                {"id": good, "label": "supports", "reason": "Reports it."},
+                *({"id": i, "label": "contradicts", "reason": "Reports otherwise."} for i in ids if i != good),
                 {"id": "PMID:99999999", "label": "supports"},  # made up
                 {"id": NOT_RETRIEVED, "label": "mixed"},  # not retrieved
                 *({"id": i, "label": "not_addressed"} for i in extra),  # retrieved, not cited
@@ -152,7 +175,7 @@ def test_claude_answers_tie_claims_to_the_best_sentence_and_sources_are_labelled
 
     llm_mode.answer, llm_mode.agreement = answer, labels
     try:
-        with stack.http() as http:
+        with every_passage_relevant(stack), stack.http() as http:
             asked = {"question": QUESTION}
             r = http.post("/v1/ask", json=asked)
             assert r.status_code == 200, r.text

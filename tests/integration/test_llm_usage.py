@@ -76,9 +76,8 @@ def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
         second = list(fake.usages)[len(first) :]
     assert body["mode"] == "llm"
     steps = sorted(c["step"] for c in body["llm_calls"])
-    # classify: /v1/ask's query intelligence (the fast model); answer, summary, the support check and the sources'
-    # agreement (the answer cites two): the answer.
-    assert steps == ["agreement", "answer", "classify", "summary", "support_check"], steps
+    # classify: /v1/ask's query intelligence (the fast model); answer, summary and the support check: the answer.
+    assert steps == ["answer", "classify", "summary", "support_check"], steps
     assert {c["service"] for c in body["llm_calls"]} == {"synthesizer"}
     answer = next(c for c in body["llm_calls"] if c["step"] == "answer")
     assert answer["model"] == "claude-test" == body["model"]
@@ -87,7 +86,7 @@ def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
     classify = next(c for c in body["llm_calls"] if c["step"] == "classify")
     assert classify["model"] == "claude-haiku-4-5"
     # The tokens the client sees are the tokens the API reported for this question's calls, across Kafka.
-    assert len(first) == 5 and body["tokens_used"] == added_up(first)
+    assert len(first) == 4 and body["tokens_used"] == added_up(first)
     assert body["tokens_used"]["input_tokens"] > 0 and body["tokens_used"]["output_tokens"] > 0
 
     named = dict(events)
