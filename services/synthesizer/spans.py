@@ -18,6 +18,7 @@ import asyncio
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
 from services.synthesizer.support import ClaimChecker, SupportReport
 from shared.citations import CitedClaim, cited_claims
@@ -44,7 +45,12 @@ def find_quote(sentence: str, passage: str) -> tuple[int, int] | None:
     return keep[at], keep[at + len(needle) - 1] + 1
 
 
-def _span(claim: CitedClaim, hit: SearchHit, start: int, end: int, **fields: object) -> CitationSpan:
+Method = Literal["quote", "similarity", "lexical", "llm"] | None
+
+
+def _span(
+    claim: CitedClaim, hit: SearchHit, start: int, end: int, supported: bool | None, score: float, method: Method
+) -> CitationSpan:
     base = hit.char_start
     return CitationSpan(
         claim=claim.plain,
@@ -58,18 +64,20 @@ def _span(claim: CitedClaim, hit: SearchHit, start: int, end: int, **fields: obj
         end=end,
         document_start=base + start if base is not None else None,
         document_end=base + end if base is not None else None,
-        **fields,  # type: ignore[arg-type]
+        supported=supported,
+        score=score,
+        method=method,
     )
 
 
-def _unsupported(claim: CitedClaim, hit: SearchHit, method: str | None) -> CitationSpan:
+def _unsupported(claim: CitedClaim, hit: SearchHit, method: Method) -> CitationSpan:
     return CitationSpan(
         claim=claim.plain,
         answer_start=claim.start,
         answer_end=claim.end,
         document_id=hit.document_id,
         supported=False,
-        method=method,  # type: ignore[arg-type]
+        method=method,
     )
 
 
