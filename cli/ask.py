@@ -149,6 +149,18 @@ def fetch_progress(data: dict[str, Any]) -> str:
         return f"PubMed unavailable: {data.get('reason')}"
     return ""
 
+def agreement_line(data: dict[str, Any]) -> str:
+    """How the cited sources stand to the main finding ("sources disagree: 2 supports, 1 contradicts"), or why
+    they are not labelled; "" when the answer has no agreement (an emergency, no answer)."""
+    agreement = data.get("agreement")
+    if not agreement:
+        return ""
+    if not agreement.get("labels"):
+        return f"agreement: not labelled ({agreement.get('reason') or agreement.get('status')})"
+    counts = agreement.get("counts") or {}
+    shown = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items() if n)
+    return f"agreement: sources {'disagree' if agreement.get('disagree') else 'agree'}: {shown}"
+
 
 def print_answer(data: dict[str, Any]) -> None:
     """The verified answer: numbered as its citations, with the reference list and the citation check."""
@@ -185,6 +197,9 @@ def print_answer(data: dict[str, Any]) -> None:
             highlight=False,
             style="red",
         )
+    agreement = agreement_line(data)
+    if agreement:
+        out.print(agreement, style="red" if (data.get("agreement") or {}).get("disagree") else None, markup=False)
     understood = intelligence_line(data)
     if understood:
         out.print(understood, style="dim", markup=False, highlight=False)

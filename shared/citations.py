@@ -316,26 +316,55 @@ class CitationVerifier:
         )
 
 
-def cited_sentences(text: str) -> list[tuple[str, list[str]]]:
-    """Each sentence of a verified (canonical) text that cites something: its text without citations, its ids.
+@dataclass(frozen=True)
+class CitedClaim:
+    """A sentence of a verified text that cites something: ``text[start:end]`` is the sentence as written (its
+    citations included, a leading list bullet not), ``plain`` the sentence without citations, ``ids`` what it
+    cites."""
+
+    plain: str
+    ids: list[str]
+    start: int
+    end: int
+
+
+def cited_claims(text: str) -> list[CitedClaim]:
+    """Each sentence of a verified (canonical) text that cites something, with its place in ``text``.
 
     A citation standing alone after a full stop ("... benefit. [PMID:1]") belongs to the sentence before it.
     """
-    pieces: list[str] = []
-    for line in text.splitlines():
-        for s in SENTENCE_BREAK.split(line.strip()):
-            s = s.strip()
-            if pieces and s and not _CITATION.sub("", s).strip(" \t.;,"):
-                pieces[-1] = f"{pieces[-1]} {s}"
-            elif s:
-                pieces.append(s)
+    pieces: list[tuple[str, int, int]] = []  # sentence text, start, end
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        breaks = list(SENTENCE_BREAK.finditer(body))
+        bounds = zip([0, *(b.end() for b in breaks)], [*(b.start() for b in breaks), len(body)], strict=True)
+        for lo, hi in bounds:
+            raw = body[lo:hi]
+            s = raw.strip()
+            if not s:
+                continue
+            start = offset + lo + (len(raw) - len(raw.lstrip()))
+            end = start + len(s)
+            if pieces and not _CITATION.sub("", s).strip(" \t.;,"):
+                pieces[-1] = (f"{pieces[-1][0]} {s}", pieces[-1][1], end)
+            else:
+                pieces.append((s, start, end))
+        offset += len(line)
     out = []
-    for s in pieces:
+    for s, start, end in pieces:
         ids = cited_ids(s)
         plain = _tidy(_CITATION.sub("", s)).lstrip("-*• ").strip()
         if ids and plain:
-            out.append((plain, ids))
+            bullet = len(s) - len(s.lstrip("-*• "))
+            out.append(CitedClaim(plain, ids, start + bullet, end))
     return out
+
+
+def cited_sentences(text: str) -> list[tuple[str, list[str]]]:
+    """Each sentence of a verified (canonical) text that cites something: its text without citations, its ids
+    (:func:`cited_claims` without the places)."""
+    return [(c.plain, c.ids) for c in cited_claims(text)]
 
 
 def merge_check(

@@ -586,6 +586,42 @@ class RetrievalReply(Event):
     )
 
 
+class CitationSpan(BaseModel):
+    """One claim of an answer tied to the sentence of a source it rests on.
+
+    ``answer_start``/``answer_end`` locate the claim in the reply's ``answer`` (the text citing by id);
+    ``start``/``end`` locate ``quote`` in the stored text of the chunk ``chunk_id`` (the retrieved passage's
+    ``text``), ``document_start``/``document_end`` in the document's full text where the chunk's place in it is
+    known. A claim the source does not appear to support has ``supported`` false and no quote.
+    """
+
+    claim: str = Field(description="The answer's sentence, without its citations.")
+    answer_start: int = Field(ge=0, description="Where the claim (with its citations) starts in `answer`.")
+    answer_end: int = Field(ge=0, description="Where it ends in `answer` (exclusive).")
+    document_id: str
+    chunk_id: str | None = Field(None, description="The passage quoted; None when no sentence supports the claim.")
+    section: str | None = Field(
+        None, description="The passage's section: its title path for guidelines and PMC articles (`A > B > C`)."
+    )
+    quote: str | None = Field(None, description="The source's sentence the claim rests on, as stored.")
+    start: int | None = Field(None, ge=0, description="Where `quote` starts in the chunk's stored text.")
+    end: int | None = Field(None, ge=0, description="Where it ends there (exclusive).")
+    document_start: int | None = Field(
+        None, ge=0, description="Where `quote` starts in the document's full text (None: the chunk's place unknown)."
+    )
+    document_end: int | None = Field(None, ge=0, description="Where it ends there (exclusive).")
+    supported: bool | None = Field(
+        description="True: `quote` supports the claim; False: no sentence of the source does (no quote); None: the "
+        "claim was not checked (the support check off, or past its claim limit): `quote` is the closest sentence."
+    )
+    score: float | None = Field(None, ge=0, le=1, description="How well `quote` matches the claim, 0-1.")
+    method: Literal["quote", "similarity", "lexical", "llm"] | None = Field(
+        None,
+        description="`quote`: the claim is the sentence itself (extractive answers); otherwise the claim-support "
+        "check's method that judged it, the sentence being its best match.",
+    )
+
+
 class Citation(BaseModel):
     number: int = Field(
         ge=1,
@@ -603,6 +639,16 @@ class Citation(BaseModel):
     url: str | None = None
     citation_metrics: CitationMetrics | None = Field(
         None, description="The source's NIH iCite citation metrics, when imported for its PMID."
+    )
+    text: str | None = Field(
+        None, description="The answer's first sentence citing this source, without its citations (None: a reference)."
+    )
+    start: int | None = Field(None, ge=0, description="Where that sentence starts in `answer`.")
+    end: int | None = Field(None, ge=0, description="Where it ends in `answer` (exclusive).")
+    created_at: datetime | None = Field(None, description="When the answer citing it was composed (UTC).")
+    spans: list[CitationSpan] = Field(
+        default_factory=list,
+        description="Each claim of the answer citing this source, with the source's sentence it rests on.",
     )
 
 
@@ -673,6 +719,53 @@ class EvidenceSummary(BaseModel):
     )
 
 
+AgreementLabel = Literal["supports", "contradicts", "mixed", "not_addressed"]
+AGREEMENT_LABELS: tuple[AgreementLabel, ...] = ("supports", "contradicts", "mixed", "not_addressed")
+
+
+class SourceAgreement(BaseModel):
+    """How one cited source stands to the answer's main finding."""
+
+    citation_id: str
+    number: int | None = Field(None, ge=1, description="The source's display number [n] in the conversation.")
+    label: AgreementLabel = Field(
+        description="`supports`, `contradicts`, `mixed` (part for, part against) or `not_addressed` (the source "
+        "does not speak to the main finding)."
+    )
+    reason: str | None = Field(None, description="The model's one-line reason, as given.")
+
+
+class AgreementCounts(BaseModel):
+    supports: int = 0
+    contradicts: int = 0
+    mixed: int = 0
+    not_addressed: int = 0
+
+
+class Agreement(BaseModel):
+    """Where the cited sources agree and disagree on the answer's main finding (answers citing two or more).
+
+    Labelled by Claude through a forced tool call, strictly checked: only ids among the answer's cited sources
+    are kept, one label each; the rest are dropped and counted. Offline, for a single source, or when the call
+    gave nothing usable, ``labels`` is empty and ``reason`` says why: no label is ever guessed.
+    """
+
+    status: Literal["labelled", "offline", "single-source", "failed"] = Field(
+        description="`labelled`; `offline` (no language model); `single-source` (fewer than two cited sources); "
+        "`failed` (the labelling call failed or returned no valid label)."
+    )
+    reason: str | None = Field(None, description="Why there are no labels (every status but `labelled`).")
+    main_finding: str | None = Field(None, description="The answer's main finding the labels refer to.")
+    labels: list[SourceAgreement] = Field(default_factory=list, description="One per labelled source, by number.")
+    counts: AgreementCounts = Field(default_factory=AgreementCounts)
+    disagree: bool = Field(False, description="Some source contradicts the main finding, or is mixed on it.")
+    unlabelled: list[str] = Field(default_factory=list, description="Cited sources the model gave no valid label.")
+    dropped: int = Field(
+        0, ge=0, description="Labels dropped: for ids not among the cited sources, repeated, or not a valid label."
+    )
+    model: str | None = None
+
+
 class ChatTurn(BaseModel):
     """One earlier turn of a conversation, given to the model as context."""
 
@@ -729,6 +822,9 @@ class SynthesisReply(Event):
     llm_calls: list[LlmCall] = Field(
         default_factory=list,
         description="Claude calls made for this answer (answer, summary, support check), with their tokens.",
+    )
+    agreement: Agreement | None = Field(
+        None, description="Where the cited sources agree and disagree on the main finding (None: no answer)."
     )
 
 

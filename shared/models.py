@@ -642,6 +642,9 @@ class SearchHit(BaseModel):
     )
     section: str | None = None
     text: str
+    char_start: int | None = Field(
+        None, ge=0, description="Where `text` starts in its document's full text (None: not known)."
+    )
     score: float
     dense_score: float | None = None
     lexical_score: float | None = None

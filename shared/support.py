@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 
 from shared.embedding.base import Embedder
-from shared.text import content_words, prefix_stem, split_sentences
+from shared.text import SENTENCE_BREAK, content_words, prefix_stem, split_sentences
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,31 @@ def passage_sentences(passage: str, limit: int = 40) -> list[str]:
     return split_sentences(passage)[:limit]
 
 
+def sentence_offsets(passage: str, limit: int = 40) -> list[tuple[int, int]]:
+    """Where each sentence of ``passage`` is (the sentences of :func:`passage_sentences`): ``(start, end)``."""
+    out: list[tuple[int, int]] = []
+    lo = 0
+    for b in [*SENTENCE_BREAK.finditer(passage), None]:
+        hi = len(passage) if b is None else b.start()
+        raw = passage[lo:hi]
+        if raw.strip():
+            start = lo + len(raw) - len(raw.lstrip())
+            out.append((start, start + len(raw.strip())))
+        if b is not None:
+            lo = b.end()
+    return out[:limit]
+
+
+@dataclass(frozen=True)
+class SentenceMatch:
+    """The sentence of a claim's passages that matches it best: ``passages[passage][start:end]``."""
+
+    passage: int
+    start: int
+    end: int
+    score: float
+
+
 @dataclass(frozen=True)
 class SupportScore:
     score: float
@@ -122,6 +147,30 @@ class SupportScorer:
             idx = [units[s] for p in ps for s in [p, *passage_sentences(p)]]
             sim = float(np.max(vectors[idx] @ claim_vectors[i])) if idx else 0.0
             out.append((sim, overlaps[i]))
+        return out
+
+    def best_sentences(self, claims: Sequence[str], passages: Sequence[Sequence[str]]) -> list[SentenceMatch | None]:
+        """For each claim, the sentence of its passages it rests on most likely: the calibrated probability of the
+        claim against each sentence alone, highest first (None: the passages have no sentence sharing a word)."""
+        units = [[(i, lo, hi, p[lo:hi]) for i, p in enumerate(ps) for lo, hi in sentence_offsets(p)] for ps in passages]
+        sims: list[list[float]] = [[0.0] * len(u) for u in units]
+        if self.embedder is not None and any(units):
+            texts = list(dict.fromkeys(t for u in units for _, _, _, t in u))
+            index = {t: k for k, t in enumerate(texts)}
+            vectors = self.embedder.encode_passages(texts)
+            claim_vectors = self.embedder.encode_passages(list(claims))
+            sims = [[float(vectors[index[t]] @ claim_vectors[n]) for _, _, _, t in u] for n, u in enumerate(units)]
+        out: list[SentenceMatch | None] = []
+        for claim, u, sim in zip(claims, units, sims, strict=True):
+            best: SentenceMatch | None = None
+            for (i, lo, hi, text), s in zip(u, sim, strict=True):
+                ov = overlap(claim, text)
+                if ov <= 0 and s <= 0:
+                    continue
+                p = round(self.model.probability(s, ov), 4)
+                if best is None or p > best.score:
+                    best = SentenceMatch(i, lo, hi, p)
+            out.append(best)
         return out
 
     def score(self, claims: Sequence[str], passages: Sequence[Sequence[str]]) -> list[SupportScore]:

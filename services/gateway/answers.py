@@ -385,6 +385,7 @@ class AnswerService:
             references=self.references(turn.ctx, reply),
             citation_check=reply.citation_check,
             summary=reply.summary,
+            agreement=reply.agreement,
             emergency=reply.emergency,
             disclaimer=reply.disclaimer,
             sources=strongest_evidence_first(hits) if turn.body.return_sources else [],
@@ -561,6 +562,7 @@ class AnswerService:
                 "citations": [c.model_dump() for c in reply.citations],
                 "references": [c.model_dump() for c in self.references(turn.ctx, reply)],
                 "citation_check": reply.citation_check.model_dump(),
+                "agreement": reply.agreement.model_dump() if reply.agreement else None,
                 "emergency": reply.emergency.model_dump() if reply.emergency else None,
                 "disclaimer": reply.disclaimer,
                 "answer_language": self._answer_language(turn, reply),
@@ -579,7 +581,8 @@ class AnswerService:
                 **_usage(turn.ledger),
             },
         )
-        yield sse("done", {**head, "tokens_used": turn.ledger.total.model_dump()})
+        agreement = reply.agreement.counts.model_dump() if reply.agreement and reply.agreement.labels else None
+        yield sse("done", {**head, "tokens_used": turn.ledger.total.model_dump(), "agreement": agreement})
 
 
 async def _relay(events: asyncio.Queue[dict[str, Any]], task: asyncio.Task[Any]) -> AsyncIterator[dict[str, Any]]:

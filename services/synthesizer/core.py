@@ -15,13 +15,24 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 
+from services.synthesizer.agreement import FAILED, OFFLINE, SINGLE, checked_agreement, disagreement_note, unlabelled
 from services.synthesizer.extractive import ExtractiveAnswerer
 from services.synthesizer.llm import ClaudeAnswerer
+from services.synthesizer.spans import citation_spans
 from services.synthesizer.summary import check_summary, extractive_summary, insufficient_summary
 from services.synthesizer.support import ClaimChecker
 from shared.citations import INSUFFICIENT, CitationVerifier, StreamGate, gate_summary, merge_check
-from shared.events import CitationCheck, EvidenceSummary, SynthesisReply, SynthesisRequest, SynthesisToken
+from shared.events import (
+    Agreement,
+    Citation,
+    CitationCheck,
+    EvidenceSummary,
+    SynthesisReply,
+    SynthesisRequest,
+    SynthesisToken,
+)
 from shared.llm import UsageLedger
 from shared.models import SearchHit, relevant_hits
 from shared.safety import DISCLAIMER, EmergencyGuard, default_guard, emergency_reply
@@ -126,13 +137,19 @@ class Synthesizer:
                 await summary_task
             return self._insufficient(req, start, verified.check)
         summary: EvidenceSummary | None = None
-        support = await self.claims.check(verified.text, hits, ledger=ledger)
+        support, agreement = await asyncio.gather(
+            self.claims.check(verified.text, hits, ledger=ledger),
+            self._agreement(req, verified.text, verified.citations, hits, mode, ledger),
+        )
         check = verified.check.model_copy(
             update={
                 "unsupported": support.unsupported,
                 "support_method": support.method,
                 "claims_checked": support.checked,
             }
+        )
+        citations = await citation_spans(
+            verified.text, verified.citations, hits, support, self.claims, datetime.now(UTC)
         )
         if req.summarize:
             checked = None
@@ -155,19 +172,48 @@ class Synthesizer:
                     {h.citation_id for h in hits},
                 )
                 check = merge_check(check, gone)
+        answer, numbered_answer = verified.text, numbered.text
+        note = disagreement_note(agreement)
+        if note is not None:  # said plainly, after the answer (the spans' places in it stay as they are)
+            answer, numbered_answer = f"{answer}\n\n{note[0]}", f"{numbered_answer}\n\n{note[1]}"
         return SynthesisReply(
             trace_id=req.trace_id,
-            answer=verified.text,
-            numbered_answer=numbered.text,
+            answer=answer,
+            numbered_answer=numbered_answer,
             mode=mode,  # type: ignore[arg-type]
             model=self.llm.model if mode == "llm" and self.llm else None,
-            citations=verified.citations,
+            citations=citations,
             citation_check=check,
             disclaimer=DISCLAIMER,
             summary=summary,
             took_ms=_ms(start),
             time_to_first_token_ms=ttft_ms,
+            agreement=agreement,
         )
+
+    async def _agreement(
+        self,
+        req: SynthesisRequest,
+        answer: str,
+        citations: Sequence[Citation],
+        hits: Sequence[SearchHit],
+        mode: str,
+        ledger: UsageLedger | None,
+    ) -> Agreement:
+        """The cited sources labelled against the answer's main finding (:mod:`services.synthesizer.agreement`):
+        by Claude for an LLM answer citing two or more; otherwise, or when the call fails, no label and why."""
+        if mode != "llm" or self.llm is None:
+            return unlabelled("offline", OFFLINE)
+        if len(citations) < 2:
+            return unlabelled("single-source", SINGLE)
+        cited = {c.citation_id for c in citations}
+        passages = [h for h in hits if h.citation_id in cited]
+        try:
+            data = await self.llm.agreement(req.question, answer, passages, ledger=ledger)
+        except Exception:
+            log.exception("source agreement labelling failed; the answer goes without labels")
+            return unlabelled("failed", FAILED).model_copy(update={"model": self.llm.model})
+        return checked_agreement(data, citations, self.llm.model)
 
     async def answer(self, req: SynthesisRequest) -> SynthesisReply:
         """The whole reply to a synthesis request: the answer with its citations checked and their support
@@ -227,7 +273,12 @@ class Synthesizer:
             rest = gate.close()
             if rest:
                 yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=rest)
-            yield await self._finish(req, "".join(parts), "llm", start, task, ttft, ledger)
+                seq += 1
+            reply = await self._finish(req, "".join(parts), "llm", start, task, ttft, ledger)
+            note = disagreement_note(reply.agreement) if reply.agreement is not None else None
+            if note is not None and reply.mode == "llm":  # the closing sentence the whole answer ends with
+                yield SynthesisToken(trace_id=req.trace_id, seq=seq, text=f"\n\n{note[0]}")
+            yield reply
         else:
             raw = self.extractive.answer(req.question, hits)
             for line in [*raw.splitlines(keepends=True), None]:

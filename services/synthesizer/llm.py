@@ -15,10 +15,13 @@ from typing import Any
 
 import anthropic
 
+from services.synthesizer.agreement import AGREEMENT_TOOL, agreement_tool
 from services.synthesizer.prompts import (
+    AGREEMENT_SYSTEM_PROMPT,
     SUMMARY_INSTRUCTION,
     SUPPORT_SYSTEM_PROMPT,
     SYSTEM_PROMPT,
+    agreement_message,
     support_message,
     user_message,
 )
@@ -155,6 +158,27 @@ class ClaudeAnswerer:
                 if all(i in scores for i in range(1, len(claims) + 1)):
                     return [scores[i] for i in range(1, len(claims) + 1)]
         log.warning("no complete claim-support verdict in the reply", extra={"stop_reason": message.stop_reason})
+        return None
+
+    async def agreement(
+        self, question: str, answer: str, hits: Sequence[SearchHit], *, ledger: UsageLedger | None = None
+    ) -> dict[str, Any] | None:
+        """The tool input Claude gives for ``record_source_agreement`` (forced) on ``answer`` and the passages it
+        cites, unchecked; None if it gives none. The call is recorded in ``ledger``."""
+        params: dict[str, Any] = {
+            "model": self.settings.model,
+            "max_tokens": min(2000, 80 * len(hits) + 300),
+            "system": [{"type": "text", "text": AGREEMENT_SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": agreement_message(question, answer, hits)}],
+            "tools": [agreement_tool()],
+            "tool_choice": {"type": "tool", "name": AGREEMENT_TOOL},
+            "extra_body": {"temperature": 0.0},
+        }
+        message = await create_message(self.client, service=SERVICE, step="agreement", ledger=ledger, **params)
+        for block in message.content:
+            if block.type == "tool_use" and block.name == AGREEMENT_TOOL and isinstance(block.input, dict):
+                return dict(block.input)
+        log.warning("no source agreement tool call in the reply", extra={"stop_reason": message.stop_reason})
         return None
 
     async def aclose(self) -> None:

@@ -62,3 +62,20 @@ def support_message(claims: Sequence[tuple[str, Sequence[SearchHit]]]) -> str:
         blocks = "\n".join(source_block(j, h, 3000) for j, h in enumerate(hits, start=1))
         parts.append(f'<claim n="{i}">\n<statement>{escape(claim)}</statement>\n{blocks}\n</claim>')
     return "\n\n".join(parts) + "\n\nRecord a support score for every claim with the record_claim_support tool."
+
+
+AGREEMENT_SYSTEM_PROMPT = f"""You compare medical sources with an answer written from them. State the \
+answer's main finding in one sentence, then label every source you are given with respect to that finding: \
+`supports` (the source reports it), `contradicts` (the source reports the opposite or no effect where the \
+finding claims one), `mixed` (part of the source's results for it, part against) or `not_addressed` (the \
+source does not speak to it). Label each source once, by exactly its id attribute, and no other id. Use no \
+outside knowledge. {UNTRUSTED_SOURCES_RULE}"""
+
+
+def agreement_message(question: str, answer: str, hits: Sequence[SearchHit]) -> str:
+    """The question, the answer (escaped) and the escaped blocks of the sources it cites."""
+    blocks = "\n".join(source_block(j, h, 3000) for j, h in enumerate(hits, start=1))
+    return (
+        f"<question>{escape(question)}</question>\n<answer>{escape(answer)}</answer>\n<sources>\n{blocks}\n"
+        "</sources>\n\nRecord the main finding and one label per source with the record_source_agreement tool."
+    )

@@ -65,6 +65,15 @@ class SupportReport:
     method: Literal["similarity", "lexical", "llm"] | None = None
     checked: int = 0
     unsupported: list[UnsupportedClaim] = field(default_factory=list)
+    # The claims scored (sentence without citations, the ids it cites), in order.
+    claims: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def verdict(self, sentence: str, ids: Sequence[str]) -> bool | None:
+        """Whether the check found the claim supported; None when it did not score it."""
+        key = (sentence, list(ids))
+        if key not in self.claims:
+            return None
+        return not any(u.sentence == sentence and u.citation_ids == list(ids) for u in self.unsupported)
 
 
 class SupportJudge(Protocol):
@@ -147,7 +156,8 @@ class ClaimChecker:
                 return SupportReport(
                     "llm",
                     len(claims),
-                    [
+                    claims=[(s, ids) for s, ids, _ in claims],
+                    unsupported=[
                         UnsupportedClaim(
                             sentence=s, citation_ids=ids, score=round(x, 4), threshold=threshold, method="llm"
                         )
@@ -162,7 +172,8 @@ class ClaimChecker:
         return SupportReport(
             scorer.method,
             len(claims),
-            [
+            claims=[(s, ids) for s, ids, _ in claims],
+            unsupported=[
                 UnsupportedClaim(
                     sentence=s, citation_ids=ids, score=r.score, threshold=scorer.threshold, method=scorer.method
                 )

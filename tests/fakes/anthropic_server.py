@@ -10,6 +10,8 @@
 - a request with ``tools`` gets a ``tool_use`` block calling the first tool, whose input comes from
   ``tool_input`` (a callable of the request's source ids; by default a valid evidence summary citing the first
   two sources, plus one id that was never given, so callers can check it is removed);
+- a ``record_source_agreement`` request (the synthesizer's source-agreement step) gets the input of ``agreement``
+  (a callable of the ids of the sources it was given; by default every one ``supports``), never a queued reply;
 - any other request gets a text answer from ``answer`` (a callable of the source ids; by default two sentences
   citing the first two sources and one citing a hallucinated PMID);
 - ``"stream": true`` gets the answer as server-sent events, frame for frame as the real API sends them
@@ -153,6 +155,14 @@ def adversarial_tool_input(rec: RecordedRequest) -> dict[str, Any]:
     }
 
 
+def agreeing_labels(ids: Sequence[str]) -> dict[str, Any]:
+    """Source-agreement labels (``record_source_agreement``): every given source supports the main finding."""
+    return {
+        "main_finding": "The treatment helps.",
+        "labels": [{"id": cid, "label": "supports", "reason": "Reports the benefit."} for cid in ids],
+    }
+
+
 def honest_support(rec: RecordedRequest) -> dict[str, Any]:
     """Claim-support verdicts: the share of a claim's words its cited passages contain (a crude, honest judge)."""
     verdicts = []
@@ -231,6 +241,7 @@ class FakeAnthropic(LocalHttpServer):
         *,
         answer: Callable[[Sequence[str]], str] = default_answer,
         tool_input: Callable[[Sequence[str]], dict[str, Any]] = default_tool_input,
+        agreement: Callable[[Sequence[str]], dict[str, Any]] = agreeing_labels,
         token_delay_s: float = 0.0,
         chunk_words: int = 2,
         adversarial: bool = False,
@@ -242,6 +253,7 @@ class FakeAnthropic(LocalHttpServer):
         self.response_delay_s = response_delay_s  # before a whole (non-streamed) message: a slow model
         self.answer = answer
         self.tool_input = tool_input
+        self.agreement = agreement  # the source-agreement step's input, from the ids of the sources it was given
         self.token_delay_s = token_delay_s
         self.chunk_words = chunk_words
         self.is_adversarial = adversarial
@@ -319,6 +331,10 @@ class FakeAnthropic(LocalHttpServer):
         if tools and tools[0].get("name") == "record_claim_support":  # the support check: never scripted
             block = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": tools[0]["name"]}
             self._send_message(h, model, [{**block, "input": honest_support(rec)}], "tool_use", rec)
+            return
+        if tools and tools[0].get("name") == "record_source_agreement":  # scripted through ``agreement`` only
+            block = {"type": "tool_use", "id": f"toolu_{len(self.requests)}", "name": tools[0]["name"]}
+            self._send_message(h, model, [{**block, "input": self.agreement(rec.source_ids)}], "tool_use", rec)
             return
         queued = self._next(rec.uses_tools)
         if queued is not None and queued.kind == "error":

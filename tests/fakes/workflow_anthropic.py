@@ -90,7 +90,11 @@ class WorkflowAnthropic(FakeAnthropic):
             content, stop = self._agent_turn(rec)
             self._send_message(h, model, content, stop, rec)
             return
-        if len(tools) == 1 and tools[0] not in ("record_evidence_summary", "record_claim_support"):
+        if len(tools) == 1 and tools[0] not in (
+            "record_evidence_summary",
+            "record_claim_support",
+            "record_source_agreement",
+        ):
             name = str(tools[0])
             given = self.tool_answers.get(name)
             tool_input = given(rec) if callable(given) else (given if given is not None else _default(name, rec))

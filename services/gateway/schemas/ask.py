@@ -13,7 +13,15 @@ from services.gateway.schemas.common import (
     check_query_terms,
     check_question_length,
 )
-from shared.events import Citation, CitationCheck, EmergencyCheck, EvidenceSummary, LlmCall, TokenUsage
+from shared.events import (
+    Agreement,
+    Citation,
+    CitationCheck,
+    EmergencyCheck,
+    EvidenceSummary,
+    LlmCall,
+    TokenUsage,
+)
 from shared.models import (
     DEFAULT_TOP_K,
     DEFAULT_TOP_N,
@@ -174,6 +182,11 @@ class AskResponse(BaseModel):
     )
     citation_check: CitationCheck
     summary: EvidenceSummary | None = Field(None, description="The structured evidence summary.")
+    agreement: Agreement | None = Field(
+        None,
+        description="Where the cited sources agree and disagree on the answer's main finding: a label and the counts "
+        "per source (Claude only; offline none, and `reason` says why). None for emergencies and no answer.",
+    )
     emergency: EmergencyCheck | None = Field(
         None, description="Mode `emergency`: why the emergency guard answered instead of the literature."
     )

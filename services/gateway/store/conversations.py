@@ -140,6 +140,8 @@ class PgConversationStore:
             "citation_check": record.citation_check.model_dump(mode="json"),
             "summary": record.summary.model_dump(mode="json") if record.summary else None,
             "timings_ms": record.timings_ms,
+            # This turn's own ties of claim to source sentence (the reference list keeps the sources only).
+            "citation_spans": {c.citation_id: _turn_citation(c) for c in record.citations if c.spans},
         }
         try:
             async with self.pool.acquire() as conn, conn.transaction():
@@ -280,6 +282,18 @@ def _citation(r: asyncpg.Record) -> Citation:
     )
 
 
+def _turn_citation(c: Citation) -> dict[str, Any]:
+    """What a turn stores of a citation beyond the reference: its citing sentence, spans and the answer's time."""
+    return c.model_dump(mode="json", include={"text", "start", "end", "created_at", "spans"})
+
+
+def _with_spans(ref: Citation, stored: dict[str, Any] | None) -> Citation:
+    """The reference as a turn cited it: with that turn's stored spans (a turn stored without them: as it is)."""
+    if not stored:
+        return ref
+    return Citation.model_validate({**ref.model_dump(), **stored})
+
+
 def _metrics(value: str | dict[str, Any] | None) -> CitationMetrics | None:
     """The iCite metrics a citation was shown with when its turn was answered (stored as JSON), or None."""
     if value is None:
@@ -310,7 +324,7 @@ def _message(r: asyncpg.Record, refs: dict[str, Citation]) -> MessageView:
         content=scrub(r["display"] or r["content"], allowed)[0],
         answer_with_ids=scrub(r["content"], allowed)[0],
         mode=r["mode"],
-        citations=[refs[c] for c in cited if c in refs],
+        citations=[_with_spans(refs[c], details.get("citation_spans", {}).get(c)) for c in cited if c in refs],
         citation_check=CitationCheck.model_validate(details["citation_check"])
         if details.get("citation_check")
         else None,

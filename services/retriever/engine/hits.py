@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import asyncpg
 
-_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.embedding_text, d.source, d.source_id,
-    d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority,
+_HIT_COLUMNS = """c.chunk_id, c.document_id, c.section, c.content, c.char_start, c.embedding_text, d.source,
+    d.source_id, d.pmid, d.pmcid, d.doi, d.title, d.journal, d.year, d.study_type, d.evidence_level, d.priority,
     icm.pmid AS icite_pmid, icm.citation_count AS icite_citation_count,
     icm.relative_citation_ratio AS icite_relative_citation_ratio, icm.nih_percentile AS icite_nih_percentile,
     icm.year AS icite_year, icm.provisional AS icite_provisional"""

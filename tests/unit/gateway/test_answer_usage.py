@@ -35,7 +35,7 @@ async def test_ask_reports_every_call_of_the_turn_with_its_model_and_tokens(fake
         first = (await http.post("/v1/ask", json={"question": QUESTION})).json()
         assert first["mode"] == "llm"
         assert first["tokens_used"] == sent_total(fake_anthropic) == calls_total(first["llm_calls"])
-        assert sorted(c["step"] for c in first["llm_calls"]) == ["answer", "summary", "support_check"]
+        assert sorted(c["step"] for c in first["llm_calls"]) == ["agreement", "answer", "summary", "support_check"]
 
         fake_anthropic.usages.clear()
         second = (
@@ -47,7 +47,7 @@ async def test_ask_reports_every_call_of_the_turn_with_its_model_and_tokens(fake
     assert rewrite["service"] == "synthesizer" and rewrite["model"] == LlmSettings().fast_model
     answer = next(c for c in calls if c["step"] == "answer")
     assert answer["service"] == "synthesizer" and answer["model"] == "claude-test" == second["model"]
-    assert len(calls) == 4
+    assert len(calls) == 5  # rewrite, answer, summary, support check, the sources' agreement
     # tokens_used is the sum of this turn's calls only (not the first turn's), as the API counted them.
     assert second["tokens_used"] == sent_total(fake_anthropic) == calls_total(calls)
     assert second["tokens_used"]["input_tokens"] > 0 and second["tokens_used"]["output_tokens"] > 0

@@ -83,9 +83,11 @@ def test_ask_streams_tokens_then_prints_the_verified_answer(
     assert "[1]" in captured.out and "[PMID:" not in captured.out.split("Citations")[0]
     assert "citation check:" in captured.out
     assert "conversation:" in captured.out
-    # What the answer cost: the synthesizer's three calls (answer, summary on the main model; support check on
-    # the fast one) and their tokens, from the stream's metrics event.
-    assert "model calls: 3 (claude-test x2, claude-haiku-4-5 x1); tokens: " in captured.out
+    # What the answer cost: the synthesizer's four calls (answer, summary and the sources' agreement on the main
+    # model; support check on the fast one) and their tokens, from the stream's metrics event.
+    assert "model calls: 4 (claude-test x3, claude-haiku-4-5 x1); tokens: " in captured.out
+    # How the two cited sources stand to the main finding (the fake labels both as supporting it).
+    assert "agreement: sources agree: 2 supports" in captured.out
     # How the question was understood (query_intelligence: offline classification here, English).
     assert "question: other (rules); language: en; answer in: en" in captured.out
     assert "other: searched every source" in captured.out
@@ -101,7 +103,7 @@ def test_ask_json_is_one_object_with_the_verified_answer(
     assert data["mode"] == "llm"
     assert data["citations"] and data["citation_check"]["verified"]
     assert data["metrics"]["time_to_first_token_ms"] > 0
-    assert data["metrics"]["tokens_used"]["output_tokens"] > 0 and len(data["metrics"]["llm_calls"]) == 3
+    assert data["metrics"]["tokens_used"]["output_tokens"] > 0 and len(data["metrics"]["llm_calls"]) == 4
     assert "[1]" in data["numbered_answer"]
     # --no-stream gives the same fields from POST /v1/ask
     rc = main(["ask", "Does telephone counseling help?", "--json", "--no-stream", "--gateway-url", answers_gateway])

@@ -221,9 +221,9 @@ async def test_every_call_of_an_answer_is_in_the_reply_with_its_model_and_tokens
 ) -> None:
     reply = await synth.answer(SynthesisRequest(question=QUESTION, passages=PASSAGES))
     steps = {c.step: c for c in reply.llm_calls}
-    assert sorted(steps) == ["answer", "summary", "support_check"] and len(reply.llm_calls) == 3
+    assert sorted(steps) == ["agreement", "answer", "summary", "support_check"] and len(reply.llm_calls) == 4
     # Answer writing keeps the main model; the support check runs on the fast one (EVIDENTIA_LLM_FAST_MODEL).
-    assert steps["answer"].model == steps["summary"].model == "claude-test" == reply.model
+    assert steps["answer"].model == steps["summary"].model == steps["agreement"].model == "claude-test" == reply.model
     assert steps["support_check"].model == LlmSettings().fast_model
     assert {c.service for c in reply.llm_calls} == {"synthesizer"}
     # Each call's tokens are exactly what the API reported for it.

@@ -47,6 +47,7 @@ def search_hits(s: Search) -> list[SearchHit]:
                 ),
                 section=r["section"],
                 text=r["content"],
+                char_start=r.get("char_start"),
                 score=score,
                 dense_score=dense_by.get(cid),
                 lexical_score=lexical_by.get(cid),
