@@ -149,6 +149,7 @@ def fetch_progress(data: dict[str, Any]) -> str:
         return f"PubMed unavailable: {data.get('reason')}"
     return ""
 
+
 def agreement_line(data: dict[str, Any]) -> str:
     """How the cited sources stand to the main finding ("sources disagree: 2 supports, 1 contradicts"), or why
     they are not labelled; "" when the answer has no agreement (an emergency, no answer)."""
