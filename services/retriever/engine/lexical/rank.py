@@ -4,8 +4,9 @@ passes sized by the pass rate (or the filter resolved first, or failing chunks d
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import numpy as np
@@ -14,8 +15,18 @@ from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower
 from services.retriever.engine.filters.fields import holds_all, is_restrictive, narrows, where_clause
 from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
-from services.retriever.engine.lexical.postings import Bm25Scoring, best_keys, bm25_scores, dead_keys, term_postings
+from services.retriever.engine.lexical.postings import (
+    BlockRef,
+    Bm25Scoring,
+    best_keys,
+    bm25_scores,
+    dead_keys,
+    query_blocks,
+    read_blocks,
+    term_postings,
+)
 from services.retriever.engine.lexical.postings_cache import PostingsCache
+from services.retriever.engine.lexical.pruning import BlockVanished, pruned_scores
 from services.retriever.engine.lexical.stats import CorpusStats
 from services.retriever.engine.scored import Scored
 from shared.models import SearchFilters
@@ -32,11 +43,12 @@ class Bm25Params:
     b: float = 0.4
     title_weight: float = 1.0
     section_weight: float = 0.0
+    pruning: bool = True  # skip what cannot reach the top k (exact either way); False: score every posting
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
         """The BM25 parameters of the retrieval settings."""
-        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
+        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_pruning)
 
 
 async def bm25_search(
@@ -65,7 +77,16 @@ async def bm25_search(
     if doc_values is not None and narrows(filters) and (passing is None or passing.chunks is None):
         values = await doc_values.current(pool)
     return await bm25_rank(
-        pool, query, k, filters, scoring, filter_first_max=first, passing=passing, cache=cache, doc_values=values
+        pool,
+        query,
+        k,
+        filters,
+        scoring,
+        filter_first_max=first,
+        passing=passing,
+        cache=cache,
+        doc_values=values,
+        pruning=params.pruning,
     )
 
 
@@ -130,27 +151,44 @@ async def bm25_rank(
     passing: PassingSet | None = None,
     cache: PostingsCache | None = None,
     doc_values: DocValues | None = None,
+    pruning: bool = True,
+    tally: PostingsTally | None = None,
 ) -> list[Scored]:
-    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). Every posting of the
-    query's terms is scored (exact); the best chunks are then checked against the filters in passes sized
-    by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter that passes at most
-    ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the scores of those
-    alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`), is used as it
-    is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
+    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). The query's terms are
+    scored exactly, every posting of them (``pruning`` False) or all but those that cannot reach the ``k`` best
+    passing chunks (:func:`~services.retriever.engine.lexical.pruning.pruned_scores`: the same scores for
+    every chunk that can); ``tally`` counts the postings read. The best chunks are then checked against the
+    filters in passes sized by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter
+    that passes at most ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the
+    scores of those alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`),
+    is used as it is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
     :class:`~services.retriever.engine.doc_values.follower.DocValuesFollower`): chunks that fail the filter for certain
     are dropped before the best are checked, and a filter they hold whole is not resolved first (dropping its
     failing chunks does the same, without reading them)."""
     if scoring.counts.chunks == 0 or k <= 0:
         return []
     async with pool.acquire() as conn:
-        postings = await term_postings(conn, query, cache)
-        if not len(postings):
-            return []
-        scores = bm25_scores(postings, scoring, await dead_keys(conn))
         where, fparams = where_clause(filters, 2)
         held = doc_values is not None and holds_all(filters)
-        if passing is None and filter_first_max > 0 and not held:
-            passing = await passing_chunks(conn, filters, filter_first_max)
+        if pruning:
+            refs = await query_blocks(conn, query)
+            if not refs:
+                return []
+            dead = await dead_keys(conn)
+            if passing is None and filter_first_max > 0 and not held:
+                passing = await passing_chunks(conn, filters, filter_first_max)
+            scores = await _pruned(
+                conn, query, refs, k, filters, scoring, dead, where, fparams, passing, cache, doc_values, tally
+            )
+        else:
+            postings = await term_postings(conn, query, cache)
+            if not len(postings):
+                return []
+            if tally is not None:
+                tally.add(len(postings))
+            scores = bm25_scores(postings, scoring, await dead_keys(conn))
+            if passing is None and filter_first_max > 0 and not held:
+                passing = await passing_chunks(conn, filters, filter_first_max)
         if passing is not None and passing.chunks is not None:
             ids = passing.chunks
             keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
@@ -176,3 +214,65 @@ async def bm25_rank(
             if len(hits) >= k:
                 break
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+
+
+@dataclass
+class PostingsTally:
+    """Searches run and postings read (from memory or the store) by the lexical leg, for measurements."""
+
+    searches: int = 0
+    postings: int = 0
+
+    def add(self, postings: int) -> None:
+        self.searches += 1
+        self.postings += postings
+
+
+async def _pruned(
+    conn: asyncpg.Connection,
+    query: str,
+    refs: list[BlockRef],
+    k: int,
+    filters: SearchFilters,
+    scoring: Bm25Scoring,
+    dead: np.ndarray,
+    where: str,
+    fparams: list[Any],
+    passing: PassingSet | None,
+    cache: PostingsCache | None,
+    doc_values: DocValues | None,
+    tally: PostingsTally | None,
+) -> np.ndarray:
+    """The pruned scores: chunks known to pass are a resolved filter's, else the best partial scores checked
+    against ``where`` (the SQL check the candidates go through anyway). A block merged away while the search
+    ran: the exhaustive pass, which reads again."""
+
+    async def read(wanted: Sequence[BlockRef]) -> dict[int, bytes]:
+        return await read_blocks(conn, wanted, cache) if wanted else {}
+
+    async def check(keys: np.ndarray) -> np.ndarray:
+        rows = await conn.fetch(_RESOLVE_SQL.format(where=where), keys.astype(np.int32).tolist(), *fparams)
+        return np.fromiter((r["chunk_key"] for r in rows), dtype=np.int64, count=len(rows))
+
+    known = None
+    if passing is not None and passing.chunks is not None:
+        known = np.fromiter(passing.chunks, dtype=np.int64, count=len(passing.chunks))
+    may_pass = None
+    if doc_values is not None:
+        values = doc_values
+
+        def may_pass(size: int) -> np.ndarray:
+            return values.may_pass(size, filters)
+
+    try:
+        pruned = await pruned_scores(
+            refs, scoring, dead, k, read, passing=known, check=check, may_pass=may_pass, probe=FIRST_PASS
+        )
+    except BlockVanished:
+        postings = await term_postings(conn, query, cache)
+        if tally is not None:
+            tally.add(len(postings))
+        return bm25_scores(postings, scoring, dead)
+    if tally is not None:
+        tally.add(pruned.postings_read)
+    return pruned.scores
