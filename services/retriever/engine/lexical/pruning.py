@@ -95,15 +95,16 @@ async def pruned_scores(
     check: CheckKeys | None = None,
     may_pass: Callable[[int], np.ndarray] | None = None,
     probe: int = 256,
-    seed_postings: int = SEED_POSTINGS,
-    seed_share: float = SEED_SHARE,
+    seed_postings: int | None = None,
+    seed_share: float | None = None,
 ) -> PrunedScores:
     """BM25F scores of the chunks that can be among the ``k`` best passing the filters (see the module).
 
     ``passing``: the keys of every chunk that passes (a resolved filter), else ``check`` verifies the
     ``probe`` best partial scores (after ``may_pass``, the doc values' mask of chunks that may pass, when given)
     in SQL; neither: no chunk is known to pass and nothing is skipped. ``dead``: keys of removed chunks. The
-    seed terms hold up to ``seed_postings`` or ``seed_share`` of the query's postings, whichever is more."""
+    seed terms hold up to ``seed_postings`` or ``seed_share`` of the query's postings, whichever is more
+    (default :data:`SEED_POSTINGS`, :data:`SEED_SHARE`)."""
     if not refs:
         return PrunedScores(np.zeros(0), 0, 0.0)
     size = max(ref.max_key for ref in refs) + 1
@@ -111,7 +112,10 @@ async def pruned_scores(
     total = sum(t.postings for t in terms)
     # Highest bound first (rare terms), fewest postings first among equals.
     by_upper = sorted(terms, key=lambda t: (-t.upper, t.postings))
-    budget = max(seed_postings, int(total * seed_share))
+    budget = max(
+        SEED_POSTINGS if seed_postings is None else seed_postings,
+        int(total * (SEED_SHARE if seed_share is None else seed_share)),
+    )
     enough = 2 * max(probe, 2 * k)  # postings enough for the check to find k passing chunks among them
     seed: list[_Term] = []
     held = 0

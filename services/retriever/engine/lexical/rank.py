@@ -62,6 +62,7 @@ async def bm25_search(
     passing: PassingSet | None = None,
     cache: PostingsCache | None = None,
     doc_values: DocValuesFollower | None = None,
+    tally: PostingsTally | None = None,
 ) -> list[Scored]:
     """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over every posting of the query's terms.
 
@@ -69,7 +70,8 @@ async def bm25_search(
     (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
     that many pass and match a query term). ``passing``: the filter already resolved (:func:`passing_chunks`);
     ``doc_values``: the filter columns held in memory, used (brought up to date first) under a filter that
-    narrows a held column (:func:`~services.retriever.doc_values.narrows`) and is not resolved first."""
+    narrows a held column (:func:`~services.retriever.doc_values.narrows`) and is not resolved first; ``tally``:
+    counts the postings read (measurements)."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
     restrictive = is_restrictive(filters)
     first = filter_first_max(k, scoring.counts.chunks) if restrictive else 0
@@ -87,6 +89,7 @@ async def bm25_search(
         cache=cache,
         doc_values=values,
         pruning=params.pruning,
+        tally=tally,
     )
 
 
