@@ -559,6 +559,7 @@ async def test_pruned_search_equals_the_exhaustive_one_through_writes_removals_a
     after live writes, removals (dead postings, bounds left loose), compaction and blocks without bounds."""
     monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)  # a store this small would otherwise be one seed
     monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
+    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
     rng = random.Random(38)
     async with _fresh_pool(private_postgres, "bm25_pruning") as pool:
         docs = await _stored(pool, 38, 90, store=70)

@@ -123,6 +123,7 @@ def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float 
             probe=8,
             seed_postings=0,
             seed_share=seed,
+            prune_from=0,
         )
     )
     assert got.postings_read == sum(reads)

@@ -52,6 +52,10 @@ SEED_POSTINGS = 16_384
 #: ...or this share of the query's postings, whichever is more.
 SEED_SHARE = 0.125
 
+#: A query of fewer postings is scored whole: the threshold's check and the extra reads would cost more than
+#: they save.
+PRUNE_FROM_POSTINGS = 65_536
+
 #: A threshold is taken this much lower than found: partial scores are summed in another order than the
 #: final ones, so they may differ in the last bits.
 THRESHOLD_SLACK = 1e-9
@@ -97,6 +101,7 @@ async def pruned_scores(
     probe: int = 256,
     seed_postings: int | None = None,
     seed_share: float | None = None,
+    prune_from: int | None = None,
 ) -> PrunedScores:
     """BM25F scores of the chunks that can be among the ``k`` best passing the filters (see the module).
 
@@ -104,7 +109,8 @@ async def pruned_scores(
     ``probe`` best partial scores (after ``may_pass``, the doc values' mask of chunks that may pass, when given)
     in SQL; neither: no chunk is known to pass and nothing is skipped. ``dead``: keys of removed chunks. The
     seed terms hold up to ``seed_postings`` or ``seed_share`` of the query's postings, whichever is more
-    (default :data:`SEED_POSTINGS`, :data:`SEED_SHARE`)."""
+    (default :data:`SEED_POSTINGS`, :data:`SEED_SHARE`); a query of fewer than ``prune_from`` postings
+    (default :data:`PRUNE_FROM_POSTINGS`) is scored whole."""
     if not refs:
         return PrunedScores(np.zeros(0), 0, 0.0)
     size = max(ref.max_key for ref in refs) + 1
@@ -116,6 +122,8 @@ async def pruned_scores(
         SEED_POSTINGS if seed_postings is None else seed_postings,
         int(total * (SEED_SHARE if seed_share is None else seed_share)),
     )
+    if total < (PRUNE_FROM_POSTINGS if prune_from is None else prune_from):
+        budget = total  # too few postings for skipping to pay for its extra steps: all scored at once
     enough = 2 * max(probe, 2 * k)  # postings enough for the check to find k passing chunks among them
     seed: list[_Term] = []
     held = 0
@@ -156,14 +164,15 @@ async def pruned_scores(
         alive[candidates[upper < cutoff]] = False
         survivors = np.flatnonzero(alive)
         wanted = [(t, _blocks_holding(t, survivors)) for t in optional]
+        wanted = [(t, refs_t) for t, refs_t in wanted if refs_t]
         blobs = await read([ref for _, refs_t in wanted for ref in refs_t])
-        for t, refs_t in wanted:
-            if not refs_t:
-                continue
-            postings = _postings(refs_t, blobs)
-            read_count += len(postings)
-            postings = postings[alive[postings["key"]]]
-            some[t.term_id] = (postings["key"].astype(np.int64), posting_impacts(postings, t.weight, scoring))
+        read_count += sum(len(blob) for blob in blobs.values()) // POSTING.itemsize
+        keys_o, impacts_o, counts_o = _scored(wanted, blobs, scoring, alive)
+        cuts = np.cumsum(counts_o)[:-1]
+        for (t, _), term_keys, term_impacts in zip(
+            wanted, np.split(keys_o, cuts), np.split(impacts_o, cuts), strict=True
+        ):
+            some[t.term_id] = (term_keys, term_impacts)
     # The exhaustive pass's sums: every contribution of a remaining chunk, in term order.
     parts = sorted({**impacts, **some}.items())
     keys = np.concatenate([kp[0] for _, kp in parts]) if parts else np.zeros(0, dtype=np.int64)
@@ -193,17 +202,34 @@ def _terms(refs: Sequence[BlockRef], scoring: Bm25Scoring) -> list[_Term]:
 async def _score_full(
     terms: Sequence[_Term], scoring: Bm25Scoring, read: ReadBlocks, into: dict[int, tuple[np.ndarray, np.ndarray]]
 ) -> None:
-    """Read every block of ``terms`` and keep each term's keys and contributions."""
+    """Read every block of ``terms`` and keep each term's keys and contributions (scored in one pass)."""
     blobs = await read([ref for t in terms for ref in t.blocks])
-    for t in terms:
-        postings = _postings(t.blocks, blobs)
-        into[t.term_id] = (postings["key"].astype(np.int64), posting_impacts(postings, t.weight, scoring))
+    keys, impacts, counts = _scored([(t, t.blocks) for t in terms], blobs, scoring)
+    for t, k, v in zip(
+        terms, np.split(keys, np.cumsum(counts)[:-1]), np.split(impacts, np.cumsum(counts)[:-1]), strict=True
+    ):
+        into[t.term_id] = (k, v)
 
 
-def _postings(refs: Sequence[BlockRef], blobs: dict[int, bytes]) -> np.ndarray:
-    if any(ref.block_id not in blobs for ref in refs):
+def _scored(
+    wanted: Sequence[tuple[_Term, Sequence[BlockRef]]],
+    blobs: dict[int, bytes],
+    scoring: Bm25Scoring,
+    alive: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The postings of the ``wanted`` blocks of each term (only the keys ``alive`` holds, when given), scored in
+    one vectorised pass: keys, contributions and the count of each term's, term after term."""
+    if any(ref.block_id not in blobs for _, refs in wanted for ref in refs):
         raise BlockVanished
-    return np.frombuffer(b"".join(blobs[ref.block_id] for ref in refs), dtype=POSTING)
+    postings = np.frombuffer(b"".join(blobs[ref.block_id] for _, refs in wanted for ref in refs), dtype=POSTING)
+    counts = [sum(len(blobs[ref.block_id]) for ref in refs) // POSTING.itemsize for _, refs in wanted]
+    weights = np.repeat(np.array([t.weight for t, _ in wanted], dtype=np.float32), counts)
+    if alive is not None:
+        keep = alive[postings["key"]]
+        postings, weights = postings[keep], weights[keep]
+        owner = np.repeat(np.arange(len(wanted)), counts)[keep]
+        counts = np.bincount(owner, minlength=len(wanted)).tolist()
+    return postings["key"].astype(np.int64), posting_impacts(postings, weights, scoring), counts
 
 
 def _partial(parts: Iterable[tuple[np.ndarray, np.ndarray]], size: int, dead: np.ndarray) -> np.ndarray:
