@@ -43,7 +43,7 @@ class Bm25Params:
     b: float = 0.4
     title_weight: float = 1.0
     section_weight: float = 0.0
-    pruning: bool = True  # skip what cannot reach the top k (exact either way); False: score every posting
+    pruning: bool = False  # skip what cannot reach the top k (exact either way); False: score every posting
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
@@ -154,7 +154,7 @@ async def bm25_rank(
     passing: PassingSet | None = None,
     cache: PostingsCache | None = None,
     doc_values: DocValues | None = None,
-    pruning: bool = True,
+    pruning: bool = False,
     tally: PostingsTally | None = None,
 ) -> list[Scored]:
     """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). The query's terms are
