@@ -55,6 +55,7 @@ for _p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(_p))
 
 from load import Failure, _env, drive, free_port, percentile  # noqa: E402
+from long_queries import long_queries  # noqa: E402
 
 from shared.text import split_sentences  # noqa: E402
 
@@ -808,6 +809,10 @@ async def measure(
         out: dict[str, Any] = {"chunks": chunks}
         out.update(await sizes(pool, index, chunks))
         queries = gen.source.queries[: args.queries]
+        abstracts = [f"{a.title} {' '.join(a.sentences)}" for a in gen.source.abstracts]
+        out["long_queries"] = await long_queries(pool, queries, abstracts, args.long_query_rounds)
+        if args.lexical_only:
+            return out
         encoder = QueryEncoder(gen.basis)
         out["in_process"] = await in_process(pool, index, encoder, queries, args.clients_list, args.duration)
         follower, out["doc_values"] = await doc_values(pool)
@@ -874,6 +879,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"  built: {built}", flush=True)
                     size = asyncio.run(measure(url, gen, model, basis.shape[1], built["next_doc"], args))
                     size["build"] = built
+                    if args.lexical_only:
+                        result["sizes"].append(size)
+                        continue
                     if not args.no_gateway:
                         try:
                             with services(root, url, env_extra) as (gw, stack):
@@ -951,13 +959,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="No encoder (e.g. no torch): this model's cached vectors, query vectors drawn from them; in process only.",
     )
     p.add_argument("--no-gateway", action="store_true", help="In-process only (no Kafka, retriever, gateway).")
+    p.add_argument(
+        "--long-query-rounds",
+        type=int,
+        default=5,
+        help="Rounds of the lexical rows (questions, 200-term queries, the 50 most frequent terms; pruned and not).",
+    )
+    p.add_argument(
+        "--lexical-only",
+        action="store_true",
+        help="Measure only the lexical rows at each size (no other modes, filters, writes or gateway).",
+    )
     p.add_argument("--json", action="store_true", help="Print one JSON object at the end.")
     p.add_argument("--json-out", type=Path, default=None, help="Also write the JSON here.")
     p.add_argument("--report", type=Path, default=None, help="Print the targets met by a saved --json-out file.")
     args = p.parse_args(argv)
     global OFFLINE_MODEL
     OFFLINE_MODEL = args.offline_model
-    if args.offline_model:
+    if args.offline_model or args.lexical_only:
         args.no_gateway = True
     args.chunks_list = sorted(int(c) for c in args.chunks.split(",") if c.strip())
     args.clients_list = [int(c) for c in args.clients.split(",") if c.strip()]
@@ -1022,9 +1041,10 @@ def main(argv: list[str] | None = None) -> int:
         print_verdicts(result["targets_met"])
         return 0
     result = run(args)
-    result["targets_met"] = verdicts(result)
-    print("targets:")
-    print_verdicts(result["targets_met"])
+    if not args.lexical_only:  # the targets need the other modes
+        result["targets_met"] = verdicts(result)
+        print("targets:")
+        print_verdicts(result["targets_met"])
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(result, indent=2))

@@ -560,6 +560,15 @@ class RetrievalSettings(BaseSettings):
             "writes and searches apart (docs/scaling.md)."
         ),
     )
+    bm25_pruning: bool = Field(
+        False,
+        description=(
+            "Lexical search skips the postings that cannot reach the top k (MaxScore over the query's terms with "
+            "per-block score bounds; exact: the same top k and scores as scoring every posting). Off (default): "
+            "every posting of every query term is scored, the reference the pruned search is tested against; "
+            "on small stores pruning costs more than it saves (docs/benchmarks.md)."
+        ),
+    )
     bm25_compact_every_s: float = Field(
         5.0,
         gt=0,

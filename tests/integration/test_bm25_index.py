@@ -19,12 +19,13 @@ import pytest
 from devstack.postgres import LocalPostgres
 from services.parser.store import delete_document, store_document
 from services.retriever.engine.filters.passing import PLANNED_MARGIN, PassingSet, passing_chunks, planned_rows
+from services.retriever.engine.lexical import pruning
 from services.retriever.engine.lexical import rank as lexical_rank
-from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING, BlockBounds
 from services.retriever.engine.lexical.compaction import compact
 from services.retriever.engine.lexical.postings import Bm25Scoring, term_postings
 from services.retriever.engine.lexical.postings_cache import PostingsCache
-from services.retriever.engine.lexical.rank import Bm25Params, bm25_rank, bm25_search
+from services.retriever.engine.lexical.rank import Bm25Params, PostingsTally, bm25_rank, bm25_search
 from services.retriever.engine.lexical.stats import CorpusStats
 from services.retriever.engine.scored import Scored
 from shared.db import create_pool, list_migrations
@@ -341,8 +342,9 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(private_postgres
         assert await pool.fetchval("SELECT count(*) FROM bm25_dead") == 0
 
 
-#: The lexical index's block migrations: 220 made them, 250 changed its functions (deferred bulk postings).
-LEXICAL_INDEX_MIGRATIONS = frozenset({220, 250})
+#: The lexical index's block migrations: 220 made them, 250 changed its functions (deferred bulk postings), 260
+#: added the blocks' bounds.
+LEXICAL_INDEX_MIGRATIONS = frozenset({220, 250, 260})
 
 
 async def test_migration_backfills_a_store_that_predates_the_index(private_postgres: LocalPostgres) -> None:
@@ -353,7 +355,7 @@ async def test_migration_backfills_a_store_that_predates_the_index(private_postg
             "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        # The store as it was before the lexical index (100-119, 220, and 250, which changes 220's functions);
+        # The store as it was before the lexical index (100-119, 220, and 250 and 260, which change 220's work);
         # later, unrelated migrations (a column the parser writes today) are applied too, so today's
         # store_document can fill it.
         for mig in list_migrations():
@@ -534,3 +536,66 @@ async def test_a_filter_the_planner_expects_broad_is_not_read_to_be_counted(stor
     )
     assert len(recorder.statements) == 2  # the estimate, then the read
     assert 0 < expected <= 10 and passing.chunks is not None and len(passing.chunks) == expected
+
+
+async def _stored_bounds_hold(pool: asyncpg.Pool, *, exact: bool) -> int:
+    """Every block's stored bounds cover its postings (``exact``: equal what its postings give); the blocks."""
+    rows = await pool.fetch(f"SELECT postings, {', '.join(BOUND_COLUMNS)} FROM bm25_blocks")
+    for r in rows:
+        stored = tuple(r[c] for c in BOUND_COLUMNS)
+        actual = BlockBounds.of(np.frombuffer(r["postings"], dtype=POSTING)).as_tuple()
+        assert None not in stored
+        if exact:
+            assert stored == actual
+        assert all(s >= a for s, a in zip(stored[:3], actual[:3], strict=True))  # frequencies: at least
+        assert all(s <= a for s, a in zip(stored[3:], actual[3:], strict=True))  # lengths: at most
+    return len(rows)
+
+
+async def test_pruned_search_equals_the_exhaustive_one_through_writes_removals_and_compaction(
+    private_postgres: LocalPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On random queries, filters and k the pruned lexical leg returns the exhaustive one's hits and scores,
+    after live writes, removals (dead postings, bounds left loose), compaction and blocks without bounds."""
+    monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)  # a store this small would otherwise be one seed
+    monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
+    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
+    rng = random.Random(38)
+    async with _fresh_pool(private_postgres, "bm25_pruning") as pool:
+        docs = await _stored(pool, 38, 90, store=70)
+        pruned_reads, exhaustive_reads = PostingsTally(), PostingsTally()
+
+        async def same_answers(when: str) -> None:
+            scoring = Bm25Scoring(0.9, 0.4, 1.0, 0.0, await CorpusStats().get(pool))
+            for _ in range(25):
+                query = " ".join(rng.sample(WORDS, rng.randint(1, 14)))
+                k = rng.randint(1, 30)
+                year = rng.choice([None, RARE_YEAR, 2012, 2015])
+                filters = SearchFilters() if year is None else SearchFilters(year_from=year, year_to=year + 1)
+                first = rng.choice([0, 1_000])  # checked in passes, or the filter resolved first
+                args = (pool, query, k, filters, scoring)
+                pruned = await bm25_rank(*args, filter_first_max=first, pruning=True, tally=pruned_reads)
+                exhaustive = await bm25_rank(*args, filter_first_max=first, pruning=False, tally=exhaustive_reads)
+                assert pruned == exhaustive, (when, query, k, filters, first)
+
+        await same_answers("live writes")
+        assert await _stored_bounds_hold(pool, exact=True)
+        await compact(pool, block_postings=16)
+        await same_answers("compacted")
+        for d in rng.sample(docs[:70], 15):
+            assert await delete_document(pool, d.document_id)
+        for d in docs[70:]:
+            await store_document(pool, d)
+        await _stored_bounds_hold(pool, exact=False)  # the removed chunks' blocks keep their (looser) bounds
+        await same_answers("removals not compacted")
+        await compact(pool, block_postings=16)
+        assert not await pool.fetchval("SELECT count(*) FROM bm25_dead")
+        await _stored_bounds_hold(pool, exact=False)
+        await same_answers("removals compacted")
+        # Blocks written before blocks had bounds: searched as unbounded, then given bounds by compaction.
+        await pool.execute(f"UPDATE bm25_blocks SET {', '.join(f'{c} = NULL' for c in BOUND_COLUMNS)}")
+        await same_answers("no bounds")
+        await compact(pool, block_postings=16)
+        assert await _stored_bounds_hold(pool, exact=True)
+        await same_answers("bounds filled in")
+        assert pruned_reads.postings < exhaustive_reads.postings  # it did skip postings

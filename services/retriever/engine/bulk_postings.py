@@ -21,7 +21,13 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 
-from services.retriever.engine.lexical.blocks import BLOCK_POSTINGS, encode_blocks, pack_postings
+from services.retriever.engine.lexical.blocks import (
+    BLOCK_COLUMNS,
+    BLOCK_POSTINGS,
+    block_row,
+    encode_blocks,
+    pack_postings,
+)
 
 #: The lexical writers' lock (``bm25_add``/``bm25_remove`` take it for their transaction).
 _WRITER_LOCK = "SELECT pg_advisory_xact_lock(4542054, 14)"
@@ -169,12 +175,12 @@ async def index_batch(
         blocks = encode_blocks(rows["term_id"], postings, block_postings)
         if blocks:
             await conn.copy_records_to_table(
-                "bm25_blocks", records=blocks, columns=("term_id", "n", "min_key", "max_key", "postings")
+                "bm25_blocks", records=[block_row(term, block) for term, block in blocks], columns=BLOCK_COLUMNS
             )
             # Terms left with a block below the size: the compaction merges them with their other small blocks.
             await conn.execute(
                 "INSERT INTO bm25_pending (term_id) SELECT DISTINCT unnest($1::integer[]) ON CONFLICT DO NOTHING",
-                [b[0] for b in blocks if b[1] < block_postings],
+                [term for term, block in blocks if block.n < block_postings],
             )
         for table in ("bulk_keys_in", "bulk_terms_in", "bulk_batch_in"):
             await conn.execute(f"DROP TABLE {table}")

@@ -58,12 +58,14 @@ def test_encode_blocks_cuts_each_terms_postings_into_blocks_in_key_order() -> No
     tf, one = np.arange(10) % 4, np.ones(10, int)
     postings = pack_postings(keys, tf, tf, tf, np.arange(10) * 10, one, one)
     rows = encode_blocks(terms, postings, block_postings=3)
-    assert [(t, n, lo, hi) for t, n, lo, hi, _ in rows] == [
+    assert [(t, b.n, b.min_key, b.max_key) for t, b in rows] == [
         (4, 3, 1, 3),
         (4, 3, 5, 13),
         (4, 1, 21, 21),
         (11, 2, 2, 9),
         (12, 1, 6, 6),
     ]
-    assert b"".join(blob for *_, blob in rows) == postings.tobytes()  # every posting, once, as packed
+    assert b"".join(b.postings for _, b in rows) == postings.tobytes()  # every posting, once, as packed
+    assert [b.bounds.max_tf_text for _, b in rows] == [2, 3, 2, 3, 1]  # each block's own largest frequency
+    assert [b.bounds.min_len_text for _, b in rows] == [0, 30, 60, 70, 90]
     assert encode_blocks(np.empty(0, int), postings[:0]) == []

@@ -1,9 +1,17 @@
-"""The packed posting format of the lexical index's blocks (``bm25_blocks``): what the store's triggers write and
-the lexical leg and its cache read."""
+"""The packed posting format of the lexical index's blocks (``bm25_blocks``) and their score bounds: what the
+store's triggers and the compaction write and the lexical leg and its cache read.
+
+A block carries, beside its postings, the largest term frequency and the smallest length of each field over
+its postings (:class:`BlockBounds`). A posting's BM25F contribution grows with its weighted term frequency and
+shrinks with its weighted length, so these six numbers bound every posting of the block for any ``k1``, ``b``,
+field weights and mean length chosen at query time (:func:`~services.retriever.engine.lexical.postings.
+block_upper_bounds`): a bound stored as a score would go stale as the mean length drifts with every write, and
+would tie the stored index to one set of parameters."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,9 +32,6 @@ POSTING = np.dtype(
 #: Postings a block holds at most: the compaction merges smaller blocks up to this size, and a bulk build writes
 #: blocks of this size (and one smaller last block a term).
 BLOCK_POSTINGS = 8192
-
-#: One ``bm25_blocks`` row as written: term id, posting count, the first and last chunk key, the packed postings.
-BlockRow = tuple[int, int, int, int, bytes]
 
 
 def pack_postings(
@@ -53,18 +58,86 @@ def pack_postings(
     return out
 
 
-def encode_blocks(term_ids: np.ndarray, postings: np.ndarray, block_postings: int = BLOCK_POSTINGS) -> list[BlockRow]:
-    """The ``bm25_blocks`` rows of ``postings`` (of :data:`POSTING`, sorted by term then chunk key; ``term_ids``
-    the term of each): each term's postings cut into blocks of ``block_postings``, the last one smaller."""
-    rows: list[BlockRow] = []
+#: The bound columns of ``bm25_blocks``, in :class:`BlockBounds` order (migration ``260_bm25_block_bounds.sql``).
+BOUND_COLUMNS = ("max_tf_text", "max_tf_title", "max_tf_section", "min_len_text", "min_len_title", "min_len_section")
+
+
+@dataclass(frozen=True)
+class BlockBounds:
+    """The largest term frequency and the smallest length of each field over a block's postings: no posting
+    of the block scores more than one with these frequencies and lengths would."""
+
+    max_tf_text: int
+    max_tf_title: int
+    max_tf_section: int
+    min_len_text: int
+    min_len_title: int
+    min_len_section: int
+
+    @classmethod
+    def of(cls, postings: np.ndarray) -> BlockBounds:
+        """The bounds of ``postings`` (of :data:`POSTING`, at least one)."""
+        return cls(
+            int(postings["tf_text"].max()),
+            int(postings["tf_title"].max()),
+            int(postings["tf_section"].max()),
+            int(postings["len_text"].min()),
+            int(postings["len_title"].min()),
+            int(postings["len_section"].min()),
+        )
+
+    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+        """The bounds in :data:`BOUND_COLUMNS` order."""
+        return (
+            self.max_tf_text,
+            self.max_tf_title,
+            self.max_tf_section,
+            self.min_len_text,
+            self.min_len_title,
+            self.min_len_section,
+        )
+
+
+@dataclass(frozen=True)
+class EncodedBlock:
+    """A block as ``bm25_blocks`` stores it: its posting count, key range, bounds and packed postings."""
+
+    n: int
+    min_key: int
+    max_key: int
+    bounds: BlockBounds
+    postings: bytes
+
+
+def encode_block(postings: np.ndarray) -> EncodedBlock:
+    """The stored form of ``postings`` (of :data:`POSTING`, at least one, in key order): the one encoder of the
+    blocks written outside the insert trigger (compaction, bulk builds); the trigger's SQL (``bm25_add``)
+    computes the same columns."""
+    keys = postings["key"]
+    return EncodedBlock(len(postings), int(keys[0]), int(keys[-1]), BlockBounds.of(postings), postings.tobytes())
+
+
+#: The columns of a ``bm25_blocks`` row as :func:`block_row` gives them (COPY and inserts).
+BLOCK_COLUMNS = ("term_id", "n", "min_key", "max_key", *BOUND_COLUMNS, "postings")
+
+
+def encode_blocks(
+    term_ids: np.ndarray, postings: np.ndarray, block_postings: int = BLOCK_POSTINGS
+) -> list[tuple[int, EncodedBlock]]:
+    """The blocks of ``postings`` (of :data:`POSTING`, sorted by term then chunk key; ``term_ids`` the term of
+    each), each with its term: each term's postings cut into blocks of ``block_postings``, the last one smaller."""
+    blocks: list[tuple[int, EncodedBlock]] = []
     if not len(postings):
-        return rows
+        return blocks
     starts = np.flatnonzero(np.diff(term_ids)) + 1
     bounds = np.concatenate(([0], starts, [len(postings)])).tolist()
-    keys = postings["key"]
     for s, e in itertools.pairwise(bounds):
         term = int(term_ids[s])
         for i in range(s, e, block_postings):
-            j = min(i + block_postings, e)
-            rows.append((term, j - i, int(keys[i]), int(keys[j - 1]), postings[i:j].tobytes()))
-    return rows
+            blocks.append((term, encode_block(postings[i : min(i + block_postings, e)])))
+    return blocks
+
+
+def block_row(term: int, block: EncodedBlock) -> tuple[int | bytes, ...]:
+    """``block`` of ``term`` as a ``bm25_blocks`` row in :data:`BLOCK_COLUMNS` order."""
+    return (term, block.n, block.min_key, block.max_key, *block.bounds.as_tuple(), block.postings)

@@ -12,7 +12,14 @@ import asyncpg
 import numpy as np
 
 from services.retriever.engine.jobs import COMPACTION_LOCK, advisory_session
-from services.retriever.engine.lexical.blocks import BLOCK_POSTINGS, POSTING, encode_blocks
+from services.retriever.engine.lexical.blocks import (
+    BLOCK_POSTINGS,
+    BOUND_COLUMNS,
+    POSTING,
+    BlockBounds,
+    EncodedBlock,
+    encode_blocks,
+)
 from services.retriever.engine.lexical.postings import dead_keys
 from shared.periodic import run_every
 
@@ -95,10 +102,7 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
             )
         }
         new_terms: list[int] = []
-        new_n: list[int] = []
-        new_min: list[int] = []
-        new_max: list[int] = []
-        new_blobs: list[bytes] = []
+        new_blocks: list[EncodedBlock] = []
         dropped = 0
         for term, blocks in chosen.items():
             merged = np.frombuffer(b"".join(postings[block] for block in blocks), dtype=POSTING)
@@ -107,30 +111,55 @@ async def compact_batch(conn: asyncpg.Connection, *, terms: int, block_postings:
                 dropped += int((~keep).sum())
                 merged = merged[keep]
             merged = merged[np.argsort(merged["key"], kind="stable")]
-            for row_term, n, low, high, blob in encode_blocks(np.full(len(merged), term), merged, block_postings):
+            for row_term, block in encode_blocks(np.full(len(merged), term), merged, block_postings):
                 new_terms.append(row_term)
-                new_n.append(n)
-                new_min.append(low)
-                new_max.append(high)
-                new_blobs.append(blob)
+                new_blocks.append(block)
         if drop:
             await conn.execute("DELETE FROM bm25_blocks WHERE block_id = ANY ($1::bigint[])", drop)
         if new_terms:
-            await conn.execute(
-                "INSERT INTO bm25_blocks (term_id, n, min_key, max_key, postings) "
-                "SELECT * FROM unnest($1::integer[], $2::integer[], $3::integer[], $4::integer[], $5::bytea[])",
-                new_terms,
-                new_n,
-                new_min,
-                new_max,
-                new_blobs,
-            )
+            await insert_blocks(conn, new_terms, new_blocks)
         await conn.execute("DELETE FROM bm25_pending WHERE term_id = ANY ($1::integer[])", pending)
         if len(dead) and not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM bm25_pending WHERE has_dead)"):
             # Every term pending when these keys died has been cleared of them (a removal marks its terms
             # pending in the same transaction that records the dead key): they are gone from every block.
             await conn.execute("DELETE FROM bm25_dead WHERE chunk_key = ANY ($1::integer[])", dead.tolist())
         return CompactionReport(len(pending), len(drop), len(new_terms), dropped)
+
+
+async def insert_blocks(conn: asyncpg.Connection, terms: Sequence[int], blocks: Sequence[EncodedBlock]) -> None:
+    """Store ``blocks`` (``blocks[i]`` of term ``terms[i]``) with their key ranges and bounds, in one statement."""
+    bounds = [b.bounds.as_tuple() for b in blocks]
+    await conn.execute(
+        f"INSERT INTO bm25_blocks (term_id, n, min_key, max_key, {', '.join(BOUND_COLUMNS)}, postings) "
+        "SELECT * FROM unnest($1::integer[], $2::integer[], $3::integer[], $4::integer[], $5::smallint[], "
+        "$6::smallint[], $7::smallint[], $8::integer[], $9::smallint[], $10::smallint[], $11::bytea[])",
+        list(terms),
+        [b.n for b in blocks],
+        [b.min_key for b in blocks],
+        [b.max_key for b in blocks],
+        *([row[i] for row in bounds] for i in range(len(BOUND_COLUMNS))),
+        [b.postings for b in blocks],
+    )
+
+
+async def bound_blocks(conn: asyncpg.Connection, *, limit: int) -> int:
+    """Give up to ``limit`` blocks written without bounds (before blocks had them) their bounds, computed from
+    their postings; how many were. A search takes such a block as unbounded until then."""
+    rows = await conn.fetch(
+        "SELECT block_id, postings FROM bm25_blocks WHERE max_tf_text IS NULL ORDER BY block_id LIMIT $1", limit
+    )
+    if not rows:
+        return 0
+    bounds = [BlockBounds.of(np.frombuffer(r["postings"], dtype=POSTING)).as_tuple() for r in rows]
+    sets = ", ".join(f"{c} = v.{c}" for c in BOUND_COLUMNS)
+    await conn.execute(
+        f"UPDATE bm25_blocks b SET {sets} FROM unnest($1::bigint[], $2::smallint[], $3::smallint[], "
+        f"$4::smallint[], $5::integer[], $6::smallint[], $7::smallint[]) AS v(block_id, {', '.join(BOUND_COLUMNS)}) "
+        "WHERE b.block_id = v.block_id",
+        [int(r["block_id"]) for r in rows],
+        *([row[i] for row in bounds] for i in range(len(BOUND_COLUMNS))),
+    )
+    return len(rows)
 
 
 async def compact(
@@ -147,6 +176,8 @@ async def compact(
         if conn is None:
             return total
         batches = 0
+        while await bound_blocks(conn, limit=terms_per_batch):
+            pass
         while max_batches is None or batches < max_batches:
             report = await compact_batch(conn, terms=terms_per_batch, block_postings=block_postings)
             if report is None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 
-from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING
 from services.retriever.engine.lexical.postings_cache import PostingsCache
 
 
@@ -144,6 +144,78 @@ async def term_postings(
     return _joined([b["term_id"] for b in blocks], [b["df"] for b in blocks], [held[b["block_id"]] for b in blocks])
 
 
+@dataclass(frozen=True)
+class BlockRef:
+    """One block of a query term, listed without its postings: where it is, what it holds and its bounds
+    (``bounds``: :data:`~services.retriever.engine.lexical.blocks.BOUND_COLUMNS`, None for a block written
+    before blocks had them)."""
+
+    term_id: int
+    df: int
+    block_id: int
+    n: int
+    min_key: int
+    max_key: int
+    version: str
+    bounds: tuple[int, int, int, int, int, int] | None
+
+
+# The query's terms' blocks with their key ranges and bounds, no postings read.
+_TERM_BLOCK_REFS_SQL = (
+    _QUERY_TERMS
+    + f"""
+SELECT q.term_id, q.df, b.block_id, b.n, b.min_key, b.max_key, b.xmin::text AS version, {", ".join(BOUND_COLUMNS)}
+FROM q JOIN bm25_blocks b ON b.term_id = q.term_id"""
+)
+
+
+async def query_blocks(conn: asyncpg.Connection | asyncpg.Pool, query: str) -> list[BlockRef]:
+    """The blocks of each term of ``query`` (analysed like the stored text) that occurs in the index."""
+    refs = []
+    for r in await conn.fetch(_TERM_BLOCK_REFS_SQL, query):
+        bounds = tuple(r[c] for c in BOUND_COLUMNS)
+        refs.append(
+            BlockRef(
+                int(r["term_id"]),
+                int(r["df"]),
+                int(r["block_id"]),
+                int(r["n"]),
+                int(r["min_key"]),
+                int(r["max_key"]),
+                str(r["version"]),
+                None if any(v is None for v in bounds) else tuple(int(v) for v in bounds),  # type: ignore[arg-type]
+            )
+        )
+    return refs
+
+
+async def read_blocks(
+    conn: asyncpg.Connection | asyncpg.Pool, refs: Sequence[BlockRef], cache: PostingsCache | None = None
+) -> dict[int, bytes]:
+    """The packed postings of the blocks ``refs`` by block id, from ``cache`` where it holds them (the others
+    are read, and kept when it wants them). A block merged away since it was listed is missing from the
+    answer."""
+    held: dict[int, bytes] = {}
+    use_cache = cache is not None and cache.max_bytes > 0
+    if use_cache:
+        assert cache is not None
+        for ref in refs:
+            if cache.wants(ref.n) and (blob := cache.get((ref.block_id, ref.version))) is not None:
+                held[ref.block_id] = blob
+    missing = [ref for ref in refs if ref.block_id not in held]
+    if missing:
+        terms = sorted({ref.term_id for ref in missing})
+        read = await conn.fetch(_BLOCKS_SQL, terms, [ref.block_id for ref in missing])
+        fetched = {int(r["block_id"]): r["postings"] for r in read}
+        if use_cache:
+            assert cache is not None
+            for ref in missing:
+                if cache.wants(ref.n) and ref.block_id in fetched:
+                    cache.put((ref.block_id, ref.version), fetched[ref.block_id])
+        held.update(fetched)
+    return held
+
+
 def _joined(term_ids: list[int], dfs: list[int], blobs: list[bytes]) -> QueryPostings:
     """One buffer of the blocks, grouped by term (the rows come in any order; a term's blocks in any order)."""
     if not blobs:
@@ -172,23 +244,16 @@ _TF_TITLE, _TF_SECTION, _LEN_TITLE, _LEN_SECTION = (
 )
 
 
-def bm25_scores(query: QueryPostings, scoring: Bm25Scoring, dead: np.ndarray) -> np.ndarray:
-    """BM25F of every chunk key (index = key; 0 where no query term occurs or the chunk was removed).
-
-    Per posting: ``tf = tf_text + wt*tf_title + ws*tf_section``, ``dl = len_text + wt*len_title +
-    ws*len_section``, ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``; summed per chunk.
-    Each posting's term is computed in single precision (a relative error below 1e-6; equal inputs give
-    equal scores, so ties stay ties), the sums per chunk in double: one pass of a few vector operations over
-    the query's postings, the step that bounds a lexical search's time (``docs/retrieval.md``)."""
-    p = query.postings
-    if not len(p):
-        return np.zeros(0)
+def posting_impacts(postings: np.ndarray, weights: np.ndarray | np.float32, scoring: Bm25Scoring) -> np.ndarray:
+    """Each posting's BM25F contribution in single precision: ``weights`` (``idf * (k1 + 1)`` of each posting's
+    term, or one for all) times ``tf / (tf + k1 * (1 - b + b * dl / avgdl))`` with ``tf = tf_text + wt*tf_title +
+    ws*tf_section``, ``dl = len_text + wt*len_title + ws*len_section``. The same operations in the same order
+    whoever calls it, so a posting scores the same bits in every path (exhaustive or pruned)."""
     k1, b = scoring.k1, scoring.b
     wt, ws = np.float32(scoring.title_weight), np.float32(scoring.section_weight)
-    raw = p.view(np.uint8).reshape(-1, POSTING.itemsize)  # the one-byte fields, without a copy
-    weight = np.repeat(np.array([scoring.idf(df) * (k1 + 1) for df in query.df], dtype=np.float32), query.counts)
-    tf = p["tf_text"].astype(np.float32)
-    norm = p["len_text"].astype(np.float32)
+    raw = postings.view(np.uint8).reshape(-1, POSTING.itemsize)  # the one-byte fields, without a copy
+    tf = postings["tf_text"].astype(np.float32)
+    norm = postings["len_text"].astype(np.float32)
     if wt:
         tf += wt * raw[:, _TF_TITLE]
         norm += wt * raw[:, _LEN_TITLE]
@@ -200,8 +265,49 @@ def bm25_scores(query: QueryPostings, scoring: Bm25Scoring, dead: np.ndarray) ->
     norm += tf
     # tf / (tf + norm); a posting with no weighted occurrence (tf 0) adds exactly 0 (and k1 = 0: 1 for any tf > 0)
     np.divide(tf, norm, out=tf, where=norm > 0)
-    tf *= weight
-    scores = np.bincount(p["key"], weights=tf)
+    tf *= weights
+    return tf
+
+
+def term_weight(scoring: Bm25Scoring, df: int) -> np.float32:
+    """``idf * (k1 + 1)`` of a term of document frequency ``df``, as a posting's contribution is weighted."""
+    return np.float32(scoring.idf(df) * (scoring.k1 + 1))
+
+
+#: How much a block's bound is raised over its exact value: a posting's contribution is computed in single
+#: precision (a few roundings, each below 6e-8 relative), its bound in double; the margin keeps the bound above.
+BOUND_MARGIN = 1e-5
+
+
+def block_upper_bounds(scoring: Bm25Scoring, weights: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The most any posting of each block can add to a chunk's score: ``weights`` (``idf * (k1 + 1)`` of each
+    block's term) times the BM25F saturation at the block's largest frequencies and smallest lengths
+    (``bounds``: one row a block, :data:`~services.retriever.engine.lexical.blocks.BOUND_COLUMNS`; NaN where the
+    block has none yet: then infinity). The saturation grows with the frequency and shrinks with the length
+    for any ``k1``, ``b`` >= 0 and field weights >= 0, so the bound holds whatever the mean length is now."""
+    wt, ws = scoring.title_weight, scoring.section_weight
+    tf = bounds[:, 0] + wt * bounds[:, 1] + ws * bounds[:, 2]
+    dl = bounds[:, 3] + wt * bounds[:, 4] + ws * bounds[:, 5]
+    norm = tf + scoring.k1 * (1 - scoring.b) + scoring.k1 * scoring.b * dl / scoring.avgdl
+    with np.errstate(invalid="ignore", divide="ignore"):
+        saturation = np.where(norm > 0, tf / np.where(norm > 0, norm, 1.0), 0.0)
+    upper = weights.astype(np.float64) * saturation * (1 + BOUND_MARGIN)
+    return np.where(np.isnan(bounds).any(axis=1), np.inf, upper)
+
+
+def bm25_scores(query: QueryPostings, scoring: Bm25Scoring, dead: np.ndarray) -> np.ndarray:
+    """BM25F of every chunk key (index = key; 0 where no query term occurs or the chunk was removed).
+
+    Per posting (:func:`posting_impacts`): ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``;
+    summed per chunk. Each posting's term is computed in single precision (a relative error below 1e-6; equal
+    inputs give equal scores, so ties stay ties), the sums per chunk in double, in term order: one pass of a
+    few vector operations over the query's postings, the step that bounds an exhaustive lexical search's time
+    (``docs/retrieval.md``)."""
+    p = query.postings
+    if not len(p):
+        return np.zeros(0)
+    weight = np.repeat(np.array([term_weight(scoring, df) for df in query.df], dtype=np.float32), query.counts)
+    scores = np.bincount(p["key"], weights=posting_impacts(p, weight, scoring))
     dead = dead[dead < len(scores)]
     scores[dead] = 0.0
     return scores

@@ -4,8 +4,9 @@ passes sized by the pass rate (or the filter resolved first, or failing chunks d
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import numpy as np
@@ -14,8 +15,18 @@ from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower
 from services.retriever.engine.filters.fields import FilterClause, filter_clause
 from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
-from services.retriever.engine.lexical.postings import Bm25Scoring, best_keys, bm25_scores, dead_keys, term_postings
+from services.retriever.engine.lexical.postings import (
+    BlockRef,
+    Bm25Scoring,
+    best_keys,
+    bm25_scores,
+    dead_keys,
+    query_blocks,
+    read_blocks,
+    term_postings,
+)
 from services.retriever.engine.lexical.postings_cache import PostingsCache
+from services.retriever.engine.lexical.pruning import BlockVanished, pruned_scores
 from services.retriever.engine.lexical.stats import CorpusStats
 from services.retriever.engine.scored import Scored
 from shared.models import SearchFilters
@@ -32,11 +43,12 @@ class Bm25Params:
     b: float = 0.4
     title_weight: float = 1.0
     section_weight: float = 0.0
+    pruning: bool = False  # skip what cannot reach the top k (exact either way); False: score every posting
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
         """The BM25 parameters of the retrieval settings."""
-        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight)
+        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_pruning)
 
 
 async def bm25_search(
@@ -50,6 +62,7 @@ async def bm25_search(
     passing: PassingSet | None = None,
     cache: PostingsCache | None = None,
     doc_values: DocValuesFollower | None = None,
+    tally: PostingsTally | None = None,
 ) -> list[Scored]:
     """Okapi BM25 (Lucene's IDF ``ln(1 + (N - df + .5)/(df + .5))``) over every posting of the query's terms.
 
@@ -57,7 +70,8 @@ async def bm25_search(
     (statistics over every chunk), the filters only restrict which chunks are returned (``k`` of them when
     that many pass and match a query term). ``passing``: the filter already resolved (:func:`passing_chunks`);
     ``doc_values``: the filter columns held in memory, used (brought up to date first) under a filter that
-    narrows a held column (:func:`~services.retriever.doc_values.narrows`) and is not resolved first."""
+    narrows a held column (:func:`~services.retriever.doc_values.narrows`) and is not resolved first; ``tally``:
+    counts the postings read (measurements)."""
     scoring = Bm25Scoring(params.k1, params.b, params.title_weight, params.section_weight, await stats.get(pool))
     clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
     first = filter_first_max(k, scoring.counts.chunks) if clause.restrictive else 0
@@ -65,7 +79,17 @@ async def bm25_search(
     if doc_values is not None and clause.narrows and (passing is None or passing.chunks is None):
         values = await doc_values.current(pool)
     return await bm25_rank(
-        pool, query, k, clause, scoring, filter_first_max=first, passing=passing, cache=cache, doc_values=values
+        pool,
+        query,
+        k,
+        clause,
+        scoring,
+        filter_first_max=first,
+        passing=passing,
+        cache=cache,
+        doc_values=values,
+        pruning=params.pruning,
+        tally=tally,
     )
 
 
@@ -130,13 +154,17 @@ async def bm25_rank(
     passing: PassingSet | None = None,
     cache: PostingsCache | None = None,
     doc_values: DocValues | None = None,
+    pruning: bool = False,
+    tally: PostingsTally | None = None,
 ) -> list[Scored]:
-    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). Every posting of the
-    query's terms is scored (exact); the best chunks are then checked against the filters in passes sized
-    by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter that passes at most
-    ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the scores of those
-    alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`), is used as it
-    is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
+    """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). The query's terms are
+    scored exactly, every posting of them (``pruning`` False) or all but those that cannot reach the ``k`` best
+    passing chunks (:func:`~services.retriever.engine.lexical.pruning.pruned_scores`: the same scores for
+    every chunk that can); ``tally`` counts the postings read. The best chunks are then checked against the
+    filters in passes sized by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter
+    that passes at most ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the
+    scores of those alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`),
+    is used as it is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
     :class:`~services.retriever.engine.doc_values.follower.DocValuesFollower`): chunks that fail the filter for certain
     are dropped before the best are checked, and a filter they hold whole is not resolved first (dropping its
     failing chunks does the same, without reading them). ``filters`` may come as their clause
@@ -144,15 +172,28 @@ async def bm25_rank(
     if scoring.counts.chunks == 0 or k <= 0:
         return []
     async with pool.acquire() as conn:
-        postings = await term_postings(conn, query, cache)
-        if not len(postings):
-            return []
-        scores = bm25_scores(postings, scoring, await dead_keys(conn))
         clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
         where, fparams = clause.where[2], clause.params
         held = doc_values is not None and clause.held_whole
-        if passing is None and filter_first_max > 0 and not held:
-            passing = await passing_chunks(conn, clause, filter_first_max)
+        if pruning:
+            refs = await query_blocks(conn, query)
+            if not refs:
+                return []
+            dead = await dead_keys(conn)
+            if passing is None and filter_first_max > 0 and not held:
+                passing = await passing_chunks(conn, clause, filter_first_max)
+            scores = await _pruned(
+                conn, query, refs, k, clause.filters, scoring, dead, where, fparams, passing, cache, doc_values, tally
+            )
+        else:
+            postings = await term_postings(conn, query, cache)
+            if not len(postings):
+                return []
+            if tally is not None:
+                tally.add(len(postings))
+            scores = bm25_scores(postings, scoring, await dead_keys(conn))
+            if passing is None and filter_first_max > 0 and not held:
+                passing = await passing_chunks(conn, clause, filter_first_max)
         if passing is not None and passing.chunks is not None:
             ids = passing.chunks
             keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
@@ -178,3 +219,65 @@ async def bm25_rank(
             if len(hits) >= k:
                 break
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+
+
+@dataclass
+class PostingsTally:
+    """Searches run and postings read (from memory or the store) by the lexical leg, for measurements."""
+
+    searches: int = 0
+    postings: int = 0
+
+    def add(self, postings: int) -> None:
+        self.searches += 1
+        self.postings += postings
+
+
+async def _pruned(
+    conn: asyncpg.Connection,
+    query: str,
+    refs: list[BlockRef],
+    k: int,
+    filters: SearchFilters,
+    scoring: Bm25Scoring,
+    dead: np.ndarray,
+    where: str,
+    fparams: list[Any],
+    passing: PassingSet | None,
+    cache: PostingsCache | None,
+    doc_values: DocValues | None,
+    tally: PostingsTally | None,
+) -> np.ndarray:
+    """The pruned scores: chunks known to pass are a resolved filter's, else the best partial scores checked
+    against ``where`` (the SQL check the candidates go through anyway). A block merged away while the search
+    ran: the exhaustive pass, which reads again."""
+
+    async def read(wanted: Sequence[BlockRef]) -> dict[int, bytes]:
+        return await read_blocks(conn, wanted, cache) if wanted else {}
+
+    async def check(keys: np.ndarray) -> np.ndarray:
+        rows = await conn.fetch(_RESOLVE_SQL.format(where=where), keys.astype(np.int32).tolist(), *fparams)
+        return np.fromiter((r["chunk_key"] for r in rows), dtype=np.int64, count=len(rows))
+
+    known = None
+    if passing is not None and passing.chunks is not None:
+        known = np.fromiter(passing.chunks, dtype=np.int64, count=len(passing.chunks))
+    may_pass = None
+    if doc_values is not None:
+        values = doc_values
+
+        def may_pass(size: int) -> np.ndarray:
+            return values.may_pass(size, filters)
+
+    try:
+        pruned = await pruned_scores(
+            refs, scoring, dead, k, read, passing=known, check=check, may_pass=may_pass, probe=FIRST_PASS
+        )
+    except BlockVanished:
+        postings = await term_postings(conn, query, cache)
+        if tally is not None:
+            tally.add(len(postings))
+        return bm25_scores(postings, scoring, dead)
+    if tally is not None:
+        tally.add(pruned.postings_read)
+    return pruned.scores

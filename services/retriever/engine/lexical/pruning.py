@@ -1,0 +1,288 @@
+"""Exact BM25 that skips what cannot reach the top ``k``: MaxScore over the query's terms, with the blocks'
+score bounds (:mod:`~services.retriever.engine.lexical.blocks`) to drop candidates and skip blocks.
+
+Where the exhaustive pass (:func:`~services.retriever.engine.lexical.postings.bm25_scores`) scores every
+posting of every query term, this one:
+
+1. lists the query's blocks with their bounds (no postings read) and bounds each term's contribution
+   (the largest of its blocks');
+2. scores the *seed* terms in full: those of the highest bounds (the rare terms, few postings) up to a
+   share of the query's postings;
+3. takes a threshold ``theta``: the ``k``-th best partial score among chunks known to pass the filters (a
+   resolved filter's chunks, or the best partial scores checked against the filters in SQL); a partial score
+   is never above the full one, so the ``k``-th best full score among passing chunks is at least ``theta``;
+4. splits the other terms: the lowest-bound ones whose bounds sum below ``theta`` are *non-essential* (a chunk
+   that holds none of the other terms cannot reach ``theta``), the rest are scored in full;
+5. bounds each chunk seen so far by its partial score plus, for each non-essential term, the bound of the
+   block whose key range holds it; the chunks below ``theta`` are dropped, and only the non-essential blocks
+   whose range holds a remaining chunk are read, only their remaining chunks' postings scored.
+
+The scores it returns are those of the exhaustive pass (the same contributions summed in the same term order,
+so the same bits) for every chunk that can still be among the ``k`` best passing chunks, and 0 for the others:
+the caller ranks and checks them exactly as it does the exhaustive scores. With no threshold (fewer than ``k``
+passing chunks found by the check) nothing is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.retriever.engine.lexical.blocks import POSTING
+from services.retriever.engine.lexical.postings import (
+    BlockRef,
+    Bm25Scoring,
+    best_keys,
+    block_upper_bounds,
+    posting_impacts,
+    term_weight,
+)
+
+#: Reads blocks by reference: their packed postings by block id (a block merged away is missing).
+ReadBlocks = Callable[[Sequence[BlockRef]], Awaitable[dict[int, bytes]]]
+
+#: Checks candidate keys (best first) against the filters: those that pass.
+CheckKeys = Callable[[np.ndarray], Awaitable[np.ndarray]]
+
+#: The seed terms hold at least this many postings (or all the query's, if fewer)...
+SEED_POSTINGS = 16_384
+
+#: ...or this share of the query's postings, whichever is more.
+SEED_SHARE = 0.125
+
+#: A query of fewer postings is scored whole: the threshold's check and the extra reads would cost more than
+#: they save.
+PRUNE_FROM_POSTINGS = 65_536
+
+#: A threshold is taken this much lower than found: partial scores are summed in another order than the
+#: final ones, so they may differ in the last bits.
+THRESHOLD_SLACK = 1e-9
+
+
+class BlockVanished(Exception):
+    """A listed block was merged away before it was read (compaction ran meanwhile): list again."""
+
+
+@dataclass(frozen=True)
+class PrunedScores:
+    """Scores by chunk key (exact for every chunk that can be among the best; 0 for the others), the postings
+    read to get them, and the threshold used (0: nothing skipped)."""
+
+    scores: np.ndarray
+    postings_read: int
+    threshold: float
+
+
+@dataclass
+class _Term:
+    term_id: int
+    weight: np.float32
+    blocks: list[BlockRef]
+    uppers: np.ndarray  # a bound per block, in ``blocks`` order
+    postings: int
+
+    @property
+    def upper(self) -> float:
+        return float(self.uppers.max())
+
+
+async def pruned_scores(
+    refs: Sequence[BlockRef],
+    scoring: Bm25Scoring,
+    dead: np.ndarray,
+    k: int,
+    read: ReadBlocks,
+    *,
+    passing: np.ndarray | None = None,
+    check: CheckKeys | None = None,
+    may_pass: Callable[[int], np.ndarray] | None = None,
+    probe: int = 256,
+    seed_postings: int | None = None,
+    seed_share: float | None = None,
+    prune_from: int | None = None,
+) -> PrunedScores:
+    """BM25F scores of the chunks that can be among the ``k`` best passing the filters (see the module).
+
+    ``passing``: the keys of every chunk that passes (a resolved filter), else ``check`` verifies the
+    ``probe`` best partial scores (after ``may_pass``, the doc values' mask of chunks that may pass, when given)
+    in SQL; neither: no chunk is known to pass and nothing is skipped. ``dead``: keys of removed chunks. The
+    seed terms hold up to ``seed_postings`` or ``seed_share`` of the query's postings, whichever is more
+    (default :data:`SEED_POSTINGS`, :data:`SEED_SHARE`); a query of fewer than ``prune_from`` postings
+    (default :data:`PRUNE_FROM_POSTINGS`) is scored whole."""
+    if not refs:
+        return PrunedScores(np.zeros(0), 0, 0.0)
+    size = max(ref.max_key for ref in refs) + 1
+    terms = _terms(refs, scoring)
+    total = sum(t.postings for t in terms)
+    # Highest bound first (rare terms), fewest postings first among equals.
+    by_upper = sorted(terms, key=lambda t: (-t.upper, t.postings))
+    budget = max(
+        SEED_POSTINGS if seed_postings is None else seed_postings,
+        int(total * (SEED_SHARE if seed_share is None else seed_share)),
+    )
+    if total < (PRUNE_FROM_POSTINGS if prune_from is None else prune_from):
+        budget = total  # too few postings for skipping to pay for its extra steps: all scored at once
+    enough = 2 * max(probe, 2 * k)  # postings enough for the check to find k passing chunks among them
+    seed: list[_Term] = []
+    held = 0
+    for t in by_upper:
+        if held >= enough and held + t.postings > budget:
+            break
+        seed.append(t)
+        held += t.postings
+    impacts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term id -> (keys, contributions) in full
+    await _score_full(seed, scoring, read, impacts)
+    partial = _partial(impacts.values(), size, dead)
+    threshold = 0.0
+    rest = [t for t in by_upper if t.term_id not in impacts]
+    if rest:
+        threshold = await _threshold(partial, k, passing, check, may_pass, probe)
+    cutoff = threshold * (1 - THRESHOLD_SLACK)
+    # Non-essential: from the lowest bound up, while the bounds together stay below the threshold.
+    optional: list[_Term] = []
+    summed = 0.0
+    for t in sorted(rest, key=lambda t: t.upper):
+        if summed + t.upper >= cutoff:
+            break
+        optional.append(t)
+        summed += t.upper
+    optional_ids = {t.term_id for t in optional}
+    essential = [t for t in rest if t.term_id not in optional_ids]
+    if essential:
+        await _score_full(essential, scoring, read, impacts)
+        partial = _partial(impacts.values(), size, dead)
+    read_count = sum(t.postings for t in terms if t.term_id in impacts)
+    alive = partial > 0
+    some: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # non-essential term id -> remaining chunks' postings
+    if optional:
+        candidates = np.flatnonzero(alive)
+        upper = partial[candidates]
+        for t in optional:
+            upper += _covering_bound(t, candidates)
+        alive[candidates[upper < cutoff]] = False
+        survivors = np.flatnonzero(alive)
+        wanted = [(t, _blocks_holding(t, survivors)) for t in optional]
+        wanted = [(t, refs_t) for t, refs_t in wanted if refs_t]
+        if wanted:  # none: no block of the other terms holds a chunk that can still enter the top k
+            blobs = await read([ref for _, refs_t in wanted for ref in refs_t])
+            read_count += sum(len(blob) for blob in blobs.values()) // POSTING.itemsize
+            keys_o, impacts_o, counts_o = _scored(wanted, blobs, scoring, alive)
+            cuts = np.cumsum(counts_o)[:-1]
+            for (t, _), term_keys, term_impacts in zip(
+                wanted, np.split(keys_o, cuts), np.split(impacts_o, cuts), strict=True
+            ):
+                some[t.term_id] = (term_keys, term_impacts)
+    # The exhaustive pass's sums: every contribution of a remaining chunk, in term order.
+    parts = sorted({**impacts, **some}.items())
+    keys = np.concatenate([kp[0] for _, kp in parts]) if parts else np.zeros(0, dtype=np.int64)
+    values = np.concatenate([kp[1] for _, kp in parts]) if parts else np.zeros(0, dtype=np.float32)
+    keep = alive[keys]
+    scores = np.bincount(keys[keep], weights=values[keep], minlength=size)
+    scores[dead[dead < size]] = 0.0
+    return PrunedScores(scores, read_count, threshold)
+
+
+def _terms(refs: Sequence[BlockRef], scoring: Bm25Scoring) -> list[_Term]:
+    """The query's terms with their blocks and the blocks' bounds."""
+    nan = np.full(6, np.nan)
+    bounds = np.array([nan if r.bounds is None else np.asarray(r.bounds, dtype=np.float64) for r in refs])
+    weights = np.array([term_weight(scoring, r.df) for r in refs], dtype=np.float32)
+    uppers = block_upper_bounds(scoring, weights, bounds)
+    grouped: dict[int, list[int]] = {}
+    for i, r in enumerate(refs):
+        grouped.setdefault(r.term_id, []).append(i)
+    terms = []
+    for term_id, rows in grouped.items():
+        blocks = [refs[i] for i in rows]
+        terms.append(_Term(term_id, weights[rows[0]], blocks, uppers[rows], sum(b.n for b in blocks)))
+    return terms
+
+
+async def _score_full(
+    terms: Sequence[_Term], scoring: Bm25Scoring, read: ReadBlocks, into: dict[int, tuple[np.ndarray, np.ndarray]]
+) -> None:
+    """Read every block of ``terms`` and keep each term's keys and contributions (scored in one pass)."""
+    blobs = await read([ref for t in terms for ref in t.blocks])
+    keys, impacts, counts = _scored([(t, t.blocks) for t in terms], blobs, scoring)
+    for t, k, v in zip(
+        terms, np.split(keys, np.cumsum(counts)[:-1]), np.split(impacts, np.cumsum(counts)[:-1]), strict=True
+    ):
+        into[t.term_id] = (k, v)
+
+
+def _scored(
+    wanted: Sequence[tuple[_Term, Sequence[BlockRef]]],
+    blobs: dict[int, bytes],
+    scoring: Bm25Scoring,
+    alive: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The postings of the ``wanted`` blocks of each term (only the keys ``alive`` holds, when given), scored in
+    one vectorised pass: keys, contributions and the count of each term's, term after term."""
+    if any(ref.block_id not in blobs for _, refs in wanted for ref in refs):
+        raise BlockVanished
+    postings = np.frombuffer(b"".join(blobs[ref.block_id] for _, refs in wanted for ref in refs), dtype=POSTING)
+    counts = [sum(len(blobs[ref.block_id]) for ref in refs) // POSTING.itemsize for _, refs in wanted]
+    weights = np.repeat(np.array([t.weight for t, _ in wanted], dtype=np.float32), counts)
+    if alive is not None:
+        keep = alive[postings["key"]]
+        postings, weights = postings[keep], weights[keep]
+        owner = np.repeat(np.arange(len(wanted)), counts)[keep]
+        counts = np.bincount(owner, minlength=len(wanted)).tolist()
+    return postings["key"].astype(np.int64), posting_impacts(postings, weights, scoring), counts
+
+
+def _partial(parts: Iterable[tuple[np.ndarray, np.ndarray]], size: int, dead: np.ndarray) -> np.ndarray:
+    """Each chunk's sum of the contributions held so far (a lower bound of its score; 0 for removed chunks)."""
+    pairs = list(parts)
+    keys = np.concatenate([p[0] for p in pairs])
+    values = np.concatenate([p[1] for p in pairs])
+    partial = np.bincount(keys, weights=values, minlength=size)
+    partial[dead[dead < size]] = 0.0
+    return partial
+
+
+async def _threshold(
+    partial: np.ndarray,
+    k: int,
+    passing: np.ndarray | None,
+    check: CheckKeys | None,
+    may_pass: Callable[[int], np.ndarray] | None,
+    probe: int,
+) -> float:
+    """The ``k``-th best partial score among chunks known to pass (0 when fewer than ``k`` are known)."""
+    if passing is not None:
+        known = passing[passing < len(partial)]
+        values = partial[known]
+    elif check is not None:
+        ranked = partial if may_pass is None else partial * may_pass(len(partial))
+        candidates = best_keys(ranked, max(probe, 2 * k))
+        values = partial[np.asarray(await check(candidates), dtype=np.int64)] if len(candidates) else partial[:0]
+    else:
+        return 0.0
+    values = values[values > 0]
+    if len(values) < k:
+        return 0.0
+    return float(np.partition(values, len(values) - k)[len(values) - k])
+
+
+def _covering_bound(term: _Term, candidates: np.ndarray) -> np.ndarray:
+    """For each of ``candidates`` (sorted keys), the most ``term`` can add to it: the largest bound of the
+    term's blocks whose key range holds it (0 where none does)."""
+    out = np.zeros(len(candidates))
+    lows = np.searchsorted(candidates, [b.min_key for b in term.blocks], side="left")
+    highs = np.searchsorted(candidates, [b.max_key for b in term.blocks], side="right")
+    for low, high, upper in zip(lows, highs, term.uppers, strict=True):
+        if high > low:
+            np.maximum(out[low:high], upper, out=out[low:high])
+    return out
+
+
+def _blocks_holding(term: _Term, survivors: np.ndarray) -> list[BlockRef]:
+    """The blocks of ``term`` whose key range holds one of ``survivors`` (sorted keys)."""
+    if not len(survivors):
+        return []
+    lows = np.searchsorted(survivors, [b.min_key for b in term.blocks], side="left")
+    highs = np.searchsorted(survivors, [b.max_key for b in term.blocks], side="right")
+    return [b for b, low, high in zip(term.blocks, lows, highs, strict=True) if high > low]

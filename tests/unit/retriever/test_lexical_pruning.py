@@ -1,0 +1,223 @@
+"""Pruned lexical scoring (MaxScore with block bounds) against the exhaustive pass: on random corpora, queries,
+filters, k, removals and rewritten blocks, the k best passing chunks and their scores are the same."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, encode_block
+from services.retriever.engine.lexical.postings import (
+    BlockRef,
+    Bm25Scoring,
+    CorpusCounts,
+    QueryPostings,
+    TermPostings,
+    block_upper_bounds,
+    bm25_scores,
+    posting_impacts,
+    term_weight,
+)
+from services.retriever.engine.lexical.pruning import BlockVanished, pruned_scores
+
+FIELDS = [f for f in POSTING.names or () if f != "key"]
+
+
+@dataclass
+class Corpus:
+    """A query's terms as blocks (with their stored bounds), the corpus counts and the removed keys."""
+
+    refs: list[BlockRef]
+    blobs: dict[int, bytes]
+    scoring: Bm25Scoring
+    dead: np.ndarray
+    chunks: int
+
+
+def _corpus(rng: np.random.Generator) -> Corpus:
+    chunks = int(rng.integers(20, 3000))
+    len_text = rng.integers(1, 400, chunks)
+    len_title = rng.integers(0, 30, chunks)
+    len_section = rng.integers(0, 6, chunks)
+    terms = int(rng.integers(1, 30))
+    refs: list[BlockRef] = []
+    blobs: dict[int, bytes] = {}
+    block_id = 0
+    for term_id in rng.permutation(1000)[:terms]:
+        # Document frequencies from a handful of chunks to nearly all of them (rare and common terms).
+        if rng.random() < 0.5:
+            df = int(min(chunks, max(1, rng.pareto(0.6) * 3)))
+        else:
+            df = max(1, int(chunks * rng.uniform(0.02, 0.6)))
+        keys = np.sort(rng.choice(chunks, df, replace=False))
+        p = np.zeros(df, dtype=POSTING)
+        p["key"] = keys
+        p["tf_text"] = np.minimum(rng.geometric(0.5, df) - (rng.random(df) < 0.2), len_text[keys])
+        p["tf_title"] = np.minimum(rng.geometric(0.7, df) - 1, len_title[keys])
+        p["tf_section"] = np.minimum(rng.geometric(0.8, df) - 1, len_section[keys])
+        p["len_text"], p["len_title"], p["len_section"] = len_text[keys], len_title[keys], len_section[keys]
+        # Blocks as writes and compaction leave them: appended runs of any size, some merged (re-split, so key
+        # ranges may overlap other blocks), some written before blocks had bounds, some thinned by a removal
+        # compaction did not rewrite (bounds left loose).
+        cuts = np.sort(rng.choice(np.arange(1, df), min(df - 1, int(rng.integers(0, 8))), replace=False))
+        parts = np.split(p[rng.permutation(df)] if rng.random() < 0.3 else p, cuts)
+        for part in parts:
+            part = part[np.argsort(part["key"], kind="stable")]
+            block = encode_block(part)
+            bounds = None if rng.random() < 0.01 else block.bounds.as_tuple()
+            if rng.random() < 0.2 and len(part) > 1:
+                part = part[rng.random(len(part)) < 0.7] if (rng.random(len(part)) < 0.7).any() else part[:1]
+            block_id += 1
+            blobs[block_id] = part.tobytes()
+            refs.append(BlockRef(int(term_id), df, block_id, len(part), block.min_key, block.max_key, "1", bounds))
+    weights = rng.choice([0.0, 0.5, 1.0, 2.0], 2)
+    counts = CorpusCounts(chunks, float(len_title.mean()), float(len_section.mean()), float(len_text.mean()))
+    drift = float(rng.choice([1.0, 0.5, 2.0]))  # the mean length moved since the bounds were stored
+    counts = CorpusCounts(chunks, counts.mean_title * drift, counts.mean_section * drift, counts.mean_text * drift)
+    k1, b = float(rng.choice([0.0, 0.9, 1.2, 2.0])), float(rng.choice([0.0, 0.4, 0.75, 1.0]))
+    scoring = Bm25Scoring(k1, b, float(weights[0]), float(weights[1]), counts)
+    dead = np.sort(rng.choice(chunks, int(rng.integers(0, chunks // 10 + 1)), replace=False)).astype(np.int64)
+    return Corpus(refs, blobs, scoring, dead, chunks)
+
+
+def _exhaustive(c: Corpus) -> np.ndarray:
+    terms = []
+    for term_id in sorted({r.term_id for r in c.refs}):
+        mine = [r for r in c.refs if r.term_id == term_id]
+        blob = b"".join(c.blobs[r.block_id] for r in mine)
+        terms.append(TermPostings(mine[0].df, np.frombuffer(blob, dtype=POSTING)))
+    return bm25_scores(QueryPostings.of(terms), c.scoring, c.dead)
+
+
+def _top(scores: np.ndarray, passing: np.ndarray, k: int) -> list[tuple[int, float]]:
+    keys = passing[(passing < len(scores))]
+    keys = keys[scores[keys] > 0]
+    order = np.lexsort((keys, -scores[keys]))[:k]
+    return [(int(keys[i]), float(scores[keys[i]])) for i in order]
+
+
+def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float = 0.0) -> tuple[np.ndarray, int]:
+    reads: list[int] = []
+
+    async def read(refs: Sequence[BlockRef]) -> dict[int, bytes]:
+        reads.extend(r.n for r in refs)
+        return {r.block_id: c.blobs[r.block_id] for r in refs}
+
+    async def check(keys: np.ndarray) -> np.ndarray:
+        return keys[np.isin(keys, passing)]
+
+    got = asyncio.run(
+        pruned_scores(
+            c.refs,
+            c.scoring,
+            c.dead,
+            k,
+            read,
+            passing=passing if known else None,
+            check=check,
+            probe=8,
+            seed_postings=0,
+            seed_share=seed,
+            prune_from=0,
+        )
+    )
+    assert got.postings_read == sum(reads)
+    return got.scores, got.postings_read
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 60),
+    st.sampled_from([1.0, 0.5, 0.05, 0.005]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.1, 0.5]),
+)
+def test_pruned_top_k_equals_the_exhaustive_top_k(
+    seed: int, k: int, share: float, known: bool, seed_share: float
+) -> None:
+    rng = np.random.default_rng(seed)
+    c = _corpus(rng)
+    passing = np.flatnonzero(rng.random(c.chunks) < share)
+    expected = _top(_exhaustive(c), passing, k)
+    scores, _ = _pruned(c, k, passing, known=known, seed=seed_share)
+    assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
+
+
+def test_random_corpora_do_get_pruned() -> None:
+    """The property above is not vacuous: on such corpora most searches leave chunks unscored."""
+    pruned = 0
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        c = _corpus(rng)
+        passing = np.flatnonzero(rng.random(c.chunks) < 0.5)
+        scores, _ = _pruned(c, 10, passing, known=bool(seed % 2))
+        pruned += (scores > 0).sum() < (_exhaustive(c) > 0).sum()
+    assert pruned >= 30
+
+
+def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
+    chunks = 40_000
+    p_common = np.zeros(chunks // 2, dtype=POSTING)
+    p_common["key"] = np.arange(0, chunks, 2)
+    p_common["tf_text"], p_common["len_text"] = 1, 200
+    p_rare = np.zeros(40, dtype=POSTING)
+    p_rare["key"] = np.arange(0, 80, 2)
+    p_rare["tf_text"], p_rare["len_text"] = 3, 200
+    blobs: dict[int, bytes] = {}
+    refs: list[BlockRef] = []
+    for term_id, p, size in ((1, p_common, 1024), (2, p_rare, 1024)):
+        for i in range(0, len(p), size):
+            block = encode_block(p[i : i + size])
+            blobs[len(refs) + 1] = block.postings
+            refs.append(
+                BlockRef(
+                    term_id, len(p), len(refs) + 1, block.n, block.min_key, block.max_key, "1", block.bounds.as_tuple()
+                )
+            )
+    c = Corpus(
+        refs, blobs, Bm25Scoring(0.9, 0.4, 1.0, 0.0, CorpusCounts(chunks, 0, 0, 200.0)), np.zeros(0, int), chunks
+    )
+    everyone = np.arange(chunks)
+    scores, read = _pruned(c, 10, everyone, known=False)
+    assert _top(scores, everyone, 10) == _top(_exhaustive(c), everyone, 10)
+    # The common term cannot lift a chunk without the rare one to the top 10: only its first block is read.
+    assert read == 40 + 1024
+
+
+def test_a_block_bound_covers_every_posting_whatever_the_parameters() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        p = np.zeros(int(rng.integers(1, 50)), dtype=POSTING)
+        for f in FIELDS:
+            p[f] = rng.integers(0, 256 if f != "len_text" else 3000, len(p))
+        s = Bm25Scoring(
+            float(rng.uniform(0, 3)),
+            float(rng.uniform(0, 1)),
+            float(rng.uniform(0, 3)),
+            float(rng.uniform(0, 3)),
+            CorpusCounts(100, *rng.uniform(0.1, 500, 3)),
+        )
+        w = term_weight(s, int(rng.integers(1, 100)))
+        bound = block_upper_bounds(s, np.array([w]), np.array([BlockBounds.of(p).as_tuple()], dtype=float))
+        assert posting_impacts(p, w, s).max() <= bound[0]
+    unknown = block_upper_bounds(s, np.array([w]), np.full((1, 6), np.nan))
+    assert unknown[0] == np.inf  # a block without bounds is never skipped
+
+
+def test_a_block_merged_away_mid_search_is_reported() -> None:
+    c = _corpus(np.random.default_rng(11))
+
+    async def read(refs: Sequence[BlockRef]) -> dict[int, bytes]:
+        return {}
+
+    try:
+        asyncio.run(pruned_scores(c.refs, c.scoring, c.dead, 5, read))
+    except BlockVanished:
+        return
+    raise AssertionError("a missing block went unnoticed")
