@@ -7,6 +7,7 @@ import time
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse
 
 from services.gateway.deps import AnswersDep, OwnerDep
 from services.gateway.schemas.ask import AskRequest, AskResponse
@@ -35,7 +36,7 @@ async def ask(body: AskRequest, answers: AnswersDep, owner: OwnerDep) -> AskResp
     "metrics, done (or error)",
     responses=STREAM_RESPONSES,
 )
-async def ask_stream(body: AskRequest, answers: AnswersDep, owner: OwnerDep) -> StreamingResponse:
+async def ask_stream(body: AskRequest, answers: AnswersDep, owner: OwnerDep) -> EventSourceResponse:
     start = time.perf_counter()
     await answers.context(body, owner)  # 404 as a status, before the stream starts
     return event_stream(answers.stream(body, owner, start))
