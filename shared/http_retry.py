@@ -83,12 +83,16 @@ def _settings(
     deadline: float | None,
     clock: Callable[[], float],
     before_wait: BeforeWait | None,
+    give_up: Callable[[], bool] | None,
 ) -> dict[str, Any]:
     """tenacity's arguments: retry on :class:`RetryableResponse` only; stop after ``max_attempts`` (None: no
-    count) or when the next wait would end past ``deadline`` (a ``clock`` time; None: no deadline)."""
+    count), when the next wait would end past ``deadline`` (a ``clock`` time; None: no deadline), or when
+    ``give_up()``, asked after each failure, says so."""
 
     def stop(state: RetryCallState) -> bool:
         if max_attempts is not None and state.attempt_number >= max_attempts:
+            return True
+        if give_up is not None and give_up():
             return True
         return deadline is not None and clock() + (state.upcoming_sleep or 0.0) > deadline
 
@@ -114,9 +118,10 @@ async def retry_async(
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     before_wait: BeforeWait | None = None,
+    give_up: Callable[[], bool] | None = None,
 ) -> T:
     """``await attempt()`` until it returns, retrying a :class:`RetryableResponse` as :func:`_settings` says."""
-    retrying = AsyncRetrying(sleep=sleep, **_settings(wait, max_attempts, deadline, clock, before_wait))
+    retrying = AsyncRetrying(sleep=sleep, **_settings(wait, max_attempts, deadline, clock, before_wait, give_up))
     return await retrying(attempt)
 
 
@@ -129,6 +134,8 @@ def retry_sync(
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     before_wait: BeforeWait | None = None,
+    give_up: Callable[[], bool] | None = None,
 ) -> T:
     """``attempt()`` until it returns, retrying a :class:`RetryableResponse` as :func:`_settings` says."""
-    return Retrying(sleep=sleep, **_settings(wait, max_attempts, deadline, clock, before_wait))(attempt)
+    settings = _settings(wait, max_attempts, deadline, clock, before_wait, give_up)
+    return Retrying(sleep=sleep, **settings)(attempt)
