@@ -19,8 +19,8 @@ still be matched by the question, so the long list would let descriptors in on f
 Stems. :func:`stem_words` (Snowball English, PyStemmer's C build of the Snowball rules) where a word's forms must
 meet ("statins", "statin"); :func:`prefix_stem`, a cut to six letters, which the claim-support calibration was
 fitted with and which scores that check better than Snowball stems on its labelled set (docs/benchmarks.md);
-:func:`singular` (a plural "s" off) for MeSH descriptors. The lexical search does not use any of these: its analysis is PostgreSQL's
-``to_tsvector('english')``, in the store's SQL, and queries go through the same SQL.
+:func:`singular` (a plural "s" off) for MeSH descriptors. The lexical search does not use any of these: its
+analysis is PostgreSQL's ``to_tsvector('english')``, in the store's SQL, and queries go through the same SQL.
 
 Sentences. A sentence ends at ``.``, ``!`` or ``?`` followed by blanks and then a capital, a digit or an opening
 bracket (:data:`SENTENCE_END`, :data:`SENTENCE_BREAK`, :func:`split_sentences`).
