@@ -15,7 +15,8 @@ DEVSTACK := $(PY) -m devstack
 # CPU-only torch, never a CUDA build (devstack/torch_install.py decides, first match wins): TORCH_PIP_ARGS if
 # given; on macOS plain torch from PyPI (a CPU build; no +cpu build exists there); a torch-$(TORCH_VERSION)+cpu
 # wheel for this Python in $(TORCH_WHEELS) (default ../shared/wheels: no index but PyPI needed); else
-# PyTorch's CPU index ($(TORCH_INDEX_URL)).  Everything else comes pinned from requirements/dev.lock.
+# PyTorch's CPU index ($(TORCH_INDEX_URL)).  Everything else comes pinned from requirements/dev.lock, less the few
+# source-only pins this machine lacks the build tool for (devstack/platform_deps.py says which and what stops working).
 TORCH_VERSION := 2.13.0
 TORCH_WHEELS ?= ../shared/wheels
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
@@ -33,7 +34,8 @@ $(VENV)/.installed: pyproject.toml requirements/dev.lock
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) devstack/torch_install.py --version $(TORCH_VERSION) --wheels '$(TORCH_WHEELS)' \
 	  --index-url '$(TORCH_INDEX_URL)' --pip-args '$(TORCH_PIP_ARGS)'
-	$(PY) -m pip install --no-deps -r requirements/dev.lock
+	$(PY) devstack/platform_deps.py requirements/dev.lock -o $(VENV)/platform.lock
+	$(PY) -m pip install --no-deps -r $(VENV)/platform.lock
 	$(PY) -m pip install --no-deps -e .
 	$(PY) -m pip check
 	$(PY) -c 'import torch, sys; sys.exit("a CUDA build of torch was installed" if torch.version.cuda else 0)'

@@ -17,18 +17,20 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
-from httpx_sse import ServerSentEvent, connect_sse
+from httpx_sse import EventSource, ServerSentEvent, connect_sse
 
 from cli import exits
 from cli.version import cli_version
-from shared.text import parse_retry_after
+from shared.http_retry import RetryableResponse, RetryWait, retry_sync
 
 API_KEY_ENV = "EVIDENTIA_API_KEY"
+
+T = TypeVar("T")
 
 
 class GatewayError(Exception):
@@ -135,6 +137,11 @@ Notify = Callable[[str], None]
 KEEPALIVE_EXPIRY_S = 2.0
 
 
+def _rate_limited(response: httpx.Response) -> RetryableResponse:
+    """A 429 to wait out as its ``Retry-After`` says."""
+    return RetryableResponse.from_headers("HTTP 429", response.headers, status=429, response=response)
+
+
 class GatewayClient:
     """A synchronous httpx client of the gateway, with the key, retries on 429 and readable errors."""
 
@@ -179,24 +186,33 @@ class GatewayClient:
     def close(self) -> None:
         self.http.close()
 
-    def _wait_429(self, response: httpx.Response, attempt: int, deadline: float | None, what: str) -> bool:
-        """Sleep as a 429 asks and return True, or False when out of tries or time.
+    def _retry_429(self, attempt: Callable[[], T], deadline: float | None, what: str) -> T:
+        """``attempt()``, made again as a 429 asks (it raises :class:`RetryableResponse` for one).
 
         With a ``deadline`` (a command that follows a job) a 429 is waited out until the deadline; without
         one, at most ``max_429_retries`` times. The wait is ``Retry-After``, or 1, 2, 4... s for the
         consecutive refusals if longer, plus up to ``jitter`` of it again at random, so clients refused
-        together do not all come back at once."""
-        if deadline is None and attempt >= self.max_429_retries:
-            return False
-        asked = parse_retry_after(response.headers.get("retry-after")) or 0.0
-        wait = max(asked, 2.0 ** min(attempt, 10))  # refused again and again: come back ever later
-        wait = min(wait * (1.0 + self._random.uniform(0.0, self.jitter)), max(asked, self.max_retry_wait))
-        if deadline is not None and time.monotonic() + wait > deadline:
-            return False
-        self.rate_limited += 1
-        self.notify(f"{what}: rate limited by the gateway (429); retrying in {wait:.1f} s")
-        self.sleep(wait)
-        return True
+        together do not all come back at once; at most ``max_retry_wait`` unless the gateway asks for more.
+        When the tries or the time run out, the last :class:`RetryableResponse` is raised."""
+
+        def before_wait(retry: int, failure: RetryableResponse, wait: float) -> None:
+            self.rate_limited += 1
+            self.notify(f"{what}: rate limited by the gateway (429); retrying in {wait:.1f} s")
+
+        wait = RetryWait(
+            backoff=lambda n: 2.0 ** min(n, 10),  # refused again and again: come back ever later
+            jitter=self.jitter,
+            max_wait_s=self.max_retry_wait,
+            rng=self._random,
+        )
+        return retry_sync(
+            attempt,
+            wait=wait,
+            sleep=self.sleep,
+            max_attempts=None if deadline is not None else self.max_429_retries + 1,
+            deadline=deadline,
+            before_wait=before_wait,
+        )
 
     def request(
         self,
@@ -210,18 +226,22 @@ class GatewayClient:
     ) -> httpx.Response:
         """One call; a 429 is retried after ``Retry-After``; any other non-``ok`` status raises."""
         what = what or f"{method} {path}"
-        attempt = 0
-        while True:
+
+        def attempt() -> httpx.Response:
             try:
                 response = self.http.request(method, path, json=json_body)
             except httpx.HTTPError as exc:
                 raise unreachable(exc, self.base_url, what) from None
-            if response.status_code == 429 and self._wait_429(response, attempt, deadline, what):
-                attempt += 1
-                continue
+            if response.status_code == 429:
+                raise _rate_limited(response)
             if response.status_code not in ok:
                 raise error_for(response, what)
             return response
+
+        try:
+            return self._retry_429(attempt, deadline, what)
+        except RetryableResponse as refused:
+            raise error_for(refused.response, what) from None
 
     def get_json(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw).json()
@@ -231,21 +251,29 @@ class GatewayClient:
 
     @contextmanager
     def _sse(self, path: str, body: dict[str, Any], what: str, timeout: float) -> Iterator[Iterator[ServerSentEvent]]:
-        attempt = 0
-        while True:
+        def attempt() -> tuple[ExitStack, EventSource]:
+            """An open stream answered 200, or the error its response is (a 429 to retry)."""
+            opened = ExitStack()
             try:
-                with connect_sse(self.http, "POST", path, json=body, timeout=timeout) as source:
-                    response = source.response
-                    if response.status_code == 429:
-                        response.read()
-                        if self._wait_429(response, attempt, None, what):
-                            attempt += 1
-                            continue
-                    if response.status_code != 200:
-                        response.read()
-                        raise error_for(response, what)
-                    yield source.iter_sse()
-                    return
+                source = opened.enter_context(connect_sse(self.http, "POST", path, json=body, timeout=timeout))
+                response = source.response
+                if response.status_code != 200:
+                    response.read()
+                    raise _rate_limited(response) if response.status_code == 429 else error_for(response, what)
+            except BaseException:
+                opened.close()
+                raise
+            return opened, source
+
+        try:
+            opened, source = self._retry_429(attempt, None, what)
+        except RetryableResponse as refused:
+            raise error_for(refused.response, what) from None
+        except httpx.HTTPError as exc:
+            raise unreachable(exc, self.base_url, what) from None
+        with opened:
+            try:
+                yield source.iter_sse()
             except httpx.HTTPError as exc:
                 raise unreachable(exc, self.base_url, what) from None
 

@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from cli import exits
 from cli._common import console, follow_job, print_json, print_summary, producer, wants_json
 from cli.gateway import Backoff, GatewayClient, GatewayError, client_from_args
 from shared.db.jobs import JobStatus
 from shared.events import DocumentDeleted, DocumentFetched, Event
+from shared.http_retry import RetryableResponse, RetryWait, retry_async
 from shared.settings import Settings, get_settings
 
 
@@ -152,10 +155,12 @@ class JobPoller:
         path = f"/v1/ingest/{self.job_id}"
         backoff = Backoff(initial=1.0, factor=2.0, maximum=15.0)
         outage_since: float | None = None
-        while True:
+
+        async def attempt() -> httpx.Response:
+            nonlocal outage_since
             self.polls += 1
             try:
-                r = await asyncio.to_thread(
+                return await asyncio.to_thread(
                     self.gw.request, "GET", path, what=f"job {self.job_id}", deadline=self.deadline
                 )
             except GatewayError as exc:
@@ -165,23 +170,38 @@ class JobPoller:
                     ) from None
                 if exc.exit_code not in (exits.UNAVAILABLE, exits.TEMPFAIL) or exc.status == 429:
                     raise
-                now = time.monotonic()
-                outage_since = outage_since or now
-                if now - outage_since > self.outage_s or now > self.deadline:
-                    raise GatewayError(
-                        f"{exc.message} (still failing after {now - outage_since:.0f} s; the job may still be "
-                        f"running: follow it with `evidentia ingest --status {self.job_id}`)",
-                        exc.exit_code,
-                        exc.status,
-                        exc.detail,
-                    ) from None
-                wait = backoff.next()
-                console.print(
-                    f"{exc.message}; trying again in {wait:.0f} s", style="yellow", markup=False, highlight=False
-                )
-                await asyncio.sleep(wait)
-                continue
-            return JobStatus.model_validate(r.json())
+                outage_since = outage_since or time.monotonic()
+                raise RetryableResponse(exc.message, status=exc.status, response=exc) from None
+
+        def outage_over() -> bool:
+            now = time.monotonic()
+            return outage_since is not None and (now - outage_since > self.outage_s or now > self.deadline)
+
+        def before_wait(retry: int, failure: RetryableResponse, wait: float) -> None:
+            console.print(
+                f"{failure.problem}; trying again in {wait:.0f} s", style="yellow", markup=False, highlight=False
+            )
+
+        try:
+            r = await retry_async(
+                attempt,
+                wait=RetryWait(backoff=lambda _retry: backoff.next()),
+                sleep=asyncio.sleep,
+                max_attempts=None,
+                give_up=outage_over,
+                before_wait=before_wait,
+            )
+        except RetryableResponse as failure:
+            exc = failure.response
+            assert isinstance(exc, GatewayError) and outage_since is not None
+            raise GatewayError(
+                f"{exc.message} (still failing after {time.monotonic() - outage_since:.0f} s; the job may still be "
+                f"running: follow it with `evidentia ingest --status {self.job_id}`)",
+                exc.exit_code,
+                exc.status,
+                exc.detail,
+            ) from None
+        return JobStatus.model_validate(r.json())
 
 
 async def _via_gateway(args: argparse.Namespace, settings: Settings) -> int:

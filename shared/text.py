@@ -16,10 +16,11 @@ Stop words. :data:`STOP_WORDS` is the one English list for content words. :data:
 list the MeSH expansion drops from a question and a descriptor alike: a descriptor's "Under" or "Other" must
 still be matched by the question, so the long list would let descriptors in on fewer words.
 
-Stems. :func:`stem_words` (Snowball English) where a word's forms must meet ("statins", "statin"); :func:`prefix_stem`,
-a cut to six letters, which the claim-support calibration was fitted with; :func:`singular` (a plural "s" off)
-for MeSH descriptors. The lexical search does not use any of these: its analysis is PostgreSQL's
-``to_tsvector('english')``, in the store's SQL, and queries go through the same SQL.
+Stems. :func:`stem_words` (Snowball English, PyStemmer's C build of the Snowball rules) where a word's forms must
+meet ("statins", "statin"); :func:`prefix_stem`, a cut to six letters, which the claim-support calibration was
+fitted with and which scores that check better than Snowball stems on its labelled set (docs/benchmarks.md);
+:func:`singular` (a plural "s" off) for MeSH descriptors. The lexical search does not use any of these: its
+analysis is PostgreSQL's ``to_tsvector('english')``, in the store's SQL, and queries go through the same SQL.
 
 Sentences. A sentence ends at ``.``, ``!`` or ``?`` followed by blanks and then a capital, a digit or an opening
 bracket (:data:`SENTENCE_END`, :data:`SENTENCE_BREAK`, :func:`split_sentences`).
@@ -75,17 +76,17 @@ def content_words(text: str, *, min_length: int = 2, stop_words: Collection[str]
 
 
 def stem_words(words_: Iterable[str]) -> list[str]:
-    """Snowball (English) stems of lower-cased words, in order (the stemmer is the synthesizer's dependency:
-    loaded on first use, so the services that only split text do not need it)."""
-    out: list[str] = _snowball().stemWords(list(words_))
+    """Snowball (English) stems of lower-cased words, in order (the stemmer is loaded on first use, so the
+    services that only split text never load it)."""
+    out: list[str] = _stemmer().stemWords(list(words_))
     return out
 
 
 @functools.cache
-def _snowball() -> Any:
-    import snowballstemmer  # type: ignore[import-untyped]
+def _stemmer() -> Any:
+    import Stemmer  # type: ignore[import-untyped]  # PyStemmer ships no type information
 
-    return snowballstemmer.stemmer("english")
+    return Stemmer.Stemmer("english")
 
 
 def prefix_stem(word: str, length: int = 6) -> str:

@@ -37,8 +37,8 @@ from services.fetcher.eutils import (
     send_with_retries,
 )
 from shared.events import DocumentFetched
+from shared.http_retry import RetryableResponse, retry_async
 from shared.metrics import NCBI_REQUESTS
-from shared.text import parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -277,11 +277,10 @@ class BookshelfClient(NcbiHttpClient):
         """Stream the package into ``dest`` (rewound and truncated on each retry); its size."""
         url = package_url(self.settings.bookshelf_base_url, package)
         limit = self.settings.bookshelf_max_package_bytes
-        problem = ""
-        for attempt in range(self.policy.max_retries + 1):
+
+        async def attempt() -> int:
             dest.seek(0)
             dest.truncate()
-            retry_after: float | None = None
             try:
                 async with self.http.stream("GET", url) as response:
                     NCBI_REQUESTS.labels(utility="bookshelf-package", status=str(response.status_code)).inc()
@@ -299,18 +298,26 @@ class BookshelfClient(NcbiHttpClient):
                             f"package {package.accession}: HTTP {response.status_code} from {url}",
                             status=response.status_code,
                         )
-                    problem = f"HTTP {response.status_code}"
-                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            except httpx.TimeoutException:
+                    status = response.status_code
+                    raise RetryableResponse.from_headers(f"HTTP {status}", response.headers, status=status)
+            except httpx.TimeoutException as exc:
                 NCBI_REQUESTS.labels(utility="bookshelf-package", status="timeout").inc()
-                problem = "timed out"
+                raise RetryableResponse("timed out") from exc
             except httpx.TransportError as exc:
                 NCBI_REQUESTS.labels(utility="bookshelf-package", status="error").inc()
-                problem = f"connection failed: {exc}"
-            if attempt < self.policy.max_retries:
-                delay = self.policy.backoff(attempt, self._rng)
-                await self._sleep(max(delay, min(retry_after or 0.0, self.policy.retry_after_max_s)))
-        raise BookshelfUnavailable(f"package {package.accession}: gave up after retries: {problem}")
+                raise RetryableResponse(f"connection failed: {exc}") from exc
+
+        try:
+            return await retry_async(
+                attempt,
+                wait=self.policy.wait(self._rng),
+                sleep=self._sleep,
+                max_attempts=self.policy.max_retries + 1,
+            )
+        except RetryableResponse as failure:
+            raise BookshelfUnavailable(
+                f"package {package.accession}: gave up after retries: {failure.problem}"
+            ) from None
 
     async def iter_nxml(self, package: BookshelfPackage) -> AsyncIterator[tuple[str, str, bytes]]:
         """Download one package and yield its usable ``.nxml`` parts."""

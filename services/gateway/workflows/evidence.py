@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sse_starlette import EventSourceResponse
 
 from services.gateway.deps import ScopesDep, SettingsDep
 from services.gateway.schemas.common import Metered, WorkflowStep, check_query_form
@@ -391,5 +392,5 @@ async def evidence(
 )
 async def evidence_stream(
     body: EvidenceRequest, ctx: ContextDep, scopes: ScopesDep, settings: SettingsDep
-) -> StreamingResponse:
+) -> EventSourceResponse:
     return event_stream(EvidenceWorkflow(ctx).events(evidence_allowed(body, scopes, settings)))

@@ -14,6 +14,7 @@ import pytest
 from cli import exits
 from cli._common import follow_job
 from cli.gateway import Backoff, GatewayClient, GatewayError
+from cli.ingest import JobPoller
 from cli.main import build_parser, main
 from shared.db.jobs import JobStatus
 
@@ -206,3 +207,51 @@ def test_idle_connections_are_dropped_before_the_gateway_closes_them() -> None:
     with GatewayClient("http://127.0.0.1:9") as client:
         pool = client.http._transport._pool  # type: ignore[attr-defined]  # httpx's connection pool
         assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S
+
+
+def _poller(statuses: list[int], outage_s: float) -> tuple[JobPoller, list[int]]:
+    served: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        status = statuses.pop(0) if statuses else 200
+        served.append(status)
+        if status != 200:
+            return httpx.Response(status, json={"detail": "restarting"})
+        return httpx.Response(200, json={"job_id": "j", "kind": "pmids", "state": "discovered", "total": 1})
+
+    gw, _ = _client(handler)
+    return JobPoller(gw, "j", deadline=time.monotonic() + 3600, outage_s=outage_s), served
+
+
+async def test_a_gateway_outage_is_polled_through_with_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        slept.append(s)
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    poller, served = _poller([503, 502, 504, 503], outage_s=600)
+    status = await poller()
+    assert status is not None and status.job_id == "j"
+    assert served == [503, 502, 504, 503, 200] and poller.polls == 5
+    assert slept == [1.0, 2.0, 4.0, 8.0]
+
+
+async def test_an_outage_longer_than_allowed_ends_the_command_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake_sleep(s: float) -> None:
+        return None
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    poller, served = _poller([503] * 50, outage_s=-1.0)  # any outage is too long
+    with pytest.raises(GatewayError) as err:
+        await poller()
+    assert err.value.exit_code == exits.UNAVAILABLE and "still failing after" in err.value.message
+    assert "evidentia ingest --status j" in err.value.message
+    assert served == [503]  # given up at the first failure that outlasts outage_s, not retried on
+
+
+async def test_a_job_that_does_not_exist_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    poller, served = _poller([404], outage_s=600)
+    with pytest.raises(GatewayError) as err:
+        await poller()
+    assert err.value.status == 404 and served == [404]
