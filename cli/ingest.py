@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
     src.add_argument("--status", metavar="JOB_ID", help="Follow an existing job.")
     p.add_argument(
         "--source",
-        choices=["pubmed", "pmc", "clinicaltrials"],
+        choices=["pubmed", "pmc", "clinicaltrials", "fda_label"],
         default="pubmed",
         help="Where --query, --ids and --condition go (default pubmed).",
     )
@@ -118,9 +118,8 @@ def _request_body(args: argparse.Namespace, settings: Settings) -> dict[str, Any
     if args.query or args.condition:
         if args.query:
             body["query"] = args.query
-        cap = (
-            settings.clinicaltrials.max_results if args.source == "clinicaltrials" else settings.ncbi.search_max_results
-        )
+        caps = {"clinicaltrials": settings.clinicaltrials.max_results, "fda_label": settings.openfda.max_results}
+        cap = caps.get(args.source, settings.ncbi.search_max_results)
         body["max_results"] = args.max or cap
     elif args.ids:
         body["ids"] = [i.strip() for i in args.ids.split(",") if i.strip()]

@@ -28,6 +28,10 @@ from shared.settings import Settings
             {"source": "clinicaltrials", "ids": ["NCT04000001", "nct05000002"]},
         ),
         (["--query", "aspirin"], {"query": "aspirin", "max_results": 500}),
+        (
+            ["--source", "fda_label", "--query", "warfarin", "--max", "5"],
+            {"source": "fda_label", "query": "warfarin", "max_results": 5},
+        ),
     ],
 )
 def test_a_source_s_query_ids_and_condition_reach_the_gateway_body(
