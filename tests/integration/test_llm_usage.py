@@ -58,14 +58,14 @@ def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
     with stack.http() as http:
         # One question at a time: every call the API answers meanwhile is this question's (the gateway replies
         # only once the synthesizer has finished all of them).
-        asked = {"question": "What is known about AIDS treatment in prisons?"}
+        asked = {"question": "What is known about AIDS treatment in prisons?", "fetch": "never"}
         r = http.post("/v1/ask", json=asked)
         assert r.status_code == 200, r.text
         capture(asked, r, "ask with a key: llm_calls and tokens_used")
         body = r.json()
         first = list(fake.usages)
         events: list[tuple[str, Any]] = []
-        question = {"question": "What is known about AIDS care in correctional facilities?"}
+        question = {"question": "What is known about AIDS care in correctional facilities?", "fetch": "never"}
         with http.stream("POST", "/v1/ask/stream", json=question) as s:
             kind = ""
             for line in s.iter_lines():
@@ -77,6 +77,7 @@ def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
     assert body["mode"] == "llm"
     steps = sorted(c["step"] for c in body["llm_calls"])
     # classify: /v1/ask's query intelligence (the fast model); answer, summary and the support check: the answer.
+    # (PubMed is not searched: ``fetch: never``; a search would add the query's ``enhance`` call, counted too.)
     assert steps == ["answer", "classify", "summary", "support_check"], steps
     assert {c["service"] for c in body["llm_calls"]} == {"synthesizer"}
     answer = next(c for c in body["llm_calls"] if c["step"] == "answer")

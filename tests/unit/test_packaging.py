@@ -121,7 +121,7 @@ def test_the_makefile_pins_the_torch_the_dockerfile_pins() -> None:
     version = re.search(r"^TORCH_VERSION := (\S+)$", make, re.M)
     assert version is not None
     assert f"ARG TORCH_VERSION={version.group(1)}" in docker
-    assert "devstack/torch_install.py" in make and "-r requirements/dev.lock" in make
+    assert "devstack/torch_install.py" in make and "devstack/platform_deps.py requirements/dev.lock" in make
 
 
 # ------------------------------------------------------------------------------------------- extras and imports
