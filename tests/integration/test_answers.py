@@ -62,7 +62,16 @@ def test_stream_sends_the_events_in_order_with_the_tokens_by_seq(stack: Stack, c
     names = [n for n, _, _ in events]
     tokens = [d for n, d, _ in events if n == "token"]
     assert tokens, names
-    assert names == ["retrieval_done", *(["token"] * len(tokens)), "citations", "summary", "metrics", "done"]
+    searching = names.count("fetch")  # a PubMed search at question time (``fetch: auto``) reports first
+    assert names == [
+        *(["fetch"] * searching),
+        "retrieval_done",
+        *(["token"] * len(tokens)),
+        "citations",
+        "summary",
+        "metrics",
+        "done",
+    ]
     assert [t["seq"] for t in tokens] == list(range(len(tokens)))
     retrieval = events[0][1]
     assert retrieval["sources"] and retrieval["conversation_id"]

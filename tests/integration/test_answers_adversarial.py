@@ -46,7 +46,8 @@ def test_no_unverified_id_reaches_the_client_in_any_channel(
     stack: Stack, sample_pmids: list[str], adversary: FakeAnthropic
 ) -> None:
     question = "What is known about AIDS treatment in correctional facilities?"
-    events = _events(stack, {"question": question, "return_sources": True})
+    # The store's sources only (``fetch: never``): what the adversary is given is what the gate allows.
+    events = _events(stack, {"question": question, "return_sources": True, "fetch": "never"})
     kinds = [k for k, _ in events]
     assert kinds[0] == "retrieval_done" and kinds[-1] == "done", kinds
     allowed = {SearchHit.model_validate(s).citation_id for s in events[0][1]["sources"]}

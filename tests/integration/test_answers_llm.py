@@ -45,7 +45,9 @@ def test_llm_stream_reaches_the_client_in_order(stack: Stack, sample_pmids: list
             elif line.startswith("data: "):
                 events.append((kind, json.loads(line.removeprefix("data: "))))
     kinds = [k for k, _ in events]
-    assert kinds[0] == "retrieval_done"
+    # A PubMed search at question time (``fetch: auto``) reports its progress first, then retrieval.
+    first = kinds.index("retrieval_done")
+    assert set(kinds[:first]) <= {"fetch"} and "fetch" not in kinds[first:]
     assert kinds[-1] == "done"
     tokens = [d for k, d in events if k == "token"]
     assert len(tokens) > 1
