@@ -97,3 +97,34 @@ async def test_the_stream_reports_the_trials_step() -> None:
     result = [d for n, d in events if n == "result"]
     assert len(result) == 1
     assert [h["source_id"] for h in result[0]["trials"]] == ["NCT04000001"]
+
+
+# --- the guideline recommendation: stored trials listed, nothing fetched ----------------------------------
+
+GUIDELINE = {"condition": "malaria", "findings": [{"kind": "symptom", "value": "fever 3 days"}]}
+
+
+async def test_recommend_with_include_trials_lists_the_stored_trials_and_fetches_nothing() -> None:
+    app, _, backend = build()
+    backend.trial_hits = [trial_hit("NCT04000001", 1)]
+    async with client(app) as http:
+        r = await http.post("/v1/guidelines/recommend", json={**GUIDELINE, "include_trials": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [h["source_id"] for h in body["trials"]] == ["NCT04000001"]
+    assert backend.source_jobs == [] and backend.ingested == []
+    [trial_search] = [q for q in backend.retrievals if q.filters.sources == ["clinicaltrials"]]
+    guideline_search = backend.retrievals[0]
+    assert trial_search.query_form == guideline_search.query_form  # the same condition and findings
+    assert all(not c["citation_id"].startswith("NCT") for c in body["citations"])  # the plan cites guidelines
+    assert all(p.source != "clinicaltrials" for p in backend.syntheses[-1].passages)
+
+
+async def test_recommend_without_include_trials_does_not_search_trials() -> None:
+    app, _, backend = build()
+    backend.trial_hits = [trial_hit("NCT04000001", 1)]
+    async with client(app) as http:
+        r = await http.post("/v1/guidelines/recommend", json=GUIDELINE)
+    assert r.status_code == 200, r.text
+    assert r.json()["trials"] == []
+    assert all(q.filters.sources != ["clinicaltrials"] for q in backend.retrievals)
