@@ -131,6 +131,21 @@ def ncbi_sources(
     return out
 
 
+def named_source(
+    source: Source,
+    *,
+    query: str | None = None,
+    ids: Sequence[str] = (),
+    condition: str | None = None,
+    intervention: str | None = None,
+) -> SourceRequest:
+    """The request at a source searched by its own fields (ClinicalTrials.gov): a query, ids, and the condition
+    and intervention it names (blank ones left out)."""
+    named = {CONDITION_OPTION: condition, INTERVENTION_OPTION: intervention}
+    options: dict[str, str | bool] = {k: v for k, v in named.items() if v}
+    return SourceRequest(source=source, query=query, ids=list(ids), options=options)
+
+
 _V1_FIELDS = ("query", "pmids", "database", "full_text", "bookshelf_publisher")
 
 

@@ -121,3 +121,34 @@ def test_a_wrong_nct_number_is_refused_and_the_cap_reaches_the_registry_s_search
         assert r.status_code == 202
         status = trials.wait_job(r.json()["job_id"], timeout=TIMEOUT)
     assert status["done"] and status["total"] == 1, status  # the cap reaches the registry's search
+
+
+def test_the_evidence_workflow_ingests_and_returns_the_pair_s_trials(trials: Stack) -> None:
+    """``/v1/evidence`` with ``include_trials``: the registry is searched by condition and intervention, the
+    study found is stored and returned in ``trials``, apart from the literature; the guideline recommendation
+    lists it too (searched only)."""
+    body = {"drug": "semaglutide", "disease": "obesity", "include_trials": True, "ingest": True, "wait_s": TIMEOUT}
+    with trials.http() as http:
+        r = http.post("/v1/evidence", json=body, timeout=TIMEOUT + 60)
+    assert r.status_code == 200, r.text
+    evidence = r.json()
+    disease = evidence["disease"]["normalised"]
+    fake = trials.trials
+    assert fake is not None
+    searches = [p for path, p in fake.requests if path == "/api/v2/studies" and "query.intr" in p]
+    assert searches and all(p["query.intr"] == ["semaglutide"] and p["query.cond"] == [disease] for p in searches)
+    assert evidence["ingestion"]["finished"], evidence["ingestion"]
+    stored = db_fetch(trials.infra.postgres.url, "SELECT document_id FROM documents WHERE source = 'clinicaltrials'")
+    assert [row["document_id"] for row in stored] == [f"clinicaltrials:{RECRUITING}"]  # the other is no match
+    assert {h["source_id"] for h in evidence["trials"]} == {RECRUITING}
+    assert all(h["url"] == f"https://clinicaltrials.gov/study/{RECRUITING}" for h in evidence["trials"])
+    assert "trials" in [s["name"] for s in evidence["steps"]]
+    assert all(h["source"] != "clinicaltrials" for h in evidence["sources"])
+
+    asked = len(fake.requests)
+    guideline = {"condition": "obesity", "findings": [{"kind": "sign", "value": "body weight"}], "include_trials": True}
+    with trials.http() as http:
+        r = http.post("/v1/guidelines/recommend", json=guideline)
+    assert r.status_code == 200, r.text
+    assert {h["source_id"] for h in r.json()["trials"]} == {RECRUITING}
+    assert len(fake.requests) == asked  # searched what is stored: the registry was not asked

@@ -14,11 +14,10 @@ from services.gateway.schemas.ingest import IngestAccepted, IngestRequest
 from shared import provenance
 from shared.db.jobs import JobStatus, job_status
 from shared.events import (
-    CONDITION_OPTION,
     FULL_TEXT_OPTION,
-    INTERVENTION_OPTION,
     IngestRequested,
     SourceRequest,
+    named_source,
     ncbi_sources,
 )
 from shared.ingestion import document_event, submit_documents
@@ -59,9 +58,11 @@ def request_sources(body: IngestRequest) -> list[SourceRequest]:
         text: dict[str, str | bool] = {FULL_TEXT_OPTION: True} if body.full_text else {}
         sources.append(SourceRequest(source="pmc", ids=ids, options=text))
     elif not ncbi and (body.query or ids or body.condition or body.intervention):
-        named = {CONDITION_OPTION: body.condition, INTERVENTION_OPTION: body.intervention}
-        options: dict[str, str | bool] = {k: v for k, v in named.items() if v}
-        sources.append(SourceRequest(source=body.source, query=body.query, ids=ids, options=options))
+        sources.append(
+            named_source(
+                body.source, query=body.query, ids=ids, condition=body.condition, intervention=body.intervention
+            )
+        )
     return sources
 
 

@@ -1,9 +1,9 @@
 """What the workflows need from the running system (:class:`WorkflowBackend`) and the running gateway's
 implementation of it (:class:`GatewayBackend`): retrieval and synthesis over Kafka request/reply, PubMed hit
-counts through the fetcher (``ncbi.requests``: the gateway never calls NCBI), ingestion jobs through
-``ingest.requests``, job states and MeSH headings in PostgreSQL (:mod:`services.gateway.store`); and for
-``/v1/ask``'s live fetch (:mod:`services.gateway.livefetch`) PubMed's best matches, which of them are not stored
-yet, an ingestion job of PMIDs and the documents' pipeline stages.
+counts through the fetcher (``ncbi.requests``: the gateway never calls NCBI), ingestion jobs (PubMed
+searches, or a source's own request) through ``ingest.requests``, job states and MeSH headings in PostgreSQL
+(:mod:`services.gateway.store`); and for ``/v1/ask``'s live fetch (:mod:`services.gateway.livefetch`) PubMed's
+best matches, which of them are not stored yet, an ingestion job of PMIDs and the documents' pipeline stages.
 
 :class:`MeteredBackend` adds the Claude calls the retriever and synthesizer made (they come back in their
 replies) to the current answer's ledger, so a workflow's ``llm_calls`` counts them.
@@ -30,6 +30,7 @@ from shared.events import (
     NcbiCountRequest,
     RetrievalReply,
     RetrievalRequest,
+    SourceRequest,
     SynthesisReply,
     SynthesisRequest,
     ncbi_sources,
@@ -52,6 +53,8 @@ class WorkflowBackend(Protocol):
     async def count(self, term: str, trace_id: str) -> int | None: ...
 
     async def ingest(self, query: str, max_results: int, trace_id: str) -> str: ...
+
+    async def ingest_source(self, source: SourceRequest, max_results: int, trace_id: str) -> str: ...
 
     async def job(self, job_id: str) -> JobStatus | None: ...
 
@@ -79,6 +82,9 @@ class MeteredBackend:
 
     async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
         return await self.inner.ingest(query, max_results, trace_id)
+
+    async def ingest_source(self, source: SourceRequest, max_results: int, trace_id: str) -> str:
+        return await self.inner.ingest_source(source, max_results, trace_id)
 
     async def job(self, job_id: str) -> JobStatus | None:
         return await self.inner.job(job_id)
@@ -132,6 +138,27 @@ class GatewayBackend:
             request=IngestRequested(
                 trace_id=trace_id, job_id=job_id, sources=ncbi_sources(query=query), max_results=max_results
             ),
+        )
+        return job_id
+
+    async def ingest_source(self, source: SourceRequest, max_results: int, trace_id: str) -> str:
+        """One ingestion job at a source other than PubMed (the source-neutral request ``POST /v1/ingest`` sends
+        for it), e.g. ClinicalTrials.gov by condition and intervention."""
+        job_id = uuid.uuid4().hex
+        await submit_documents(
+            self.pool,
+            self.kafka.publish,
+            self.kafka.settings.kafka,
+            job_id=job_id,
+            kind="query",
+            params={
+                "source": source.source,
+                "query": source.query,
+                **source.options,
+                "max_results": max_results,
+                "workflow": "evidence",
+            },
+            request=IngestRequested(trace_id=trace_id, job_id=job_id, sources=[source], max_results=max_results),
         )
         return job_id
 

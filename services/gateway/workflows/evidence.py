@@ -2,7 +2,8 @@
 normalised for PubMed (:mod:`services.gateway.understanding.disease`), the pair expanded into PubMed searches
 (:mod:`services.gateway.understanding.expansion`), their PMIDs fetched (with the ``ingest`` scope), the
 therapeutic-intent query searched over the literature, and the evidence summarised, every finding naming its
-PMIDs. Each step is reported as it runs (the stream's ``step`` events).
+PMIDs. With ``include_trials``, ClinicalTrials.gov is searched for the pair too (fetched with ``ingest``) and its
+studies returned beside the summary, not in it. Each step is reported as it runs (the stream's ``step`` events).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from shared.events import (
     RetrievalRequest,
     SynthesisReply,
     SynthesisRequest,
+    named_source,
     new_trace_id,
 )
 from shared.models import (
@@ -91,6 +93,11 @@ class EvidenceRequest(BaseModel):
     top_k: TopK = Field(DEFAULT_TOP_K, description="Candidates retrieved before the rerank.")
     top_n: AnswerTopN = Field(DEFAULT_TOP_N, description="Passages kept for the synthesis.")
     mode: SearchMode = Field("hybrid+rerank", description="Search method.")
+    include_trials: bool = Field(
+        False,
+        description="Also search ClinicalTrials.gov studies of the pair (condition: the normalised disease, "
+        "intervention: the drug), fetched first with `ingest`; returned in `trials`, apart from the summary.",
+    )
 
     @model_validator(mode="after")
     def _blank(self) -> EvidenceRequest:
@@ -145,13 +152,19 @@ class EvidenceResponse(Metered):
         description="The retrieved passages, strongest evidence first (equal evidence in retrieval order); each "
         "keeps its retrieval `rank`."
     )
+    trials: list[SearchHit] = Field(
+        default_factory=list,
+        description="With `include_trials`: passages of ClinicalTrials.gov studies of the pair, in retrieval "
+        "order, cited `[NCT:...]`; not part of the summary or the answer.",
+    )
     steps: list[WorkflowStep]
     disclaimer: str
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 
 class EvidenceWorkflow(Workflow):
-    """Five steps, each reported as it runs: normalise, expand, fetch, search, synthesize."""
+    """Five steps, each reported as it runs: normalise, expand, fetch, search, synthesize; with
+    ``include_trials`` a sixth, trials, after the search."""
 
     @metered
     async def run(self, body: EvidenceRequest, progress: Progress = no_progress) -> EvidenceResponse:
@@ -160,8 +173,9 @@ class EvidenceWorkflow(Workflow):
         drug = body.drug.strip()
         disease = await self._normalise(run, body, drug, trace_id)
         expansion, queries = await self._expand(run, drug, disease.search_term, body.drug_profile or DrugProfile())
-        ingestion = await self._fetch(run, body, queries, trace_id)
+        ingestion = await self._fetch(run, body, queries, disease.normalised, trace_id)
         hits, therapeutic = await self._search(run, body, drug, disease.normalised, trace_id)
+        trials = await self._trials(run, body, drug, disease.normalised, trace_id) if body.include_trials else []
         synth, summary = await self._synthesize(run, hits, therapeutic, trace_id)
         return EvidenceResponse(
             drug=drug,
@@ -190,6 +204,7 @@ class EvidenceWorkflow(Workflow):
             citations=synth.citations,
             citation_check=synth.citation_check,
             sources=strongest_evidence_first(hits),
+            trials=trials,
             steps=run.steps,
             disclaimer=synth.disclaimer or DISCLAIMER,
             timings_ms=run.total(),
@@ -237,19 +252,23 @@ class EvidenceWorkflow(Workflow):
         return expansion, queries
 
     async def _fetch(
-        self, run: Run, body: EvidenceRequest, queries: list[ExpandedQuery], trace_id: str
+        self, run: Run, body: EvidenceRequest, queries: list[ExpandedQuery], disease: str, trace_id: str
     ) -> IngestionSummary:
-        """One ingestion job per search (with ``ingest``), waited for; each query gets its job's id."""
+        """One ingestion job per search (with ``ingest``), and with ``include_trials`` one at ClinicalTrials.gov
+        for the pair, all waited for; each query gets its job's id."""
         w = self.settings.workflow
         if not body.ingest:
             await run.end("fetch", "skipped", "ingest=false: searching what is stored", time.perf_counter())
             return IngestionSummary(finished=True)
-        t0 = await run.start("fetch", f"{len(queries)} ingestion jobs")
+        t0 = await run.start("fetch", f"{len(queries) + body.include_trials} ingestion jobs")
         ingestion = IngestionSummary(finished=True)
         per_query = body.max_per_query or w.evidence_max_per_query
         for q in queries:
             q.job_id = await self.backend.ingest(q.query, per_query, trace_id)
             ingestion.jobs.append(q.job_id)
+        if body.include_trials:
+            trials = named_source("clinicaltrials", condition=disease, intervention=body.drug.strip())
+            ingestion.jobs.append(await self.backend.ingest_source(trials, per_query, trace_id))
         ingestion = await self._wait_jobs(
             ingestion, body.wait_s if body.wait_s is not None else w.ingest_wait_s, run.progress
         )
@@ -288,6 +307,29 @@ class EvidenceWorkflow(Workflow):
             pmids=[h.pmid for h in hits if h.pmid],
         )
         return hits, reply.rendered_query or form.keywords()
+
+    async def _trials(self, run: Run, body: EvidenceRequest, drug: str, disease: str, trace_id: str) -> list[SearchHit]:
+        """The ClinicalTrials.gov studies of the pair as stored (fetched by the fetch step with ``ingest``)."""
+        form = QueryForm(kind="therapeutic", drug=drug, disease=disease)
+        t0 = await run.start("trials", f"ClinicalTrials.gov: {drug} for {disease}")
+        reply = await self.backend.retrieve(
+            RetrievalRequest(
+                trace_id=trace_id,
+                top_k=body.top_k,
+                top_n=body.top_n,
+                mode=body.mode,
+                filters=SearchFilters(sources=["clinicaltrials"]),
+                query_form=form,
+            )
+        )
+        await run.end(
+            "trials",
+            "done",
+            f"{len(reply.hits)} trial passages from {len({h.document_id for h in reply.hits})} studies",
+            t0,
+            nct_ids=list(dict.fromkeys(h.source_id for h in reply.hits)),
+        )
+        return reply.hits
 
     async def _synthesize(
         self, run: Run, hits: list[SearchHit], therapeutic: str, trace_id: str

@@ -1,7 +1,9 @@
 """The guideline recommendation workflow (``POST /v1/guidelines/recommend``): a condition and clinical findings
 in, the guideline sections they match out, with an Assessment & Plan citing them
-(:mod:`services.gateway.intelligence.guidelines`). Only guideline chunks (Bookshelf sources) are searched; the
-consultation (:mod:`.consult`) runs this same flow once it knows a diagnosis.
+(:mod:`services.gateway.intelligence.guidelines`). Only guideline chunks (Bookshelf sources) are searched for
+the plan; with ``include_trials`` the stored ClinicalTrials.gov studies matching the same query are listed beside
+it (searched, never fetched, and not cited by the plan). The consultation (:mod:`.consult`) runs this same flow
+once it knows a diagnosis.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from shared.models import (
     AnswerTopN,
     QueryForm,
     SearchFilters,
+    SearchHit,
     SearchMode,
     TopK,
     finding_text,
@@ -48,6 +51,11 @@ class GuidelineRequest(BaseModel):
     top_k: TopK = DEFAULT_TOP_K
     top_n: AnswerTopN = DEFAULT_TOP_N
     mode: SearchMode = "hybrid"
+    include_trials: bool = Field(
+        False,
+        description="Also list the stored ClinicalTrials.gov studies matching the condition and findings, in "
+        "`trials` (searched only: nothing is fetched; the plan does not cite them).",
+    )
 
     def query_form(self) -> QueryForm:
         """The condition-findings query searched: the condition, each finding as ``kind: value``, the population."""
@@ -97,6 +105,11 @@ class GuidelineResponse(Metered):
     model: str | None
     citations: list[Citation]
     citation_check: CitationCheck
+    trials: list[SearchHit] = Field(
+        default_factory=list,
+        description="With `include_trials`: passages of the stored ClinicalTrials.gov studies matching the query, "
+        "in retrieval order, cited `[NCT:...]`.",
+    )
     disclaimer: str
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
@@ -158,6 +171,7 @@ class RecommendWorkflow(Workflow):
         t0 = time.perf_counter()
         assessment = await write_assessment(self.llm, body.condition, findings, body.population, hits)
         run.lap("assessment", t0)
+        trials = await self._trials(body, trace_id, run) if body.include_trials else []
         check = synth.citation_check
         if assessment.check.removed:  # what the assessment cited and may not is reported with the rest
             removed = list(dict.fromkeys([*check.removed, *assessment.check.removed]))
@@ -180,9 +194,26 @@ class RecommendWorkflow(Workflow):
             model=synth.model,
             citations=synth.citations,
             citation_check=check,
+            trials=trials,
             disclaimer=synth.disclaimer or DISCLAIMER,
             timings_ms=run.total(),
         )
+
+    async def _trials(self, body: GuidelineRequest, trace_id: str, run: Run) -> list[SearchHit]:
+        """The stored ClinicalTrials.gov studies matching the condition and findings (searched, never fetched)."""
+        t0 = time.perf_counter()
+        reply = await self.backend.retrieve(
+            RetrievalRequest(
+                trace_id=trace_id,
+                top_k=body.top_k,
+                top_n=body.top_n,
+                mode=body.mode,
+                filters=SearchFilters(sources=["clinicaltrials"]),
+                query_form=body.query_form(),
+            )
+        )
+        run.lap("trials", t0)
+        return reply.hits
 
 
 @router.post(

@@ -21,7 +21,7 @@ from services.retriever.engine.queries import render
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.db.jobs import JobStatus
-from shared.events import RetrievalReply, RetrievalRequest, SynthesisReply, SynthesisRequest
+from shared.events import RetrievalReply, RetrievalRequest, SourceRequest, SynthesisReply, SynthesisRequest
 from shared.models import ParsedDocument, SearchFilters, SearchHit
 from shared.settings import GatewaySettings, LlmSettings, Settings, WorkflowSettings
 from tests.fakes.llm_steps import step_llm
@@ -146,6 +146,8 @@ class FakeBackend:
         self.syntheses: list[SynthesisRequest] = []
         self.count_terms: list[str] = []
         self.ingested: list[tuple[str, int]] = []
+        self.source_jobs: list[tuple[SourceRequest, int]] = []
+        self.trial_hits: list[SearchHit] = []
         self.guideline_hits = list(GUIDELINES)
         self.pubmed_hits = list(PUBMED)
         self.labels: list[ParsedDocument] = []
@@ -154,6 +156,8 @@ class FakeBackend:
         """As the retriever: renders the query form (with the retriever's own rendering) and sends it back."""
         self.retrievals.append(request)
         rendered = render(request.query, request.query_form).rerank
+        if request.filters.sources == ["clinicaltrials"]:
+            return RetrievalReply(hits=self.trial_hits, rendered_query=rendered)
         if request.filters.sources == ["fda_label"]:
             return RetrievalReply(hits=label_hits(self.labels, request.filters), rendered_query=rendered)
         if request.filters.sources == ["bookshelf"]:
@@ -176,6 +180,10 @@ class FakeBackend:
     async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
         self.ingested.append((query, max_results))
         return f"job-{len(self.ingested)}"
+
+    async def ingest_source(self, source: SourceRequest, max_results: int, trace_id: str) -> str:
+        self.source_jobs.append((source, max_results))
+        return f"source-job-{len(self.source_jobs)}"
 
     async def job(self, job_id: str) -> JobStatus | None:
         return JobStatus(job_id=job_id, kind="query", state="discovered", total=2, counts={"embedded": 2})
