@@ -73,7 +73,7 @@ def test_stream_sends_the_events_in_order_with_the_tokens_by_seq(stack: Stack, c
         "done",
     ]
     assert [t["seq"] for t in tokens] == list(range(len(tokens)))
-    retrieval = events[0][1]
+    retrieval = events[searching][1]
     assert retrieval["sources"] and retrieval["conversation_id"]
     cites = dict((n, d) for n, d, _ in events)["citations"]
     assert cites["mode"] == "extractive"
