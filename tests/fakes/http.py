@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Self
 
 
-def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
-    """Answer the request ``handler`` serves with ``payload`` as JSON (content type and length set)."""
+def send_json(
+    handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: Mapping[str, str] | None = None
+) -> None:
+    """Answer the request ``handler`` serves with ``payload`` as JSON (content type and length set), with
+    ``headers`` besides (e.g. ``Retry-After``)."""
     data = json.dumps(payload).encode()
     handler.send_response(status)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
     handler.send_header("content-type", "application/json")
     handler.send_header("content-length", str(len(data)))
     handler.end_headers()

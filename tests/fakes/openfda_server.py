@@ -123,15 +123,6 @@ class FakeOpenFda(LocalHttpServer):
                 params = urllib.parse.parse_qs(parsed.query)
                 fake.requests.append(params)
                 status, body, headers = fake._answer(parsed.path, params)
-                if not headers:
-                    send_json(self, status, body)
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in {**headers, "content-type": "application/json"}.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body, headers)
 
         return Handler

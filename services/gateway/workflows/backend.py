@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -126,41 +126,38 @@ class GatewayBackend:
             return None
         return reply.count
 
-    async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
+    async def _submit(
+        self, kind: str, params: dict[str, Any], sources: list[SourceRequest], max_results: int, trace_id: str
+    ) -> str:
+        """One ingestion job of ``sources`` (recorded with ``kind`` and ``params``, as ``POST /v1/ingest`` records
+        its jobs); its id."""
         job_id = uuid.uuid4().hex
         await submit_documents(
             self.pool,
             self.kafka.publish,
             self.kafka.settings.kafka,
             job_id=job_id,
-            kind="query",
-            params={"query": query, "max_results": max_results, "workflow": "evidence"},
-            request=IngestRequested(
-                trace_id=trace_id, job_id=job_id, sources=ncbi_sources(query=query), max_results=max_results
-            ),
+            kind=kind,
+            params=params,
+            request=IngestRequested(trace_id=trace_id, job_id=job_id, sources=sources, max_results=max_results),
         )
         return job_id
+
+    async def ingest(self, query: str, max_results: int, trace_id: str) -> str:
+        params = {"query": query, "max_results": max_results, "workflow": "evidence"}
+        return await self._submit("query", params, ncbi_sources(query=query), max_results, trace_id)
 
     async def ingest_source(self, source: SourceRequest, max_results: int, trace_id: str) -> str:
         """One ingestion job at a source other than PubMed (the source-neutral request ``POST /v1/ingest`` sends
         for it), e.g. ClinicalTrials.gov by condition and intervention."""
-        job_id = uuid.uuid4().hex
-        await submit_documents(
-            self.pool,
-            self.kafka.publish,
-            self.kafka.settings.kafka,
-            job_id=job_id,
-            kind="query",
-            params={
-                "source": source.source,
-                "query": source.query,
-                **source.options,
-                "max_results": max_results,
-                "workflow": "evidence",
-            },
-            request=IngestRequested(trace_id=trace_id, job_id=job_id, sources=[source], max_results=max_results),
-        )
-        return job_id
+        params = {
+            "source": source.source,
+            "query": source.query,
+            **source.options,
+            "max_results": max_results,
+            "workflow": "evidence",
+        }
+        return await self._submit("query", params, [source], max_results, trace_id)
 
     async def job(self, job_id: str) -> JobStatus | None:
         return await job_status(self.pool, job_id)
@@ -194,19 +191,8 @@ class GatewayBackend:
         return await documents_store.unknown_documents(self.pool, document_ids)
 
     async def ingest_pmids(self, pmids: Sequence[str], trace_id: str) -> str:
-        job_id = uuid.uuid4().hex
-        await submit_documents(
-            self.pool,
-            self.kafka.publish,
-            self.kafka.settings.kafka,
-            job_id=job_id,
-            kind="pmids",
-            params={"pmids": list(pmids), "workflow": "ask"},
-            request=IngestRequested(
-                trace_id=trace_id, job_id=job_id, sources=ncbi_sources(pmids=pmids), max_results=max(1, len(pmids))
-            ),
-        )
-        return job_id
+        params = {"pmids": list(pmids), "workflow": "ask"}
+        return await self._submit("pmids", params, ncbi_sources(pmids=pmids), max(1, len(pmids)), trace_id)
 
     async def stages(self, document_ids: Sequence[str]) -> dict[str, str]:
         return await jobs_store.stages(self.pool, document_ids)
