@@ -833,6 +833,12 @@ class AskFetchSettings(BaseSettings):
 
     model_config = _config("EVIDENTIA_ASK_FETCH_")
 
+    default: Literal["auto", "never"] = Field(
+        "auto",
+        description="The mode of a question that names none, for a key with the `ingest` scope (a key without it "
+        "always gets `never`): `never` keeps PubMed out of questions unless one asks for it (e.g. a deployment "
+        "without NCBI access, or a shared test store that must not grow as a side effect).",
+    )
     max_documents: int = Field(
         20, ge=1, le=200, description="Most new PubMed records one question ingests (records already stored are not)."
     )

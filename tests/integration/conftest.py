@@ -187,6 +187,9 @@ def stack_env(infra: Infra, fake_eutils: FakeEutils, fake_trials: FakeClinicalTr
             # No public service is called: RxNav off, openFDA nowhere (a module points them at its fakes).
             "EVIDENTIA_WORKFLOW_RXNAV_URL": "",
             "EVIDENTIA_OPENFDA_URL": "http://127.0.0.1:9",
+            # The store is shared by every module of the session: a question searches PubMed (the fake) only
+            # when it asks to (``fetch``), never as a side effect that grows the store for the modules after it.
+            "EVIDENTIA_ASK_FETCH_DEFAULT": "never",
             "EVIDENTIA_KAFKA_REQUEST_TIMEOUT_S": "30",
             "EVIDENTIA_LOG_FORMAT": "json",
             "EVIDENTIA_LLM_MODEL": "claude-test",

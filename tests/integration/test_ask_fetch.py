@@ -61,7 +61,7 @@ def test_never_answers_from_the_store_without_searching(stack: Stack, served: No
 
 def test_auto_fetches_the_question_s_record_and_cites_it(stack: Stack, served: None) -> None:
     t0 = time.monotonic()
-    request = {"question": FETCHED[1]}  # auth off: every scope, so `fetch` defaults to auto
+    request = {"question": FETCHED[1], "fetch": "auto"}  # the product's default (the test stack's is never)
     with stack.http() as http:
         r = http.post("/v1/ask", json=request)
     elapsed = time.monotonic() - t0

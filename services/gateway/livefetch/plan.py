@@ -42,11 +42,12 @@ STORE_ONLY = FetchPlan(None, "never")
 """No PubMed search (callers other than the ask routes)."""
 
 
-def plan_fetch(requested: FetchMode | None, may_ingest: bool) -> FetchPlan:
-    """The mode in force: ``requested`` (None: ``auto`` for a key that may ingest, else ``never``) as the key's
-    scopes allow. Raises :class:`FetchNotAllowed` for ``always`` without ``ingest``."""
+def plan_fetch(requested: FetchMode | None, may_ingest: bool, default: FetchMode = "auto") -> FetchPlan:
+    """The mode in force: ``requested`` (None: ``default``, the operator's ``EVIDENTIA_ASK_FETCH_DEFAULT``, for a
+    key that may ingest, else ``never``) as the key's scopes allow. Raises :class:`FetchNotAllowed` for
+    ``always`` without ``ingest``."""
     if may_ingest:
-        return FetchPlan(requested, requested or "auto")
+        return FetchPlan(requested, requested or default)
     if requested == "always":
         raise FetchNotAllowed(
             "this API key lacks the `ingest` scope, which `fetch: always` needs (PubMed records are ingested): "

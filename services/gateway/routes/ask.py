@@ -10,10 +10,11 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 from sse_starlette import EventSourceResponse
 
-from services.gateway.deps import AnswersDep, OwnerDep, ScopesDep
+from services.gateway.deps import AnswersDep, OwnerDep, ScopesDep, SettingsDep
 from services.gateway.livefetch.plan import FetchNotAllowed, FetchPlan, plan_fetch
 from services.gateway.schemas.ask import AskRequest, AskResponse
 from services.gateway.sse import STREAM_RESPONSES, event_stream
+from shared.settings import Settings
 
 router = APIRouter(tags=["answers"])
 
@@ -22,10 +23,10 @@ FETCH_403: dict[int | str, dict[str, Any]] = {
 }
 
 
-def fetch_plan(body: AskRequest, scopes: frozenset[str]) -> FetchPlan:
+def fetch_plan(body: AskRequest, scopes: frozenset[str], settings: Settings) -> FetchPlan:
     """The PubMed fetch the caller may have (403 for ``always`` without the ``ingest`` scope)."""
     try:
-        return plan_fetch(body.fetch, "ingest" in scopes)
+        return plan_fetch(body.fetch, "ingest" in scopes, settings.ask_fetch.default)
     except FetchNotAllowed as exc:
         raise HTTPException(403, str(exc)) from exc
 
@@ -40,8 +41,10 @@ def fetch_plan(body: AskRequest, scopes: frozenset[str]) -> FetchPlan:
         **FETCH_403,
     },
 )
-async def ask(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep) -> AskResponse:
-    return await answers.ask(body, owner, time.perf_counter(), fetch_plan(body, scopes))
+async def ask(
+    body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep, settings: SettingsDep
+) -> AskResponse:
+    return await answers.ask(body, owner, time.perf_counter(), fetch_plan(body, scopes, settings))
 
 
 @router.post(
@@ -51,8 +54,10 @@ async def ask(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: Sc
     "token..., citations, summary, metrics, done (or error)",
     responses={**STREAM_RESPONSES, **FETCH_403},
 )
-async def ask_stream(body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep) -> EventSourceResponse:
+async def ask_stream(
+    body: AskRequest, answers: AnswersDep, owner: OwnerDep, scopes: ScopesDep, settings: SettingsDep
+) -> EventSourceResponse:
     start = time.perf_counter()
-    plan = fetch_plan(body, scopes)  # 403 as a status, before the stream starts
+    plan = fetch_plan(body, scopes, settings)  # 403 as a status, before the stream starts
     await answers.context(body, owner)  # 404 as a status, before the stream starts
     return event_stream(answers.stream(body, owner, start, plan))

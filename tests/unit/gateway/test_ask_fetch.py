@@ -45,6 +45,13 @@ def test_the_default_is_auto_for_a_key_that_may_ingest_and_never_otherwise() -> 
         plan_fetch("always", False)
 
 
+def test_the_operator_s_default_applies_to_questions_that_name_no_mode() -> None:
+    assert plan_fetch(None, True, "never").mode == "never"
+    assert plan_fetch("auto", True, "never").mode == "auto"  # asked for: the question's own choice
+    assert plan_fetch(None, False, "auto").mode == "never"  # no `ingest` scope: never, whatever the default
+    assert Settings().ask_fetch.default == "auto"
+
+
 def test_auto_searches_when_fewer_than_three_sources_clear_the_floor() -> None:
     floor = 0.5
     strong = [hit(p, "text", i, dense_score=0.9) for i, p in enumerate(["1", "2", "3"], 1)]
