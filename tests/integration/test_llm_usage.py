@@ -78,7 +78,10 @@ def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
     steps = sorted(c["step"] for c in body["llm_calls"])
     # classify: /v1/ask's query intelligence (the fast model); answer, summary and the support check: the answer.
     # (PubMed is not searched: ``fetch: never``; a search would add the query's ``enhance`` call, counted too.)
-    assert steps == ["answer", "classify", "summary", "support_check"], steps
+    # agreement: how the cited sources stand to the main finding, asked when the answer cites two or more (the
+    # shared store may hold more than one relevant source by the time this module runs).
+    agreement = ["agreement"] if len(body["citations"]) >= 2 else []
+    assert steps == sorted(["answer", "classify", "summary", "support_check", *agreement]), steps
     assert {c["service"] for c in body["llm_calls"]} == {"synthesizer"}
     answer = next(c for c in body["llm_calls"] if c["step"] == "answer")
     assert answer["model"] == "claude-test" == body["model"]
@@ -87,7 +90,7 @@ def test_claude_mode_reports_every_call_and_counts_it_in_prometheus(
     classify = next(c for c in body["llm_calls"] if c["step"] == "classify")
     assert classify["model"] == "claude-haiku-4-5"
     # The tokens the client sees are the tokens the API reported for this question's calls, across Kafka.
-    assert len(first) == 4 and body["tokens_used"] == added_up(first)
+    assert len(first) == 4 + len(agreement) and body["tokens_used"] == added_up(first)
     assert body["tokens_used"]["input_tokens"] > 0 and body["tokens_used"]["output_tokens"] > 0
 
     named = dict(events)
