@@ -27,6 +27,7 @@ WITH_RESULTS, RECRUITING = "NCT04000001", "NCT05000002"
 def trials(stack: Stack) -> Iterator[Stack]:
     fake = stack.trials
     assert fake is not None
+    fake.requests.clear()  # the session's fake: earlier modules (the API fuzzing) may have asked it already
     fake.add_fixture(WITH_RESULTS)
     fake.add_fixture(RECRUITING)
     try:
