@@ -17,6 +17,7 @@ from typing import Any
 
 from services.fetcher.openfda import OpenFdaClient, OpenFdaRefused
 from shared.events import DocumentFetched, SourceRequest
+from shared.ingestion import document_event
 from shared.models import document_id
 from shared.settings import OpenFdaSettings
 from shared.sources import SourceRule
@@ -88,15 +89,7 @@ class FdaLabelSource:
             except LabelError as exc:
                 log.warning("drug label skipped", extra={"job_id": job_id, "error": str(exc)})
                 continue
-            yield DocumentFetched(
-                **({"trace_id": trace_id} if trace_id else {}),
-                document_id=doc.document_id,
-                source=doc.source,
-                source_id=doc.source_id,
-                format="document-json",
-                document=doc,
-                job_id=job_id,
-            )
+            yield document_event(doc, job_id=job_id, trace_id=trace_id)
 
     def identify(self, event: DocumentFetched) -> list[str]:
         return [document_id(FDA_LABEL.name, event.source_id)]
