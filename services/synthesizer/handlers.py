@@ -11,7 +11,13 @@ from faststream.kafka import KafkaBroker, KafkaMessage
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.steps import StepRunner
 from shared.events import ErrorInfo, LlmStepReply, LlmStepRequest, SynthesisReply, SynthesisRequest
-from shared.kafka.reply_server import RecentRequests, progress_while, reply, request_subscriber_options
+from shared.kafka.reply_server import (
+    RecentRequests,
+    acknowledge_receipt,
+    progress_while,
+    reply,
+    request_subscriber_options,
+)
 from shared.kafka.topics import LLM_STEP_REQUESTS, SYNTHESIS_REQUESTS
 from shared.settings import Settings
 
@@ -78,6 +84,7 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
         if not taken.claim(msg.correlation_id):
             log.info("copy of a request already taken here; dropped", extra={"correlation_id": msg.correlation_id})
             return
+        await acknowledge_receipt(msg)  # a restart must not take it again: the model is billed per call
         try:
             async with progress_while(broker, msg, kafka.request_progress_every_s, request.trace_id):
                 if request.stream:
@@ -108,6 +115,7 @@ def register(broker: KafkaBroker, state: SynthesizerState) -> None:
         if not steps_taken.claim(msg.correlation_id):
             log.info("copy of a step already taken here; dropped", extra={"correlation_id": msg.correlation_id})
             return
+        await acknowledge_receipt(msg)
         try:
             async with progress_while(broker, msg, kafka.request_progress_every_s, request.trace_id):
                 answer = await state.steps.run(request)

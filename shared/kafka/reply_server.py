@@ -3,6 +3,8 @@
 A service that answers requests subscribes with :func:`request_subscriber_options`, answers with :func:`reply`,
 keeps a slow caller from resending with :func:`progress_while`, and drops the copy of a request it already took
 with :class:`RecentRequests`. :func:`is_stale` (run by the dead-letter policy) drops a request nobody waits for.
+A handler whose work has a cost outside the process (a model bill) commits the request first with
+:func:`acknowledge_receipt`.
 The caller's side is :mod:`shared.kafka.reply_client`.
 """
 
@@ -15,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.message import StreamMessage
 from faststream.middlewares import AckPolicy
@@ -107,6 +110,30 @@ def request_subscriber_options(kafka: KafkaSettings, topic: str) -> dict[str, An
     if kafka.group_instance_id:
         options["group_instance_id"] = f"{kafka.group_instance_id}.{topic}"
     return options
+
+
+async def acknowledge_receipt(msg: KafkaMessage) -> bool:
+    """Commit the request's offset now, before the handler starts work that must not run twice.
+
+    Request subscribers acknowledge on receipt (:data:`AckPolicy.ACK_FIRST`), which in FastStream means the
+    consumer's *auto-commit*: offsets go to Kafka in the background every ``auto_commit_interval_ms`` (5 s by
+    default). An instance killed inside that window has taken the request without committing it, and when it
+    restarts (static membership gives its partitions straight back) it reads the request again and, inside
+    the caller's timeout, does the work twice: two model calls, two bills, for one question. This commits the
+    consumed offsets of the consumer's partitions (every request it has taken so far, this one included, and
+    never one it has only prefetched) and returns True once Kafka has them. If the commit fails (a rebalance
+    in progress, the coordinator moving), the failure is logged and False returned: the request is still
+    answered, the auto-commit covers it as before.
+    """
+    try:
+        await msg.consumer.commit()
+    except KafkaError as exc:
+        log.warning(
+            "request taken but its offset not committed; a restart within the auto-commit interval may take it again",
+            extra={"correlation_id": msg.correlation_id, "error": repr(exc)},
+        )
+        return False
+    return True
 
 
 def is_stale(msg: KafkaMessage | StreamMessage[Any], max_age_s: float) -> bool:

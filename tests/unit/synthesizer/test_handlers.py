@@ -184,3 +184,30 @@ async def test_start_loads_the_models_before_the_instance_takes_requests(monkeyp
     await state.start()
     assert loaded == ["guard", "support"]
     assert await state.ready()
+
+
+async def test_the_request_is_committed_before_the_model_is_called(
+    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A synthesizer killed during the model call must not take the request again when it restarts."""
+    import services.synthesizer.handlers as handlers
+
+    calls_at_commit: list[int] = []
+
+    async def acknowledge(msg: KafkaMessage) -> bool:
+        calls_at_commit.append(len(fake.requests))
+        return True
+
+    monkeypatch.setattr(handlers, "acknowledge_receipt", acknowledge)
+    broker, got = make(fake)
+    before = len(fake.requests)
+    async with TestKafkaBroker(broker) as br:
+        await br.publish(
+            SynthesisRequest(question=QUESTION, passages=PASSAGES),
+            topic=SYNTHESIS_REQUESTS,
+            correlation_id="c-ack",
+            reply_to=REPLIES,
+        )
+    assert calls_at_commit == [before]  # committed once, with no model call made yet
+    assert len(fake.requests) > before  # and then the model answered
+    assert SynthesisReply.model_validate_json(got[-1][2]).mode == "llm"
