@@ -9,9 +9,9 @@ The data: the bundled PubMedQA questions (``data/samples/pqal_dev500.json``) and
 its own abstract, without its title, is on topic (PubMedQA's questions are their papers' titles reworded: with
 the title every own record covers every concept, which no other paper on the topic would; the body is what a
 paper on the topic shares with the question); the ``--negatives`` other records (title and abstract) covering
-most of its concepts (the best an off-topic store could offer lexically) are off topic. The questions are split into ``--folds``
-folds; for each fold the threshold (a share of the question's concepts, on a grid of tenths) with the best
-balanced accuracy on the other folds is scored on it. The threshold proposed is the one chosen on all the
+most of its concepts (the best an off-topic store could offer lexically) are off topic. The questions are split
+into ``--folds`` folds; for each fold the threshold (a share of the question's concepts, on a grid of tenths)
+with the best balanced accuracy on the other folds is scored on it. The threshold proposed is the one chosen on all the
 questions; ties go to the lower threshold (fewer needless searches).
 """
 
