@@ -12,12 +12,14 @@ paper on the topic shares with the question); the ``--negatives`` other records 
 most of its concepts (the best an off-topic store could offer lexically) are off topic. The questions are split
 into ``--folds`` folds; for each fold the threshold (a share of the question's concepts, on a grid of tenths)
 with the best balanced accuracy on the other folds is scored on it. The threshold proposed is the one chosen on all the
-questions; ties go to the lower threshold (fewer needless searches).
+questions; ties go to the lower threshold (fewer needless searches). ``--beir DIR`` does the same on SciFact's
+training claims (a separate data set: each claim's cited abstract on topic, see :func:`beir_scores`).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import sys
@@ -66,18 +68,54 @@ def best(pos: Sequence[float], neg: Sequence[float]) -> float:
     return max(GRID, key=lambda t: (balanced_accuracy(pos, neg, t), -t))
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+Scores = dict[str, tuple[float, list[float]]]
+"""{question id: (its on-topic record's coverage, the off-topic records' coverages)}."""
+
+
+def pubmedqa_scores(args: argparse.Namespace) -> tuple[Scores, int]:
+    """The PubMedQA questions' scores (the live-fetch benchmark's left out) and how many were left out."""
     questions, records = load()
     pmids = sorted(p for p in questions if p in records)
     held = live_fetch_pmids(pmids, args.bench_seed, args.bench_questions, args.bench_preload)
-    pmids = [p for p in pmids if p not in held]
     whole = {p: text_stems(r) for p, r in records.items()}
-    scores: dict[str, tuple[float, list[float]]] = {}
-    for p in pmids:
+    scores: Scores = {}
+    for p in (p for p in pmids if p not in held):
         concepts = question_concepts(questions[p])
         own = coverage(concepts, text_stems([records[p][1]]))
         others = sorted((coverage(concepts, whole[o]) for o in records if o != p), reverse=True)
         scores[p] = (own, others[: args.negatives])
+    return scores, len(held)
+
+
+def beir_scores(folder: Path, negatives: int) -> Scores:
+    """SciFact's training claims (BEIR layout: ``corpus.jsonl.gz``, ``queries.train.jsonl``,
+    ``qrels/train.tsv``): a claim's cited abstract (title and text; the claims are not its title reworded) is on
+    topic, the ``negatives`` other abstracts covering most of its concepts off topic."""
+    with gzip.open(folder / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        corpus = {d["_id"]: text_stems([d.get("title") or "", d.get("text") or ""]) for d in map(json.loads, f)}
+    claims = {d["_id"]: d["text"] for d in map(json.loads, (folder / "queries.train.jsonl").open(encoding="utf-8"))}
+    gold: dict[str, set[str]] = {}
+    for line in (folder / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+        q, doc, _ = line.split("\t")
+        if doc in corpus:
+            gold.setdefault(q, set()).add(doc)
+    scores: Scores = {}
+    for q, docs in sorted(gold.items()):
+        if q not in claims:
+            continue
+        concepts = question_concepts(claims[q])
+        own = max(coverage(concepts, corpus[d]) for d in docs)
+        others = sorted((coverage(concepts, s) for d, s in corpus.items() if d not in docs), reverse=True)
+        scores[q] = (own, others[:negatives])
+    return scores
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.beir:
+        scores, held = beir_scores(Path(args.beir), args.negatives), 0
+    else:
+        scores, held = pubmedqa_scores(args)
+    pmids = sorted(scores)
     order = list(pmids)
     random.Random(args.seed).shuffle(order)
     folds = [order[i :: args.folds] for i in range(args.folds)]
@@ -101,8 +139,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     neg = [n for s in scores.values() for n in s[1]]
     chosen = best(pos, neg)
     return {
+        "data": f"SciFact train ({args.beir})" if args.beir else "PubMedQA (bundled)",
         "questions": len(pmids),
-        "left_out_for_live_fetch": len(held),
+        "left_out_for_live_fetch": held,
         "negatives_per_question": args.negatives,
         "folds": per_fold,
         "chosen": chosen,
@@ -119,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bench-seed", type=int, default=35, help="bench/live_fetch.py's --seed (its records left out).")
     ap.add_argument("--bench-questions", type=int, default=10)
     ap.add_argument("--bench-preload", type=int, default=30)
+    ap.add_argument("--beir", metavar="DIR", help="SciFact in BEIR layout instead of PubMedQA (see beir_scores).")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     result = run(args)
