@@ -11,9 +11,12 @@ stems, so "fracture" meets "fractures"). A question with no concepts is judged b
 
 The threshold was chosen on held-out data, not on the live-fetch benchmark's questions
 (``bench/on_topic_threshold.py``; figures in docs/benchmarks.md): the bundled PubMedQA questions without the
-benchmark's, in five folds; for each question its own abstract is on topic and the three other abstracts that
-cover most of its concepts (the best an off-topic store could offer) are off topic; the threshold with the best
-balanced accuracy on four folds is scored on the fifth, and :data:`MIN_COVERAGE` is the one chosen on all of them.
+benchmark's, in five folds; for each question its own abstract without its title (the questions are their
+titles reworded) is on topic and the three other records that cover most of its concepts (the best an off-topic
+store could offer) are off topic; the threshold with the best balanced accuracy on four folds is scored on the
+fifth, and :data:`MIN_COVERAGE` is the one chosen on all of them. The test is lexical: where the store is large
+enough to hold abstracts sharing most of a question's words on other topics it is weaker (SciFact's figures in
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
