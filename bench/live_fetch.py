@@ -18,7 +18,8 @@ would hold the best match somewhere near the top.
 What it measures, per question asked one after the other (``POST /v1/ask``, ``fetch: --mode``): whether the
 question's own record is among the answer's sources (the issue's figure, target >= 90 %) and among its
 citations; the time to answer (wall clock, target p50 <= 20 s, fetching, parsing and embedding on the CPU
-included); the fetch report (records ingested in time, pending, waited). The CPU seconds of the stack's
+included); the fetch report (records ingested in time, pending, waited) and the answer's ``timings_ms`` (where the rest
+of the time went). The CPU seconds of the stack's
 processes over the questions and the load average are recorded: on a shared machine the wall clock depends on
 what runs beside.
 """
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "pending": len(fetch.get("pending") or []),
                     "waited_ms": fetch.get("waited_ms"),
                     "reason": fetch.get("reason"),
+                    "timings_ms": body.get("timings_ms"),
                 }
                 rows.append(row)
                 print(f"# {i}/{len(asked)} {json.dumps(row)}", file=sys.stderr)

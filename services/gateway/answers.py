@@ -50,6 +50,7 @@ from services.gateway.errors import sse_error
 from services.gateway.intelligence.interactions import InteractionChecker
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.livefetch.plan import STORE_ONLY, FetchPlan, should_search
+from services.gateway.livefetch.query import question_concepts
 from services.gateway.livefetch.runner import LiveFetcher, Progress, no_progress
 from services.gateway.runtime import TurnLocks
 from services.gateway.schemas import AskRequest, AskResponse
@@ -249,7 +250,9 @@ class AnswerService:
         fetch_ms = 0.0  # of a fetch between two retrievals, not counted as retrieval time
         hits = await self._search(turn)
         if turn.plan.mode != "always":
-            wanted, why = should_search(turn.plan.mode, hits, self.settings.relevance_floor)
+            english = turn.analysis.enhancement.english_question if turn.analysis else turn.standalone
+            concepts = question_concepts(english)
+            wanted, why = should_search(turn.plan.mode, hits, self.settings.relevance_floor, concepts)
             if wanted:
                 fetch_ms = await self._fetch(turn, why, progress)
                 if turn.fetch is not None and turn.fetch.ingested:

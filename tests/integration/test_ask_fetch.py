@@ -10,6 +10,7 @@ question is its article's PubMedQA question.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import time
 from typing import Any
@@ -31,6 +32,30 @@ NEVER = ("23831910", "Double balloon enteroscopy: is it efficacious and safe in 
 STREAMED = ("24183388", "Is the Hawkins sign able to predict necrosis in fractures of the neck of the astragalus?")
 REFUSED = "Do somatostatin analogues improve survival of zebra finches with pancreatic islet tumours?"
 DISTRACTORS = ["10808977", "18251357", "24160268", "25432938"]
+# A topic the store holds (three records on it, ingested first): ``auto`` answers from the store.
+HELD_PMIDS = ["39100001", "39100002", "39100003"]
+HELD_QUESTION = "Does retinoic acid signalling drive zebrafish fin regeneration after amputation?"
+HELD_ABSTRACTS = [
+    "Retinoic acid signalling in the blastema drives zebrafish fin regeneration after amputation of the caudal fin.",
+    "After amputation, zebrafish fin regeneration required retinoic acid signalling: blocking it stopped the blastema.",
+    "We show that retinoic acid signalling controls osteoblast dedifferentiation in zebrafish fin regeneration after "
+    "amputation.",
+]
+
+
+def held_records() -> bytes:
+    """Three PubMed records on :data:`HELD_QUESTION`'s topic."""
+    articles = "".join(
+        f'<PubmedArticle><MedlineCitation Owner="NLM" Status="MEDLINE"><PMID Version="1">{pmid}</PMID>'
+        '<Article PubModel="Print"><Journal><JournalIssue CitedMedium="Print"><PubDate><Year>2021</Year></PubDate>'
+        "</JournalIssue><Title>Developmental Dynamics</Title></Journal>"
+        f"<ArticleTitle>Zebrafish fin regeneration study {i}</ArticleTitle><Abstract><AbstractText>"
+        f"{html.escape(text)}</AbstractText></Abstract><Language>eng</Language></Article></MedlineCitation>"
+        f'<PubmedData><ArticleIdList><ArticleId IdType="pubmed">{pmid}</ArticleId></ArticleIdList></PubmedData>'
+        "</PubmedArticle>"
+        for i, (pmid, text) in enumerate(zip(HELD_PMIDS, HELD_ABSTRACTS, strict=True), 1)
+    )
+    return f"<?xml version='1.0' ?>\n<PubmedArticleSet>{articles}</PubmedArticleSet>".encode()
 
 
 def first_query(question: str) -> str:
@@ -79,6 +104,18 @@ def test_auto_fetches_the_question_s_record_and_cites_it(stack: Stack, served: N
     with stack.http() as http:
         job = http.get(f"/v1/ingest/{fetch['job_id']}").json()
     assert job["total"] == 3
+
+
+def test_auto_answers_from_a_store_that_holds_the_topic_without_searching(stack: Stack, served: None) -> None:
+    stack.fake.add_pubmed_records(held_records())
+    with stack.http() as http:
+        job = http.post("/v1/ingest", json={"pmids": HELD_PMIDS}).json()["job_id"]
+        assert stack.wait_job(job)["done"]
+        body = http.post("/v1/ask", json={"question": HELD_QUESTION, "fetch": "auto"}).json()
+    fetch = body["fetch"]
+    assert fetch["searched"] is False and "stored sources are on topic" in fetch["reason"], fetch
+    assert esearches(stack, HELD_QUESTION) == 0
+    assert {f"pubmed:{p}" for p in HELD_PMIDS} <= {s["document_id"] for s in body["sources"]}
 
 
 def test_the_same_question_uses_the_cached_search(stack: Stack, served: None) -> None:

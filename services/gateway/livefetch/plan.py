@@ -3,8 +3,10 @@ retrieved sources clear the relevance floor.
 
 - ``always``: every question searches PubMed; needs the ``ingest`` scope (fetching is ingestion), else 403.
 - ``auto`` (the default for a key with ``ingest``): PubMed is searched when fewer than :data:`MIN_SOURCES`
-  distinct retrieved sources clear the relevance floor (:func:`shared.models.relevant_hits`, the one rule).
-  Without ``ingest`` it acts as ``never`` and the response says so.
+  distinct retrieved sources are on topic: clear the relevance floor (:func:`shared.models.relevant_hits`, the
+  one rule) and cover the question's concepts (:func:`.topic.on_topic_sources`, the one rule for that; a store
+  of other topics clears the floor of a small embedding model). Without ``ingest`` it acts as ``never`` and the
+  response says so.
 - ``never`` (the default for a key without ``ingest``): the store only.
 """
 
@@ -13,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.gateway.livefetch.query import Concept
+from services.gateway.livefetch.topic import MIN_COVERAGE, on_topic_sources
 from services.gateway.schemas.ask import FetchMode
 from shared.models import SearchHit, relevant_hits
 
 MIN_SOURCES = 3
-"""Fewest distinct sources clearing the relevance floor for ``auto`` to answer from the store alone."""
+"""Fewest distinct on-topic sources for ``auto`` to answer from the store alone."""
 
 NO_SCOPE = (
     "this API key lacks the `ingest` scope, which fetching from PubMed needs: answered from the store only "
@@ -61,13 +65,23 @@ def relevant_sources(hits: Sequence[SearchHit], floor: float) -> int:
     return len({h.citation_id for h in relevant_hits(hits, floor)})
 
 
-def should_search(mode: FetchMode, hits: Sequence[SearchHit], floor: float) -> tuple[bool, str]:
-    """Whether to search PubMed after retrieving ``hits`` from the store, and why (said in the response)."""
+def should_search(
+    mode: FetchMode, hits: Sequence[SearchHit], floor: float, concepts: Sequence[Concept] = ()
+) -> tuple[bool, str]:
+    """Whether to search PubMed after retrieving ``hits`` from the store for a question of ``concepts``
+    (:func:`.query.question_concepts`), and why (said in the response)."""
     if mode == "never":
         return False, "fetch: never"
     if mode == "always":
         return True, "fetch: always"
     n = relevant_sources(hits, floor)
+    on_topic = on_topic_sources(relevant_hits(hits, floor), concepts)
+    share = f"{MIN_COVERAGE:.0%} of the question's concepts"
+    if on_topic >= MIN_SOURCES:
+        return False, f"{on_topic} stored sources are on topic (clear the relevance floor and cover {share})"
     if n >= MIN_SOURCES:
-        return False, f"{n} stored sources clear the relevance floor ({MIN_SOURCES} needed to skip PubMed)"
+        return True, (
+            f"{n} stored sources clear the relevance floor but only {on_topic} cover {share} "
+            f"({MIN_SOURCES} needed to skip PubMed)"
+        )
     return True, f"only {n} stored sources clear the relevance floor (fewer than {MIN_SOURCES})"

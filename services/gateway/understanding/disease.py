@@ -188,6 +188,11 @@ def rule_normalise(raw: str) -> str:
     return text if text and text not in BROADENING_BLOCKLIST else original.lower()
 
 
+def is_staging_qualifier(word: str) -> bool:
+    """Whether the rules strip ``word`` from a disease name as staging or severity ("severe", "metastatic")."""
+    return any(re.fullmatch(p, word, flags=re.IGNORECASE) for p in _STAGING)
+
+
 def with_synonym(term: str, synonym: str | None) -> str:
     if synonym and synonym.lower() != term.lower():
         return f"{term} OR {synonym}"

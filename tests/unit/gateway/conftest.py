@@ -40,7 +40,7 @@ from shared.events import (
 )
 from shared.kafka.reply_client import RemoteError
 from shared.models import SearchHit
-from shared.settings import GatewaySettings, LlmSettings, Settings
+from shared.settings import AskFetchSettings, GatewaySettings, LlmSettings, Settings
 from tests.factories import search_hit
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.llm_steps import step_llm
@@ -247,7 +247,10 @@ def build_app(
     """The app over the fakes. ``claude_intelligence``: the query-intelligence steps (classification,
     translation) run by the synthesizer's step runner in-process against ``fake`` (a
     :class:`~tests.fakes.workflow_anthropic.WorkflowAnthropic` knows their tools); otherwise they are offline."""
-    settings = Settings(gateway=gateway or GatewaySettings())  # type: ignore[call-arg]
+    # Questions that name no ``fetch`` search PubMed (``auto``) only where the test gives a PubMed to search:
+    # the others' fixed hits are the store, whatever ``auto`` would make of them.
+    fetch = AskFetchSettings(default="auto" if pubmed is not None else "never")  # type: ignore[call-arg]
+    settings = Settings(gateway=gateway or GatewaySettings(), ask_fetch=fetch)  # type: ignore[call-arg]
     app = create_app(settings)
     if fake is not None:
         client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake.url, max_retries=0)
