@@ -27,6 +27,7 @@ from shared.events import (
     EvidenceSummary,
     RetrievalReply,
     RetrievalRequest,
+    SynthesisReply,
     SynthesisRequest,
     new_trace_id,
 )
@@ -272,6 +273,18 @@ class QueryWorkflow(Workflow):
             timings_ms=run.total(),
         )
 
+    async def _checked_answer(
+        self, draft: str, sources: list[SearchHit], question: str, trace_id: str
+    ) -> SynthesisReply:
+        """The agent's answer checked by the synthesizer as one it composed: its citations verified and numbered,
+        its claims' support checked, and each citation tied to the source's sentences the claims rest on (a
+        claim no sentence supports marked so)."""
+        return await self.backend.synthesize(
+            SynthesisRequest(
+                trace_id=trace_id, question=question[:10_000], passages=sources, draft=draft, summarize=False
+            )
+        )
+
     async def _agent(
         self,
         body: QueryRequest,
@@ -299,6 +312,12 @@ class QueryWorkflow(Workflow):
             answer, numbered_text = verified.text or INSUFFICIENT, numbered.text or INSUFFICIENT
             citations, check, summary = verified.citations, verified.check, None
             model: str | None = self.llm.model
+            if verified.citations:
+                t1 = time.perf_counter()
+                checked = await self._checked_answer(raw, agent_run.sources, enh.english_question, trace_id)
+                run.lap("synthesis", t1)
+                answer, numbered_text = checked.answer, checked.numbered_answer or checked.answer
+                citations, check = checked.citations, checked.citation_check
         else:
             intelligence.route.append(
                 "agent: no model configured, so the tools were chosen by rules from the "
