@@ -11,9 +11,9 @@ import pytest
 from services.synthesizer.core import Synthesizer
 from shared.events import SynthesisRequest
 from shared.settings import Settings
+from tests.factories import search_hit
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
-from tests.factories import search_hit
 from tests.unit.workflows.conftest import build, client
 
 STATIN = search_hit(
@@ -88,7 +88,9 @@ async def test_a_draft_is_checked_against_every_passage_not_composed() -> None:
     assert reply.citation_check.removed == ["PMID:999"] and reply.summary is None
     spans = {c.citation_id: c.spans for c in reply.citations}
     [statin] = spans["PMID:101"]
-    assert statin.method == "quote" and statin.supported is True and statin.quote == weak.text[statin.start : statin.end]
+    assert (
+        statin.method == "quote" and statin.supported is True and statin.quote == weak.text[statin.start : statin.end]
+    )
     assert statin.document_start == 200 + (statin.start or 0)
     [aspirin] = spans["PMID:202"]
     assert aspirin.supported is False and aspirin.quote is None and aspirin.claim == "Aspirin cures every disease."
