@@ -314,10 +314,10 @@ class QueryWorkflow(Workflow):
             model: str | None = self.llm.model
             if verified.citations:
                 t1 = time.perf_counter()
-                checked = await self._checked_answer(raw, agent_run.sources, enh.english_question, trace_id)
+                spanned = await self._checked_answer(raw, agent_run.sources, enh.english_question, trace_id)
                 run.lap("synthesis", t1)
-                answer, numbered_text = checked.answer, checked.numbered_answer or checked.answer
-                citations, check = checked.citations, checked.citation_check
+                answer, numbered_text = spanned.answer, spanned.numbered_answer or spanned.answer
+                citations, check = spanned.citations, spanned.citation_check
         else:
             intelligence.route.append(
                 "agent: no model configured, so the tools were chosen by rules from the "
