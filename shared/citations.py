@@ -290,7 +290,7 @@ class CitationVerifier:
         else:
             cleaned = with_ids
         # A claim whose only citation was removed is now uncited, and flagged as such.
-        uncited = [s for s in split_sentences(with_ids) if _is_claim(s) and not _CANONICAL.search(s)]
+        uncited = [s for s in _cited_as_written(split_sentences(with_ids)) if _is_claim(s) and not _CANONICAL.search(s)]
         citations = [self._citation(c) for c in sorted(verified, key=self._number)]
         return VerifiedAnswer(
             cleaned,
@@ -434,6 +434,19 @@ def gate_reply(reply: SynthesisReply, allowed: Collection[str]) -> SynthesisRepl
             "citation_check": merge_check(reply.citation_check, gone),
         }
     )
+
+
+def _cited_as_written(sentences: list[str]) -> list[str]:
+    """``sentences`` with the citations opening one ("... benefit. [PMID:1] Harms were rare.") moved to the end of
+    the sentence before it, whose citations they are (as :func:`cited_claims` reads them)."""
+    out: list[str] = []
+    for s in sentences:
+        lead = _LEADING_CITATIONS.match(s)
+        if out and lead is not None and lead.end() < len(s):
+            out[-1] = f"{out[-1]} {lead.group().rstrip()}"
+            s = s[lead.end() :]
+        out.append(s)
+    return out
 
 
 def _tidy(text: str) -> str:
