@@ -164,3 +164,5 @@ def test_agent_answer_citations_carry_spans(stack: Stack, claude: tuple[Workflow
     assert generic and all(s["supported"] is False and s["quote"] is None for s in generic)
     # The check's Claude calls (the support judge) are the synthesizer's, carried back and counted.
     assert any(c["step"] == "support_check" and c["service"] == "synthesizer" for c in body["llm_calls"])
+    agreement = body["agreement"]  # two sources cited: labelled by the synthesizer's step (the fake: all support)
+    assert agreement["status"] == "labelled" and agreement["counts"]["supports"] == len(body["citations"]) >= 2

@@ -71,6 +71,10 @@ async def test_agent_answer_citations_carry_spans(quoting_llm: WorkflowAnthropic
     assert generic and all(s["supported"] is not True for s in generic)
     assert any(s["supported"] is False and s["quote"] is None for s in generic)
     assert body["citation_check"]["claims_checked"] >= 2 and body["citation_check"]["support_method"]
+    # Two sources cited: the synthesizer's agreement step labelled them (the fake: all support), as in /v1/ask.
+    agreement = body["agreement"]
+    assert len(body["citations"]) >= 2 and agreement["status"] == "labelled"
+    assert agreement["counts"]["supports"] == len(body["citations"]) and not agreement["disagree"]
 
 
 async def test_a_draft_is_checked_against_every_passage_not_composed() -> None:
