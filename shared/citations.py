@@ -89,6 +89,7 @@ _TOKEN = re.compile(rf"(?P<own>{_OWN_BARE})|(?P<kind>{_KIND})?{_SEP}(?P<value>{_
 _URL_ID = re.compile(rf"[/=](?P<value>{_VALUE})/?$", re.IGNORECASE)
 _CANONICAL_ID = "(?:" + "|".join(KINDS) + "):[A-Za-z0-9-]+"
 _CANONICAL = re.compile(rf"\[{_CANONICAL_ID}(?:, {_CANONICAL_ID})*\]")
+_LEADING_CITATIONS = re.compile(rf"(?:{_CANONICAL.pattern}[ \t]*)+")
 # How long an open bracket is held back at most: a real citation group closes well before this.
 _MAX_OPEN = 240
 _TRAILING_KIND = re.compile(rf"(?:{_KINDED}|{_KIND}{_SEP})[ \t]*$", re.IGNORECASE)
@@ -289,7 +290,7 @@ class CitationVerifier:
         else:
             cleaned = with_ids
         # A claim whose only citation was removed is now uncited, and flagged as such.
-        uncited = [s for s in split_sentences(with_ids) if _is_claim(s) and not _CANONICAL.search(s)]
+        uncited = [s for s in _cited_as_written(split_sentences(with_ids)) if _is_claim(s) and not _CANONICAL.search(s)]
         citations = [self._citation(c) for c in sorted(verified, key=self._number)]
         return VerifiedAnswer(
             cleaned,
@@ -331,7 +332,8 @@ class CitedClaim:
 def cited_claims(text: str) -> list[CitedClaim]:
     """Each sentence of a verified (canonical) text that cites something, with its place in ``text``.
 
-    A citation standing alone after a full stop ("... benefit. [PMID:1]") belongs to the sentence before it.
+    A citation standing alone after a full stop ("... benefit. [PMID:1]") belongs to the sentence before it, and
+    so does one opening the next sentence ("... benefit. [PMID:1] Harms were rare.").
     """
     pieces: list[tuple[str, int, int]] = []  # sentence text, start, end
     offset = 0
@@ -346,6 +348,11 @@ def cited_claims(text: str) -> list[CitedClaim]:
                 continue
             start = offset + lo + (len(raw) - len(raw.lstrip()))
             end = start + len(s)
+            lead = _LEADING_CITATIONS.match(s)
+            if pieces and lead is not None and lead.end() < len(s) and _CITATION.sub("", s).strip(" \t.;,"):
+                cites = lead.group().rstrip()
+                pieces[-1] = (f"{pieces[-1][0]} {cites}", pieces[-1][1], start + len(cites))
+                s, start = s[lead.end() :], start + lead.end()
             if pieces and not _CITATION.sub("", s).strip(" \t.;,"):
                 pieces[-1] = (f"{pieces[-1][0]} {s}", pieces[-1][1], end)
             else:
@@ -427,6 +434,19 @@ def gate_reply(reply: SynthesisReply, allowed: Collection[str]) -> SynthesisRepl
             "citation_check": merge_check(reply.citation_check, gone),
         }
     )
+
+
+def _cited_as_written(sentences: list[str]) -> list[str]:
+    """``sentences`` with the citations opening one ("... benefit. [PMID:1] Harms were rare.") moved to the end of
+    the sentence before it, whose citations they are (as :func:`cited_claims` reads them)."""
+    out: list[str] = []
+    for s in sentences:
+        lead = _LEADING_CITATIONS.match(s)
+        if out and lead is not None and lead.end() < len(s):
+            out[-1] = f"{out[-1]} {lead.group().rstrip()}"
+            s = s[lead.end() :]
+        out.append(s)
+    return out
 
 
 def _tidy(text: str) -> str:

@@ -803,6 +803,13 @@ class SynthesisRequest(Event):
         description="Display numbers already given in this conversation (citation id -> n), kept stable.",
     )
     summarize: bool = Field(True, description="Also produce the structured evidence summary.")
+    draft: str | None = Field(
+        None,
+        max_length=50_000,
+        description="An answer already written from `passages` (the gateway agent's, Claude having chosen the "
+        "tools): not composed again but checked as a composed one is (its citations verified and numbered, its "
+        "claims' support checked, each citation tied to the sentences it rests on), against every given passage.",
+    )
 
 
 class EmergencyCheck(BaseModel):

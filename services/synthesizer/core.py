@@ -69,6 +69,11 @@ class Synthesizer:
         """Passages worth citing: those that clear the relevance threshold (:func:`shared.models.relevant_hits`)."""
         return relevant_hits(hits, self.settings.relevance_floor)
 
+    def citable(self, req: SynthesisRequest) -> list[SearchHit]:
+        """What the answer may cite: the relevant passages, or for a draft every passage given (its writer saw
+        and chose from them all; what it cites is checked, not what it might have written from)."""
+        return list(req.passages) if req.draft is not None else self.relevant(req.passages)
+
     async def _early(self, req: SynthesisRequest, start: float) -> SynthesisReply | None:
         verdict = await self.guard.acheck(req.question)  # an emergency never reaches the model, whoever asks
         if verdict.emergency:
@@ -127,7 +132,7 @@ class Synthesizer:
         ttft_ms: float | None,
         ledger: UsageLedger | None,
     ) -> SynthesisReply:
-        hits = self.relevant(req.passages)
+        hits = self.citable(req)
         verified = CitationVerifier(hits, req.citation_numbers).verify(raw)
         numbered = CitationVerifier(hits, req.citation_numbers).verify(raw, renumber=True)
         if not verified.citations:
@@ -218,8 +223,11 @@ class Synthesizer:
     async def answer(self, req: SynthesisRequest) -> SynthesisReply:
         """The whole reply to a synthesis request: the answer with its citations checked and their support
         scored, and (when asked) the structured summary. An emergency question gets the emergency reply and
-        passages below the relevance threshold the insufficient-evidence reply, without a model call."""
+        passages below the relevance threshold the insufficient-evidence reply, without a model call. A request
+        with a ``draft`` has that answer checked (:meth:`citable`) instead of one composed."""
         start = time.perf_counter()
+        if req.draft is not None:  # written already (its question guarded by its writer): checked, not composed
+            return await self._finish(req, req.draft, "llm", start, ledger=UsageLedger())
         early = await self._early(req, start)
         if early is not None:
             return early
@@ -242,6 +250,11 @@ class Synthesizer:
         citation gate as it streams: a citation of any other id never leaves, and only an open bracket (or the
         last word) is held back until it is whole. The final reply's ``citation_check`` reports what was removed.
         """
+        if req.draft is not None:  # nothing to generate: the checked draft in one piece
+            reply = await self.answer(req)
+            yield SynthesisToken(trace_id=req.trace_id, seq=0, text=reply.answer)
+            yield reply
+            return
         start = time.perf_counter()
         early = await self._early(req, start)
         if early is not None:

@@ -7,12 +7,14 @@ its prompt plus one id that is not among them; ``record_findings``: the patient'
 travel, and the working diagnosis malaria (0.85) only when fever and travel were both said), overridable
 per tool through ``tool_answers``, and plays a short agent script when the request offers the agent's tools: first
 ``search_literature``, then ``check_drug_interaction`` for a question about an interaction, then a final
-answer citing the sources the tools returned (plus one hallucinated id, which must be removed). Anything
+answer citing the sources the tools returned (plus one hallucinated id, which must be removed; with
+``agent_quotes`` also a claim that is the first source's first sentence, word for word). Anything
 else goes to :class:`FakeAnthropic` unchanged (answers, evidence summaries, streaming).
 """
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
@@ -23,6 +25,16 @@ from tests.fakes.anthropic_server import HALLUCINATED_PMID, FakeAnthropic, Recor
 _CITED = re.compile(r"(?:\[|id=\")((?:PMID|PMCID|NBK|NCT|FDA):[A-Za-z0-9-]+)(?:\]|\")")
 ToolAnswer = dict[str, Any] | Callable[[RecordedRequest], dict[str, Any]]
 FORGED_SECTION = "NBK:NBK000666"  # cited by the fake's assessment, never a retrieved section
+_SOURCE_TEXT = re.compile(r'<source n="\d+" id="([^"]+)">.*?<text>(.*?)</text>', re.DOTALL)
+
+
+def first_sentence(results: str, citation_id: str) -> str | None:
+    """The first sentence of the text of the ``<source>`` block citing ``citation_id`` in a tool's results."""
+    for cid, text in _SOURCE_TEXT.findall(results):
+        if cid == citation_id:
+            m = re.match(r"\s*(.+?[.!?])(?=\s|$)", html.unescape(text), re.DOTALL)
+            return m.group(1) if m else None
+    return None
 
 
 def _line(text: str, label: str) -> str:
@@ -82,6 +94,7 @@ class WorkflowAnthropic(FakeAnthropic):
         super().__init__(**kwargs)
         self.tool_answers: dict[str, ToolAnswer] = {}
         self.agent_drugs: list[str] = ["warfarin", "aspirin"]
+        self.agent_quotes = False
 
     def _respond(self, h: BaseHTTPRequestHandler, rec: RecordedRequest) -> None:
         tools = [t.get("name") for t in rec.body.get("tools") or []]
@@ -145,6 +158,9 @@ class WorkflowAnthropic(FakeAnthropic):
         text = f"The retrieved evidence addresses the question [{ids[0]}]."
         if len(ids) > 1:
             text += f" A second source is consistent with it [{ids[1]}]."
+        quoted = first_sentence(results, ids[0]) if self.agent_quotes else None
+        if quoted is not None:
+            text += f" {quoted} [{ids[0]}]"
         if "interaction" in results.lower():
             text += " The interaction service was consulted as reported above."
         text += f" One claim cites a paper never retrieved [PMID:{HALLUCINATED_PMID}]."

@@ -1,8 +1,11 @@
 """The web page in a real browser (headless Chromium driven by Selenium) against the running services.
 
-Ingest through the page's form and watch the job finish; ask a question and watch the answer stream in;
-click a numbered citation and see its source; save a screenshot (to the test's temporary folder; to the
-README's ``docs/web.png`` with ``EVIDENTIA_UPDATE_SCREENSHOT=1``: a test run leaves the checkout as it was).
+Ingest through the page's form and watch the job finish; ask a question with PubMed searched at question time
+(the fake E-utilities) and watch the fetch progress, then the answer stream in; hover a numbered citation and
+see the sentence it rests on; click it and see its source with that passage highlighted; see why the sources'
+agreement is not labelled offline; save a screenshot (to the test's temporary folder; to the README's
+``docs/web.png`` with ``EVIDENTIA_UPDATE_SCREENSHOT=1``: a test run leaves the checkout as it was). Then, with
+Claude (the fake Messages API), the agreement bar with its counts, and claims no sentence supports marked.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps`` installs them; ``make test``
 runs it first). Without them the test is skipped locally, and fails where ``CI`` is set.
@@ -14,11 +17,14 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Stack
+from services.synthesizer.agreement import OFFLINE
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.integration.conftest import Stack, claude_mode
 from tests.integration.test_answers import corpus  # noqa: F401  (the ingested sample, a module fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -35,6 +41,22 @@ new MutationObserver(() => {
   if (a && a.classList.contains('streaming')) window.__seen.push(a.textContent.length);
 }).observe(document.getElementById('thread'), {subtree: true, childList: true, characterData: true});
 """
+
+# Records every text the current turn's fetch line shows (progress, then the fetch's report).
+WATCH_FETCH = """
+window.__fetch = [];
+new MutationObserver(() => {
+  const f = document.querySelector('#thread .fetch-progress');
+  const t = f ? f.textContent : '';
+  if (t && window.__fetch[window.__fetch.length - 1] !== t) window.__fetch.push(t);
+}).observe(document.getElementById('thread'), {subtree: true, childList: true, characterData: true});
+"""
+NO_SUPPORT = "No sentence of this source supports the claim."
+TWO_SOURCE_QUESTION = "What is known about AIDS treatment in correctional facilities?"  # the sample answers it
+
+
+def _blank(text: str) -> str:
+    return " ".join(text.split())
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +94,7 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     browser: object,
     tmp_path: Path,
 ) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.support import expected_conditions as ec
@@ -96,6 +119,7 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     clinical = [t for t in corpus.values() if re.search(r"treatment|risk|patients|AIDS", t)]
     title = (clinical or list(corpus.values()))[0].rstrip(".")
     driver.execute_script(WATCH_STREAM)
+    driver.execute_script(WATCH_FETCH)
     driver.find_element(By.ID, "question").send_keys(f"What is known about {title.lower()}?")
     driver.find_element(By.ID, "year-from").send_keys("1950")
     Select(driver.find_element(By.ID, "fetch-mode")).select_by_value("always")  # PubMed searched at question time
@@ -109,9 +133,27 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     assert "Extractive answer" in answer.text and "PMID:" not in answer.text
     fetched = driver.find_element(By.CSS_SELECTOR, "#thread .fetch-progress").text
     assert fetched.startswith("PubMed (always): "), fetched  # the fetch's report, after its progress
+    shown = driver.execute_script("return window.__fetch")
+    assert isinstance(shown, list) and shown[0].startswith("Searching PubMed: "), shown  # progress while it ran
+    assert any(t.startswith("PubMed found ") for t in shown), shown
+    assert shown[-1] == fetched and len(shown) >= 3, shown
 
-    # Click the first citation: its source is shown with a PubMed link.
+    # The agreement is not labelled offline, and the page says why.
+    agreement = driver.find_element(By.CSS_SELECTOR, "#thread .agreement").text
+    assert agreement == "Agreement not labelled: " + OFFLINE, agreement
+    assert not driver.find_elements(By.CSS_SELECTOR, "#thread .agreement-bar")
+
+    # Hover the first citation: the sentence its claim rests on is shown (extractive answers quote it).
     cite = answer.find_elements(By.CSS_SELECTOR, "a.cite")[0]
+    quote = cite.get_attribute("data-quote") or ""
+    assert quote and _blank(quote) in _blank(answer.text), (quote, answer.text)
+    tip = driver.find_element(By.ID, "cite-tip")
+    assert not tip.is_displayed()
+    ActionChains(driver).move_to_element(cite).perform()
+    wait.until(lambda d: tip.is_displayed())
+    assert _blank(tip.text).startswith(f"“{_blank(quote)}”"), (tip.text, quote)
+
+    # Click it: its source is shown with a PubMed link and the quoted sentence highlighted in the passage.
     number = cite.get_attribute("data-n")
     cite.click()
     card = driver.find_element(By.ID, "source-card")
@@ -125,6 +167,11 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
     assert source_title and source_title == next(t for p, t in _titles(stack).items() if p == pmid)
     meta = driver.find_element(By.ID, "source-meta").text
     assert f"PMID:{pmid}" in meta
+    marks = driver.find_elements(By.CSS_SELECTOR, "#source-passage mark")
+    assert len(marks) == 1 and _blank(marks[0].text) == _blank(quote), [m.text for m in marks]
+    passage = driver.find_element(By.ID, "source-passage").text
+    stored = _chunk_texts(stack, pmid)
+    assert any(_blank(passage) == _blank(t) for t in stored), (passage, stored)  # the whole stored passage
 
     # The evidence summary and the reference list are shown too.
     assert driver.find_element(By.CSS_SELECTOR, "#summary .badge").text.endswith("evidence")
@@ -134,6 +181,83 @@ def test_ask_stream_click_a_citation_and_ingest_in_a_real_browser(
 
     shot = README_SCREENSHOT if os.environ.get("EVIDENTIA_UPDATE_SCREENSHOT") == "1" else tmp_path / "web.png"
     assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
+
+
+def test_agreement_bar_and_unsupported_claims_with_claude_in_a_real_browser(
+    stack: Stack,
+    corpus: dict[str, str],  # noqa: F811  (the fixture imported above)
+    browser: object,
+) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = browser
+    assert isinstance(driver, WebDriver)
+    wait = WebDriverWait(driver, 120, poll_frequency=0.1)
+    with FakeAnthropic() as fake, every_passage_relevant_with_claude(stack, fake):
+        driver.get(stack.gateway + "/")
+        driver.find_element(By.ID, "question").send_keys(TWO_SOURCE_QUESTION)
+        driver.find_element(By.ID, "ask").click()
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#thread .agreement")))
+        answer = driver.find_element(By.ID, "answer")
+        cites = answer.find_elements(By.CSS_SELECTOR, "a.cite")
+        numbers = {c.get_attribute("data-n") for c in cites}
+        assert len(numbers) >= 2, answer.text  # the fake cites two sources: their agreement is labelled
+        # Every source the fake labels supports the main finding: the bar is all "supports", and counted.
+        counts = driver.find_element(By.CSS_SELECTOR, "#thread .agreement-counts").text
+        assert counts == f"Sources agree: {len(numbers)} supports", counts
+        parts = driver.find_elements(By.CSS_SELECTOR, "#thread .agreement-bar span")
+        assert [p.get_attribute("class") for p in parts] == ["supports"]
+        assert (
+            f"{len(numbers)} sources cited"
+            in driver.find_element(By.CSS_SELECTOR, "#thread .turn > .meta:not(.fetch-progress)").text
+        )
+        # The fake's claims are not in its sources (the honest support judge says so): each is marked, and
+        # hovering one says that no sentence supports it; opening it shows the claim, nothing highlighted.
+        marked = answer.find_elements(By.CSS_SELECTOR, "a.cite.no-support")
+        assert marked, answer.text
+        ActionChains(driver).move_to_element(marked[0]).perform()
+        tip = driver.find_element(By.ID, "cite-tip")
+        wait.until(lambda d: tip.is_displayed())
+        assert tip.text == NO_SUPPORT
+        marked[0].click()
+        wait.until(lambda d: d.find_element(By.ID, "source-card").is_displayed())
+        passage = driver.find_element(By.ID, "source-passage").text
+        assert passage.startswith("No sentence of this source supports: ") and not driver.find_elements(
+            By.CSS_SELECTOR, "#source-passage mark"
+        )
+    assert any(r.uses_tools for r in fake.requests)  # the agreement (and support) calls reached the fake
+
+
+@contextmanager
+def every_passage_relevant_with_claude(stack: Stack, fake: FakeAnthropic) -> Iterator[None]:
+    """The synthesizer and gateway in Claude mode (:func:`claude_mode`), the synthesizer with no relevance floor
+    (an answer needs two sources to compare, and the sample's other records are off-topic); then as they were."""
+    proc = stack.services.processes["synthesizer"]
+    before = dict(proc.env)
+    proc.env = {**before, "EVIDENTIA_RETRIEVAL_MIN_SCORE": "-1"}
+    try:
+        with claude_mode(stack, fake):
+            try:
+                yield
+            finally:  # claude_mode's closing restart then brings the synthesizer back as it was
+                proc.env = {k: v for k, v in proc.env.items() if k != "EVIDENTIA_RETRIEVAL_MIN_SCORE"}
+    finally:
+        proc.env = {k: v for k, v in proc.env.items() if k != "EVIDENTIA_RETRIEVAL_MIN_SCORE"}
+
+
+def _chunk_texts(stack: Stack, pmid: str) -> list[str]:
+    from tests.integration.test_pipeline import db_fetch
+
+    rows = db_fetch(
+        stack.infra.postgres.url,
+        "SELECT c.content AS text FROM chunks c JOIN documents d USING (document_id) WHERE d.pmid = $1",
+        pmid,
+    )
+    return [r["text"] for r in rows]
 
 
 def _titles(stack: Stack) -> dict[str, str]:

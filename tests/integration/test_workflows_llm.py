@@ -16,6 +16,7 @@ import pytest
 from tests.fakes.anthropic_server import HALLUCINATED_PMID
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.fakes.workflow_anthropic import FORGED_SECTION, WorkflowAnthropic
+from tests.integration.capture import capture
 from tests.integration.conftest import Stack
 from tests.integration.workflow_data import DRUG, METFORMIN_PMIDS, ingest_guideline, ingest_labels, serve_metformin
 
@@ -130,3 +131,40 @@ def test_query_translation_and_agent_with_claude(stack: Stack, claude: tuple[Wor
     assert agent["interaction"]["configured"] is True and agent["interaction"]["status"] == "found"
     assert f"PMID:{HALLUCINATED_PMID}" in agent["citation_check"]["removed"]
     assert agent["citations"] and {c["citation_id"] for c in agent["citations"]} <= set(steps[0]["source_ids"])
+
+
+def test_agent_answer_citations_carry_spans(stack: Stack, claude: tuple[WorkflowAnthropic, FakeRxNav]) -> None:
+    """The agent's answer goes through the synthesizer's check over Kafka: each citation has the spans its claims
+    rest on; a claim quoting its source is tied to that sentence, one no sentence supports is marked so."""
+    fake, _ = claude
+    fake.agent_quotes = True
+    asked = {"question": "Does warfarin interact with aspirin?", "mode": "agent"}
+    try:
+        with stack.http() as http:
+            r = http.post("/v1/query", json=asked, timeout=120)
+    finally:
+        fake.agent_quotes = False
+    assert r.status_code == 200, r.text
+    capture(asked, r, "query agent: citation spans")
+    body = r.json()
+    assert body["agent"]["planner"] == "llm" and body["mode"] == "llm" and body["citations"]
+    assert f"PMID:{HALLUCINATED_PMID}" in body["citation_check"]["removed"]
+    sources = {s["chunk_id"]: s for s in body["sources"]}
+    spans = [(c, s) for c in body["citations"] for s in c["spans"]]
+    assert all(c["spans"] and c["created_at"] for c in body["citations"])
+    for c, span in spans:
+        assert span["claim"].rstrip(".") in body["answer"][span["answer_start"] : span["answer_end"]]
+        if span["quote"] is not None:
+            source = sources[span["chunk_id"]]
+            assert source["document_id"] == c["document_id"]
+            assert span["quote"] == source["text"][span["start"] : span["end"]]
+    quoted = [s for _, s in spans if s["method"] == "quote"]
+    assert quoted and all(s["supported"] is True and s["quote"] == s["claim"] for s in quoted)
+    generic = [s for _, s in spans if s["claim"] == "The retrieved evidence addresses the question."]
+    assert generic and all(s["supported"] is False and s["quote"] is None for s in generic)
+    # The check's Claude calls (the support judge) are the synthesizer's, carried back and counted.
+    assert any(c["step"] == "support_check" and c["service"] == "synthesizer" for c in body["llm_calls"])
+    # Two sources cited: the synthesizer's agreement step was asked about them, and its outcome is in the response
+    # (the labels themselves are checked in the unit tests: this fake does not read hyphenated label ids).
+    assert len(body["citations"]) >= 2 and body["agreement"]["status"] in ("labelled", "failed")
+    assert any(c["step"] == "agreement" and c["service"] == "synthesizer" for c in body["llm_calls"])

@@ -21,12 +21,14 @@ from services.gateway.understanding.routing import check_interaction, interactio
 from services.gateway.workflows.base import ContextDep, Run, Workflow, WorkflowContext, metered, workflow_router
 from shared.citations import INSUFFICIENT, CitationVerifier
 from shared.events import (
+    Agreement,
     Citation,
     CitationCheck,
     EmergencyCheck,
     EvidenceSummary,
     RetrievalReply,
     RetrievalRequest,
+    SynthesisReply,
     SynthesisRequest,
     new_trace_id,
 )
@@ -103,6 +105,11 @@ class QueryResponse(Metered):
     citations: list[Citation]
     citation_check: CitationCheck
     summary: EvidenceSummary | None
+    agreement: Agreement | None = Field(
+        None,
+        description="Where the cited sources agree and disagree on the answer's main finding (as in `/v1/ask`); "
+        "None where no answer was composed or checked by the synthesizer.",
+    )
     emergency: EmergencyCheck | None = Field(
         None, description="Mode `emergency`: why the emergency guard answered instead of the literature."
     )
@@ -265,11 +272,24 @@ class QueryWorkflow(Workflow):
             citations=synth.citations,
             citation_check=synth.citation_check,
             summary=synth.summary,
+            agreement=synth.agreement,
             disclaimer=synth.disclaimer or DISCLAIMER,
             sources=strongest_evidence_first(hits) if body.return_sources else [],
             intelligence=intelligence,
             interaction=interaction,
             timings_ms=run.total(),
+        )
+
+    async def _checked_answer(
+        self, draft: str, sources: list[SearchHit], question: str, trace_id: str
+    ) -> SynthesisReply:
+        """The agent's answer checked by the synthesizer as one it composed: its citations verified and numbered,
+        its claims' support checked, and each citation tied to the source's sentences the claims rest on (a
+        claim no sentence supports marked so)."""
+        return await self.backend.synthesize(
+            SynthesisRequest(
+                trace_id=trace_id, question=question[:10_000], passages=sources, draft=draft, summarize=False
+            )
         )
 
     async def _agent(
@@ -298,7 +318,14 @@ class QueryWorkflow(Workflow):
             mode = "llm" if verified.citations or not agent_run.sources else "insufficient-evidence"
             answer, numbered_text = verified.text or INSUFFICIENT, numbered.text or INSUFFICIENT
             citations, check, summary = verified.citations, verified.check, None
+            agreement: Agreement | None = None
             model: str | None = self.llm.model
+            if verified.citations:
+                t1 = time.perf_counter()
+                spanned = await self._checked_answer(raw, agent_run.sources, enh.english_question, trace_id)
+                run.lap("synthesis", t1)
+                answer, numbered_text = spanned.answer, spanned.numbered_answer or spanned.answer
+                citations, check, agreement = spanned.citations, spanned.citation_check, spanned.agreement
         else:
             intelligence.route.append(
                 "agent: no model configured, so the tools were chosen by rules from the "
@@ -317,12 +344,13 @@ class QueryWorkflow(Workflow):
             )
             run.lap("synthesis", t1)
             answer, numbered_text = synth.answer, synth.numbered_answer or synth.answer
-            citations, check, model, summary, mode = (
+            citations, check, model, summary, mode, agreement = (
                 synth.citations,
                 synth.citation_check,
                 synth.model,
                 synth.summary,
                 synth.mode,
+                synth.agreement,
             )
             answer_language = "en"
             checked = next((s for s in agent_run.steps if s.tool == "check_drug_interaction"), None)
@@ -342,6 +370,7 @@ class QueryWorkflow(Workflow):
             citations=citations,
             citation_check=check,
             summary=summary,
+            agreement=agreement,
             disclaimer=DISCLAIMER,
             sources=strongest_evidence_first(agent_run.sources) if body.return_sources else [],
             intelligence=intelligence,

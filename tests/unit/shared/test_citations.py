@@ -222,3 +222,12 @@ def test_gate_reply_cleans_every_field_and_reports() -> None:
     assert out.summary.supporting_pmids == ["123"]
     assert set(out.citation_check.removed) == {"PMID:555", "PMID:999", "PMID:888", "PMID:777"}
     assert gate_reply(out, {"PMID:123"}) == out  # idempotent
+
+
+def test_a_citation_opening_a_sentence_cites_the_one_before_it() -> None:
+    out = CitationVerifier([hit("1"), hit("2")]).verify(
+        "Statins lower the LDL level a lot. [PMID:1] The interaction service was consulted as reported. "
+        "Harms were rare in all of the trials [PMID:2]."
+    )
+    assert out.check.uncited_sentences == ["The interaction service was consulted as reported."]
+    assert out.check.verified == ["PMID:1", "PMID:2"]

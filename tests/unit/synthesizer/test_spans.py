@@ -101,3 +101,18 @@ async def test_an_unsupported_claim_has_no_quote_and_an_unchecked_one_is_left_op
     assert aspirin.claim == claim
     (statin,) = spans["PMID:101"]
     assert statin.supported is None and statin.quote  # not checked: the closest sentence, not a verdict
+
+
+def test_a_citation_opening_the_next_sentence_belongs_to_the_one_before() -> None:
+    text = "Statins lower LDL. [PMID:1] Harms were rare [PMID:2]. Third. [PMID:3, PMID:4] Plain end."
+    claims = cited_claims(text)
+    assert [(c.plain, c.ids) for c in claims] == [
+        ("Statins lower LDL.", ["PMID:1"]),
+        ("Harms were rare.", ["PMID:2"]),
+        ("Third.", ["PMID:3", "PMID:4"]),
+    ]
+    assert [text[c.start : c.end] for c in claims] == [
+        "Statins lower LDL. [PMID:1]",
+        "Harms were rare [PMID:2].",
+        "Third. [PMID:3, PMID:4]",
+    ]
