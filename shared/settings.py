@@ -826,6 +826,13 @@ class WorkflowSettings(BaseSettings):
     interaction_passages: int = Field(
         8, ge=1, le=50, description="Label passages the drug interaction check reads of each drug's label."
     )
+    consult_plan_min_confidence: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="The confidence (0-1) at which a differential diagnosis the model proposes in a guideline "
+        "consultation (`/v1/guidelines/consult`) gets its own guideline plan; the caller's diagnoses always do.",
+    )
 
 
 class AskFetchSettings(BaseSettings):

@@ -107,9 +107,12 @@ async def test_a_malformed_extraction_falls_back_to_the_rules(fake: WorkflowAnth
     fake.tool_answers["record_findings"] = {"findings": [{"type": "lab", "text": "x"}], "diagnosis": None}
     app, _, backend = build(fake)
     body = (await consult(app, {"messages": DIAGNOSABLE})).json()
-    assert body["extraction"] == "rules" and body["status"] == "needs_findings" and backend.retrievals == []
+    assert body["extraction"] == "rules" and body["status"] == "needs_findings" and body["recommendation"] is None
     assert body["findings"] and all(f["source"] == "rules" for f in body["findings"])
     assert any("extraction failed" in n for n in body["notes"])
+    # the differentials still come from the rules' findings: the likely one is planned, nothing else retrieved
+    assert [(d["diagnosis"], d["planned"]) for d in body["differentials"]] == [("Malaria", True), ("Typhoid fever", False)]
+    assert [r.query_form.condition for r in backend.retrievals if r.query_form] == ["Malaria"]
 
 
 async def test_offline_the_callers_diagnosis_and_the_rules_findings_give_the_recommendation() -> None:
