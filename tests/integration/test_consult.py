@@ -209,7 +209,7 @@ def test_with_claude_the_findings_and_diagnosis_then_the_recommendation(
     )
     assert request_replies(after, "llm.steps.requests") > request_replies(before, "llm.steps.requests")
     assert request_replies(after, "retrieval.requests") == request_replies(before, "retrieval.requests") + 1
-    [extract] = [r for r in claude.requests if (r.body.get("tool_choice") or {}).get("name") == "record_findings"]
+    [*_, extract] = [r for r in claude.requests if (r.body.get("tool_choice") or {}).get("name") == "record_findings"]
     assert '<message from="patient">I have had a fever for 3 days' in extract.user_text
 
 
@@ -220,7 +220,7 @@ def test_with_claude_no_diagnosis_yet_asks_for_the_missing_findings_and_retrieve
     assert status == 200, body
     assert body["status"] == "needs_findings" and body["recommendation"] is None
     assert body["diagnosis"] is None and body["findings"] == [
-        {"type": "symptom", "text": "fever for 3 days", "value": "3 days", "source": "llm"}
+        {"type": "symptom", "text": "fever for 3 days", "value": "3 days", "source": "llm", "turn": 1}
     ]
     assert body["missing"] == [
         "Have you travelled recently, and where to?",
