@@ -494,8 +494,8 @@ class LlmSettings(BaseSettings):
         description=(
             "A cheap, fast Claude model for the small steps: disease-name normalisation, search-term expansion, "
             "question classification and enhancement (translation), follow-up rewriting, the claim-support "
-            "check and the consultation's findings extraction. Set it to `EVIDENTIA_LLM_MODEL` to use one model "
-            "for everything."
+            "check and the consultation's findings extraction and differentials. Set it to `EVIDENTIA_LLM_MODEL` "
+            "to use one model for everything."
         ),
     )
     temperature: float = Field(0.3, ge=0, le=1, description="Sampling temperature.")
