@@ -96,7 +96,7 @@ def _json(value: Any) -> Any:
 
 
 class MemoryConsultationStore:
-    """The same contract in memory, for one process (tests, and a gateway without PostgreSQL)."""
+    """The same contract in memory, for one process: what the workflow tests run the route on."""
 
     def __init__(self) -> None:
         self.rows: dict[str, ConsultationState] = {}
