@@ -16,11 +16,15 @@ plan citing section title paths; another consultation id is a 404.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import asyncpg
 import pytest
 
+from services.gateway.intelligence.consult_state import ConsultationState
+from services.gateway.store.consultations import ConsultationConflict, PgConsultationStore, new_consultation_id
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
 from tests.integration.capture import capture
 from tests.integration.conftest import Stack
@@ -228,3 +232,36 @@ def test_with_claude_no_diagnosis_yet_asks_for_the_missing_findings_and_retrieve
     ]
     assert request_replies(after, "llm.steps.requests") > request_replies(before, "llm.steps.requests")
     assert request_replies(after, "retrieval.requests") == request_replies(before, "retrieval.requests")
+
+
+def test_the_store_refuses_a_turn_that_lost_the_race_and_keeps_the_stored_one(stack: Stack, guideline: None) -> None:
+    """Two turns read the same state; the one saved second is refused (the route's 409) and changes nothing."""
+    status, first, _, _ = consult(stack, {"messages": TURN_1, "diagnosis": "Malaria"})
+    assert status == 200, first
+    cid = first["consultation_id"]
+
+    async def race() -> None:
+        pool = await asyncpg.create_pool(stack.infra.postgres.url, min_size=1, max_size=2)
+        assert pool is not None
+        try:
+            store = PgConsultationStore(pool)
+            a, b = await store.get(cid, None), await store.get(cid, None)
+            assert a is not None and b is not None and a.turns == 1
+            a.turns, a.diagnoses = 2, ["Malaria", "Dengue"]
+            await store.save(a, 1)
+            b.turns, b.diagnoses = 2, ["Malaria", "Typhoid fever"]
+            with pytest.raises(ConsultationConflict):
+                await store.save(b, 1)
+            with pytest.raises(ConsultationConflict):  # a new consultation under a taken id
+                await store.save(b, 0)
+            kept = await store.get(cid, None)
+            assert kept is not None and (kept.turns, kept.diagnoses) == (2, ["Malaria", "Dengue"])
+            owned = ConsultationState(new_consultation_id(), "key-a", turns=1, diagnoses=["Malaria"])
+            await store.save(owned, 0)
+            assert await store.get(owned.consultation_id, "key-b") is None  # another key's
+            mine = await store.get(owned.consultation_id, "key-a")
+            assert mine is not None and mine.diagnoses == ["Malaria"] and await store.get(cid, "key-b") is not None
+        finally:
+            await pool.close()
+
+    asyncio.run(race())
