@@ -38,6 +38,7 @@ COMMANDS: tuple[str, ...] = (
     "bulk",
     "eval",
     "evidence",
+    "consult",
     "docs",
     "demo",
 )

@@ -859,6 +859,7 @@ LlmStepName = Literal[
     "broader_disease",
     "assessment",
     "extract_findings",
+    "differentials",
     "rewrite_followup",
     "agent_turn",
 ]

@@ -494,8 +494,8 @@ class LlmSettings(BaseSettings):
         description=(
             "A cheap, fast Claude model for the small steps: disease-name normalisation, search-term expansion, "
             "question classification and enhancement (translation), follow-up rewriting, the claim-support "
-            "check and the consultation's findings extraction. Set it to `EVIDENTIA_LLM_MODEL` to use one model "
-            "for everything."
+            "check and the consultation's findings extraction and differentials. Set it to `EVIDENTIA_LLM_MODEL` "
+            "to use one model for everything."
         ),
     )
     temperature: float = Field(0.3, ge=0, le=1, description="Sampling temperature.")
@@ -825,6 +825,13 @@ class WorkflowSettings(BaseSettings):
     rxnav_timeout_s: float = Field(10.0, gt=0, description="Timeout of one RxNav call.")
     interaction_passages: int = Field(
         8, ge=1, le=50, description="Label passages the drug interaction check reads of each drug's label."
+    )
+    consult_plan_min_confidence: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="The confidence (0-1) at which a differential diagnosis the model proposes in a guideline "
+        "consultation (`/v1/guidelines/consult`) gets its own guideline plan; the caller's diagnoses always do.",
     )
 
 

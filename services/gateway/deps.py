@@ -21,6 +21,7 @@ from services.gateway.kafka import GatewayKafka
 from services.gateway.livefetch.runner import LiveFetcher, PubmedSearch
 from services.gateway.runtime import Gateway, TurnLocks
 from services.gateway.store.cache import PgCache
+from services.gateway.store.consultations import ConsultationStore, PgConsultationStore
 from services.gateway.store.conversations import ConversationStore, PgConversationStore
 from services.gateway.understanding.analysis import QueryAnalyser
 from services.gateway.understanding.rewrite import FollowUpRewriter
@@ -85,6 +86,14 @@ def get_conversation_store(pool: PoolDep) -> ConversationStore:
 
 
 ConversationStoreDep = Annotated[ConversationStore, Depends(get_conversation_store)]
+
+
+def get_consultation_store(pool: PoolDep) -> ConsultationStore:
+    """The stored guideline consultations (``/v1/guidelines/consult`` with ``consultation_id``)."""
+    return PgConsultationStore(pool)
+
+
+ConsultationStoreDep = Annotated[ConsultationStore, Depends(get_consultation_store)]
 
 
 def get_answer_kafka(kafka: KafkaDep) -> AnswerKafka:

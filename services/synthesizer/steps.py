@@ -3,7 +3,8 @@
 The gateway asks for a step by name with its inputs (``llm.steps.requests``, :class:`shared.events.LlmStepRequest`)
 and gets the forced tool call's input back (:class:`shared.events.LlmStepReply`), or ``output=None`` without an
 API key or when the call fails or is malformed; it then uses its rule-based fallback and checks what it got.
-The ``extract_findings`` step's output is also checked here (:func:`consult_output`; malformed: None).
+The ``extract_findings`` step's output is also checked here (:func:`consult_output`; malformed: None), and the
+``differentials`` step's against the finding ids it was given (:mod:`.differentials`).
 The structured steps run on the fast model (``EVIDENTIA_LLM_FAST_MODEL``); the guideline assessment, which
 is answer writing, on ``EVIDENTIA_LLM_MODEL``. Every call goes through :mod:`shared.llm` (service
 ``synthesizer``) and is sent back in the reply's ``llm_calls``.
@@ -20,6 +21,7 @@ from typing import Any, Literal
 import anthropic
 from pydantic import TypeAdapter, ValidationError
 
+from services.synthesizer import differentials
 from shared.events import ErrorInfo, LlmStepName, LlmStepReply, LlmStepRequest
 from shared.llm import anthropic_client, create_message, usage_scope
 from shared.models import CLINICAL_FINDING_TYPES, SearchHit
@@ -315,8 +317,9 @@ class Step:
     usage_step: str
     """The step's name in the usage records and metrics."""
     model: Literal["fast", "main"] = "fast"
-    check: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
-    """Checks the tool's input; None when it is malformed (the reply's output is then None)."""
+    check: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any] | None] | None = None
+    """Checks the tool's input (against the step's inputs); None when it is malformed (the reply's output is
+    then None)."""
 
 
 def _fixed(schema: dict[str, Any]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
@@ -383,7 +386,16 @@ STEPS: dict[LlmStepName, Step] = {  # the forced-tool steps (rewrite_followup an
         _fixed(EXTRACT_SCHEMA),
         1200,
         "extract_findings",
-        check=consult_output,
+        check=lambda raw, _inputs: consult_output(raw),
+    ),
+    "differentials": Step(  # a ranked differential from the consultation's findings: the fast model
+        differentials.prompt,
+        "record_differentials",
+        "Record the differential diagnosis, most likely first, with confidences and what would separate them.",
+        _fixed(differentials.SCHEMA),
+        1200,
+        "differentials",
+        check=differentials.differentials_output,
     ),
 }
 
@@ -495,7 +507,7 @@ class StepRunner:
         with usage_scope() as ledger:
             output = await self._tool(step, model, prompt, schema)
         if output is not None and step.check is not None:
-            checked = step.check(output)
+            checked = step.check(output, request.inputs)
             if checked is None:
                 log.warning("LLM step gave a malformed tool input", extra={"tool": step.tool})
             output = checked

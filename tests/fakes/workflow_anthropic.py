@@ -4,7 +4,9 @@
 plausible inputs (``record_disease_term``, ``record_broader_term``, ``record_organ_term``,
 ``record_search_terms``, ``classify_query``, ``rewrite_query``, ``record_assessment``: the sections of
 its prompt plus one id that is not among them; ``record_findings``: the patient's fever, pregnancy and
-travel, and the working diagnosis malaria (0.85) only when fever and travel were both said), overridable
+travel, and the working diagnosis malaria (0.85) only when fever and travel were both said;
+``record_differentials``: with fever and travel among the findings malaria (0.85) and typhoid fever (0.2),
+with fever alone malaria (0.25) and influenza (0.2), citing the findings' own ids), overridable
 per tool through ``tool_answers``, and plays a short agent script when the request offers the agent's tools: first
 ``search_literature``, then ``check_drug_interaction`` for a question about an interaction, then a final
 answer citing the sources the tools returned (plus one hallucinated id, which must be removed; with
@@ -82,6 +84,45 @@ def _default(name: str, rec: RecordedRequest) -> dict[str, Any]:
             return {"findings": findings, "diagnosis": "Malaria", "confidence": 0.85, "missing": []}
         asks = ["Have you travelled recently, and where to?", "Has a malaria blood smear or rapid test been done?"]
         return {"findings": findings, "diagnosis": None, "confidence": 0.0, "missing": asks}
+    if name == "record_differentials":
+        found = re.findall(r'<finding id="([^"]+)" type="[^"]*">(.*?)</finding>', text, re.DOTALL)
+        fever = [i for i, t in found if "fever" in t.lower()]
+        travel = [i for i, t in found if "mozambique" in t.lower()]
+        if fever and travel:
+            return {
+                "differentials": [
+                    {
+                        "diagnosis": "Malaria",
+                        "confidence": 0.85,
+                        "supporting_finding_ids": fever + travel,
+                        "separating_findings": ["Malaria rapid diagnostic test or blood smear"],
+                    },
+                    {
+                        "diagnosis": "Typhoid fever",
+                        "confidence": 0.2,
+                        "supporting_finding_ids": fever,
+                        "separating_findings": ["Blood culture", "Abdominal pain or constipation?"],
+                    },
+                ]
+            }
+        if fever:
+            return {
+                "differentials": [
+                    {
+                        "diagnosis": "Malaria",
+                        "confidence": 0.25,
+                        "supporting_finding_ids": fever,
+                        "separating_findings": ["Have you travelled recently, and where to?"],
+                    },
+                    {
+                        "diagnosis": "Influenza",
+                        "confidence": 0.2,
+                        "supporting_finding_ids": fever,
+                        "separating_findings": ["Cough, sore throat or muscle pain?"],
+                    },
+                ]
+            }
+        return {"differentials": []}
     if name == "rewrite_query":
         q = _line(text, "Question")
         english = "What is the treatment of malaria in pregnancy?" if "paludisme" in q else q

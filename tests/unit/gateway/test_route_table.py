@@ -77,7 +77,7 @@ ROUTES: dict[tuple[str, str], tuple[str, list[str], list[str], str | None]] = {
     ),
     ("POST", "/v1/guidelines/consult"): (
         "consult_v1_guidelines_consult_post",
-        ["200", "422"],
+        ["200", "404", "409", "422"],
         ["workflows"],
         "ConsultResponse",
     ),

@@ -16,6 +16,7 @@ from services.gateway.app import create_app
 from services.gateway.intelligence.cache import MemoryCache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.store.consultations import MemoryConsultationStore
 from services.gateway.workflows.base import WorkflowContext
 from services.retriever.engine.queries import render
 from services.synthesizer.core import Synthesizer
@@ -241,6 +242,8 @@ def build(
     app.dependency_overrides[deps.get_workflow_cache] = lambda: cache
     app.dependency_overrides[deps.get_workflow_llm] = lambda: llm
     app.dependency_overrides[deps.get_rxnav] = lambda: rxnav
+    consultations = MemoryConsultationStore()
+    app.dependency_overrides[deps.get_consultation_store] = lambda: consultations
     return app, WorkflowContext(settings, backend, cache, llm, rxnav), backend
 
 

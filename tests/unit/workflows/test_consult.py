@@ -107,9 +107,15 @@ async def test_a_malformed_extraction_falls_back_to_the_rules(fake: WorkflowAnth
     fake.tool_answers["record_findings"] = {"findings": [{"type": "lab", "text": "x"}], "diagnosis": None}
     app, _, backend = build(fake)
     body = (await consult(app, {"messages": DIAGNOSABLE})).json()
-    assert body["extraction"] == "rules" and body["status"] == "needs_findings" and backend.retrievals == []
+    assert body["extraction"] == "rules" and body["status"] == "needs_findings" and body["recommendation"] is None
     assert body["findings"] and all(f["source"] == "rules" for f in body["findings"])
     assert any("extraction failed" in n for n in body["notes"])
+    # the differentials still come from the rules' findings: the likely one is planned, nothing else retrieved
+    assert [(d["diagnosis"], d["planned"]) for d in body["differentials"]] == [
+        ("Malaria", True),
+        ("Typhoid fever", False),
+    ]
+    assert [r.query_form.condition for r in backend.retrievals if r.query_form] == ["Malaria"]
 
 
 async def test_offline_the_callers_diagnosis_and_the_rules_findings_give_the_recommendation() -> None:
@@ -189,3 +195,149 @@ def test_the_rules_read_the_patient_only_and_skip_negations() -> None:
     ]
     assert all(f.source == "rules" for f in rule_findings(messages))
     assert rule_questions(rule_findings(messages)) == ["Is the patient pregnant (and if so, which trimester)?"]
+
+
+# A consultation continued over turns (consultation_id): the state is kept in the consultation store.
+
+TURN_1 = [{"role": "user", "content": "I have had a fever for 3 days."}]
+TURN_2 = [
+    {"role": "assistant", "content": "Have you travelled recently?"},
+    {"role": "user", "content": "Yes, I came back from Mozambique. I am pregnant, first trimester."},
+]
+
+
+async def test_with_claude_a_second_turn_continues_the_consultation_and_the_findings_accumulate(
+    fake: WorkflowAnthropic,
+) -> None:
+    app, _, backend = build(fake)
+    first = (await consult(app, {"messages": TURN_1})).json()
+    assert first["turn"] == 1 and first["status"] == "needs_findings" and backend.retrievals == []
+    assert [(d["diagnosis"], d["confidence"], d["planned"]) for d in first["differentials"]] == [
+        ("Malaria", 0.25, False),  # below the plan threshold (0.3): no plan, nothing retrieved
+        ("Influenza", 0.2, False),
+    ]
+    assert first["differentials"][0]["separating_findings"] == ["Have you travelled recently, and where to?"]
+    assert first["plan_min_confidence"] == 0.3
+
+    second = (await consult(app, {"messages": TURN_2, "consultation_id": first["consultation_id"]})).json()
+    assert second["consultation_id"] == first["consultation_id"] and second["turn"] == 2
+    assert [(f["type"], f["text"], f["turn"]) for f in second["findings"]] == [
+        ("symptom", "fever for 3 days", 1),  # from turn 1, kept
+        ("pregnancy", "pregnant, first trimester", 2),
+        ("history", "travel to Mozambique", 2),
+    ]
+    # the extraction read the whole interview, the differentials all the findings so far
+    extracts = [r for r in fake.requests if (r.body.get("tool_choice") or {}).get("name") == "record_findings"]
+    assert "I have had a fever for 3 days." in extracts[-1].user_text and "Mozambique" in extracts[-1].user_text
+    malaria, typhoid = second["differentials"]
+    assert (malaria["diagnosis"], malaria["rank"], malaria["source"], malaria["planned"]) == ("Malaria", 1, "llm", True)
+    assert malaria["supporting_findings"] == ["fever for 3 days", "travel to Mozambique"]
+    assert (typhoid["diagnosis"], typhoid["planned"], typhoid["recommendation"]) == ("Typhoid fever", False, None)
+    # Malaria is also the working diagnosis: one plan serves both, citing guideline section title paths
+    assert second["status"] == "recommended" and second["diagnosis"] == "Malaria"
+    assert malaria["recommendation"] == second["recommendation"]
+    assert [r.query_form.condition for r in backend.retrievals if r.query_form] == ["Malaria"]
+    plan = malaria["recommendation"]["plan"]
+    assert plan and all(p["sections"] and all(" > " in s for s in p["sections"]) for p in plan)
+
+
+async def test_each_differential_at_the_threshold_gets_its_own_plan(fake: WorkflowAnthropic) -> None:
+    fake.tool_answers["record_differentials"] = lambda rec: {
+        "differentials": [
+            {"diagnosis": d, "confidence": c, "supporting_finding_ids": ["F1"], "separating_findings": []}
+            for d, c in (("Typhoid fever", 0.3), ("Malaria", 0.6), ("Dengue", 0.29))
+        ]
+    }
+    app, _, backend = build(fake)
+    body = (await consult(app, {"messages": DIAGNOSABLE})).json()
+    assert [(d["diagnosis"], d["planned"]) for d in body["differentials"]] == [
+        ("Malaria", True),
+        ("Typhoid fever", True),  # at the threshold
+        ("Dengue", False),
+    ]
+    conditions = sorted(r.query_form.condition for r in backend.retrievals if r.query_form)
+    assert conditions == ["Malaria", "Typhoid fever"]  # one retrieval each; the working diagnosis shares Malaria's
+    typhoid = body["differentials"][1]["recommendation"]
+    assert typhoid["condition"] == "Typhoid fever" and typhoid["query"].startswith("Typhoid fever.")
+
+
+async def test_a_malformed_differential_is_refused_and_only_the_callers_are_listed(fake: WorkflowAnthropic) -> None:
+    fake.tool_answers["record_differentials"] = {
+        "differentials": [
+            {"diagnosis": "Malaria", "confidence": 1.4, "supporting_finding_ids": ["F1"], "separating_findings": []}
+        ]
+    }
+    app, _, _ = build(fake)
+    body = (await consult(app, {"messages": DIAGNOSABLE, "diagnosis": "Typhoid fever"})).json()
+    assert [(d["diagnosis"], d["source"], d["confidence"]) for d in body["differentials"]] == [
+        ("Typhoid fever", "caller", None)
+    ]
+    assert any("differential step failed" in n for n in body["notes"])
+
+
+async def test_offline_the_callers_diagnoses_are_the_differentials_and_are_kept_for_later_turns() -> None:
+    app, _, backend = build()
+    first = (await consult(app, {"messages": TURN_1, "diagnosis": "Malaria"})).json()
+    assert [(d["diagnosis"], d["source"], d["confidence"], d["planned"]) for d in first["differentials"]] == [
+        ("Malaria", "caller", None, True)
+    ]
+    assert any("offline" in n and "no differential" in n for n in first["notes"])
+    assert first["differentials"][0]["recommendation"] == first["recommendation"]
+    # the next turn gives no diagnosis: the stored one is used; a second one is added and planned too
+    second = (await consult(app, {"messages": TURN_2, "consultation_id": first["consultation_id"]})).json()
+    assert (second["status"], second["diagnosis"], second["diagnosis_source"]) == ("recommended", "Malaria", "caller")
+    assert {(f["text"], f["turn"]) for f in second["findings"]} >= {
+        ("fever for 3 days", 1),
+        ("travel to Mozambique", 2),
+    }
+    assert "Malaria in pregnancy" in second["recommendation"]["top_section"]  # the later findings reach the search
+    third = (
+        await consult(
+            app,
+            {
+                "messages": [{"role": "user", "content": "No rash."}],
+                "consultation_id": first["consultation_id"],
+                "diagnosis": "Typhoid fever",
+            },
+        )
+    ).json()
+    assert [(d["diagnosis"], d["planned"]) for d in third["differentials"]] == [
+        ("Malaria", True),
+        ("Typhoid fever", True),
+    ]
+    assert third["diagnosis"] == "Typhoid fever" and third["turn"] == 3
+    assert third["llm_calls"] == [] and len(backend.retrievals) == 4  # 1 + 1 + 2 plans
+
+
+async def test_an_unknown_consultation_is_404_with_the_reason_and_stores_nothing() -> None:
+    app, _, backend = build()
+    r = await consult(app, {"messages": TURN_1, "diagnosis": "Malaria", "consultation_id": "0" * 32})
+    assert r.status_code == 404 and "no consultation" in r.json()["detail"] and backend.retrievals == []
+    r = await consult(app, {"messages": TURN_1, "diagnosis": "Malaria", "consultation_id": "../x"})
+    assert r.status_code == 422 and "consultation_id" in r.text
+
+
+async def test_a_key_continues_only_its_own_consultations() -> None:
+    from services.gateway.security import key_digest
+    from shared.settings import GatewaySettings
+
+    gateway = GatewaySettings(api_key_hashes=f"{key_digest('alice-key')}, {key_digest('bob-key')}")  # type: ignore[call-arg]
+    app, _, _ = build(gateway=gateway)
+    body = {"messages": TURN_1, "diagnosis": "Malaria"}
+    async with client(app, "alice-key") as alice, client(app, "bob-key") as bob:
+        started = (await alice.post("/v1/guidelines/consult", json=body)).json()
+        again = {**body, "consultation_id": started["consultation_id"]}
+        assert (await bob.post("/v1/guidelines/consult", json=again)).status_code == 404
+        r = await alice.post("/v1/guidelines/consult", json=again)
+        assert r.status_code == 200 and r.json()["turn"] == 2
+
+
+async def test_an_interview_grown_too_long_is_422_and_the_stored_consultation_is_unchanged() -> None:
+    app, _, _ = build()
+    long = [{"role": "user", "content": "fever " * 800}] * 6
+    first = (await consult(app, {"messages": long, "diagnosis": "Malaria"})).json()
+    cid = first["consultation_id"]
+    r = await consult(app, {"messages": long[:5], "consultation_id": cid})  # fine alone, too long with turn 1
+    assert r.status_code == 422 and "start a new consultation" in r.json()["detail"]
+    r = await consult(app, {"messages": TURN_1, "consultation_id": cid})
+    assert r.status_code == 200 and r.json()["turn"] == 2  # the refused turn was not stored
