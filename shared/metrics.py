@@ -135,6 +135,12 @@ CONVERSATIONS_DELETED = Counter(
     "periodic job enforcing EVIDENTIA_GATEWAY_CONVERSATION_RETENTION_DAYS).",
     ["reason"],
 )
+CONSULTATIONS_DELETED = Counter(
+    "evidentia_consultations_deleted_total",
+    "Stored guideline consultations deleted by the gateway: `request` (DELETE /v1/guidelines/consult/{id}) or "
+    "`retention` (the periodic job enforcing EVIDENTIA_GATEWAY_CONVERSATION_RETENTION_DAYS, which covers them).",
+    ["reason"],
+)
 CONVERSATION_RETENTION_FAILURES = Counter(
     "evidentia_conversation_retention_failures_total",
     "Runs of the conversation retention job that failed (retried at the next interval).",

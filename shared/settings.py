@@ -746,8 +746,9 @@ class GatewaySettings(BaseSettings):
         0,
         ge=0,
         description=(
-            "Conversations idle longer than this many days (no turn since) are deleted with their messages by a "
-            "periodic job in the gateway; 0: kept until deleted (`DELETE /v1/conversations/{id}`)."
+            "Conversations and stored guideline consultations idle longer than this many days (no turn since) are "
+            "deleted with their messages by a periodic job in the gateway; 0: kept until deleted "
+            "(`DELETE /v1/conversations/{id}`, `DELETE /v1/guidelines/consult/{id}`)."
         ),
     )
     reply_topic_sweep_every_s: float = Field(

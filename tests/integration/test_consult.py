@@ -18,13 +18,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 import pytest
 
 from services.gateway.intelligence.consult_state import ConsultationState
-from services.gateway.store.consultations import ConsultationConflict, PgConsultationStore, new_consultation_id
+from services.gateway.store.consultations import (
+    ConsultationConflict,
+    PgConsultationStore,
+    delete_idle_consultations,
+    new_consultation_id,
+)
 from tests.fakes.workflow_anthropic import WorkflowAnthropic
 from tests.integration.capture import capture
 from tests.integration.conftest import Stack
@@ -265,3 +271,47 @@ def test_the_store_refuses_a_turn_that_lost_the_race_and_keeps_the_stored_one(st
             await pool.close()
 
     asyncio.run(race())
+
+
+def test_the_store_deletes_a_consultation_for_its_key_and_the_idle_ones_for_retention(
+    stack: Stack, guideline: None
+) -> None:
+    """``DELETE`` and the retention job's batch on PostgreSQL: only the owner's (or any with ``any_owner``),
+    only consultations idle longer than the retention, oldest first, at most a batch."""
+
+    async def run() -> None:
+        pool = await asyncpg.create_pool(stack.infra.postgres.url, min_size=1, max_size=2)
+        assert pool is not None
+        try:
+            store = PgConsultationStore(pool)
+            owned = ConsultationState(new_consultation_id(), "key-a", turns=1, diagnoses=["Malaria"])
+            await store.save(owned, 0)
+            assert not await store.delete(owned.consultation_id, "key-b")  # not key-b's
+            assert await store.get(owned.consultation_id, "key-a") is not None
+            assert await store.delete(owned.consultation_id, "key-a")
+            assert await store.get(owned.consultation_id, "key-a") is None
+            assert not await store.delete(owned.consultation_id, "key-a")  # already gone
+            admin = ConsultationState(new_consultation_id(), "key-a", turns=1, diagnoses=["Malaria"])
+            await store.save(admin, 0)
+            assert await store.delete(admin.consultation_id, "key-b", any_owner=True)
+
+            idle = [ConsultationState(new_consultation_id(), None, turns=1, diagnoses=["Malaria"]) for _ in range(3)]
+            fresh = ConsultationState(new_consultation_id(), None, turns=1, diagnoses=["Dengue"])
+            for state in [*idle, fresh]:
+                await store.save(state, 0)
+            for age, state in zip((40, 35, 31), idle, strict=True):
+                await pool.execute(
+                    "UPDATE consultations SET updated_at = now() - make_interval(days => $2) "
+                    "WHERE consultation_id = $1",
+                    state.consultation_id,
+                    age,
+                )
+            assert await delete_idle_consultations(pool, timedelta(days=30), 2) == 2  # the two oldest
+            left = {s.consultation_id for s in [*idle, fresh] if await store.get(s.consultation_id, None)}
+            assert left == {idle[2].consultation_id, fresh.consultation_id}
+            assert await delete_idle_consultations(pool, timedelta(days=30), 2) == 1
+            assert await store.get(fresh.consultation_id, None) is not None  # not idle: kept
+        finally:
+            await pool.close()
+
+    asyncio.run(run())

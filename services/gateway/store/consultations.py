@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from datetime import timedelta
 from typing import Any, Protocol
 
 import asyncpg
@@ -35,6 +36,10 @@ class ConsultationStore(Protocol):
     async def save(self, state: ConsultationState, read_turns: int) -> None:
         """Store ``state`` (its ``turns`` already advanced) if the stored row still has ``read_turns``
         turns (0: a new consultation); else :class:`ConsultationConflict`."""
+        ...
+
+    async def delete(self, consultation_id: str, owner: str | None, any_owner: bool = False) -> bool:
+        """Delete the consultation (the caller's, or any with ``any_owner``); False when there is none."""
         ...
 
 
@@ -90,6 +95,33 @@ class PgConsultationStore:
                 f"consultation {state.consultation_id} changed while this turn was answered: send the turn again"
             )
 
+    async def delete(self, consultation_id: str, owner: str | None, any_owner: bool = False) -> bool:
+        done = await self.pool.fetchval(
+            """DELETE FROM consultations WHERE consultation_id = $1
+                   AND ($3 OR owner IS NULL OR owner = $2) RETURNING 1""",
+            consultation_id,
+            owner,
+            any_owner,
+        )
+        return done is not None
+
+
+async def delete_idle_consultations(pool: asyncpg.Pool, idle_for: timedelta, batch: int) -> int:
+    """Delete at most ``batch`` consultations with no turn for ``idle_for`` (by the database's clock, oldest
+    first); the number deleted. Rows another transaction holds (a turn being stored) are skipped, not waited for."""
+    deleted: int = await pool.fetchval(
+        """WITH doomed AS (
+               SELECT consultation_id FROM consultations WHERE updated_at < now() - $1::interval
+               ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+           gone AS (
+               DELETE FROM consultations c USING doomed WHERE c.consultation_id = doomed.consultation_id
+               RETURNING 1)
+           SELECT count(*) FROM gone""",
+        idle_for,
+        batch,
+    )
+    return deleted
+
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
@@ -110,3 +142,10 @@ class MemoryConsultationStore:
         if (stored.turns if stored is not None else 0) != read_turns or (stored is None) != (read_turns == 0):
             raise ConsultationConflict(f"consultation {state.consultation_id} changed while this turn was answered")
         self.rows[state.consultation_id] = copy.deepcopy(state)
+
+    async def delete(self, consultation_id: str, owner: str | None, any_owner: bool = False) -> bool:
+        row = self.rows.get(consultation_id)
+        if row is None or not (any_owner or _visible(row.owner, owner)):
+            return False
+        del self.rows[consultation_id]
+        return True

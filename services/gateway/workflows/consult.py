@@ -18,10 +18,10 @@ import asyncio
 import time
 from typing import Literal
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.gateway.deps import ConsultationStoreDep, OwnerDep
+from services.gateway.deps import ConsultationStoreDep, OwnerDep, ScopesDep
 from services.gateway.intelligence.consult import (
     ClinicalFinding,
     llm_findings,
@@ -43,6 +43,7 @@ from services.gateway.schemas.common import Metered
 from services.gateway.store.consultations import ConsultationConflict, ConsultationStore, new_consultation_id
 from services.gateway.workflows.base import ContextDep, Run, Workflow, metered, workflow_router
 from services.gateway.workflows.recommend import Finding, GuidelineRequest, GuidelineResponse, RecommendWorkflow
+from shared import metrics
 from shared.models import DEFAULT_TOP_K, DEFAULT_TOP_N, AnswerTopN, ClinicalFindingType, SearchMode, TopK
 from shared.safety import DISCLAIMER
 
@@ -376,3 +377,22 @@ async def consult(
         raise HTTPException(404, str(exc)) from exc
     except ConsultationConflict as exc:
         raise HTTPException(409, str(exc)) from exc
+
+
+@router.delete(
+    "/v1/guidelines/consult/{consultation_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Delete a stored consultation with its interview and findings (the key that started it, or one with "
+    "the `admin` scope)",
+    responses={404: {"description": "No such consultation, or not the caller's"}},
+)
+async def delete_consultation(
+    consultation_id: str, store: ConsultationStoreDep, owner: OwnerDep, scopes: ScopesDep
+) -> Response:
+    # As for conversations: with authentication off (no owner) the admin scope every caller holds does not reach
+    # other keys' rows.
+    if not await store.delete(consultation_id, owner, any_owner=owner is not None and "admin" in scopes):
+        raise HTTPException(404, f"no consultation {consultation_id}")
+    metrics.CONSULTATIONS_DELETED.labels("request").inc()
+    return Response(status_code=204)

@@ -117,3 +117,16 @@ def test_the_settings_are_bounded() -> None:
         settings(1, interval_s=0)
     with pytest.raises(ValueError):
         settings(1, batch=0)
+
+
+async def test_stored_consultations_are_deleted_by_the_same_retention() -> None:
+    conversations, consultations = Backlog(3), Backlog(700)
+    before = sample("evidentia_consultations_deleted_total", {"reason": "retention"})
+    job = ConversationRetention(settings(14), conversations, consultations)
+    assert await job.purge() == 3  # the conversations deleted
+    assert consultations.calls == [(timedelta(days=14), 500)] * 2  # 500, then 200
+    assert consultations.n == 0
+    assert sample("evidentia_consultations_deleted_total", {"reason": "retention"}) == before + 700
+    kept = Backlog(5)
+    assert await ConversationRetention(settings(0), Backlog(1), kept).purge() == 0
+    assert kept.calls == [] and kept.n == 5  # retention 0 keeps consultations too

@@ -81,6 +81,12 @@ ROUTES: dict[tuple[str, str], tuple[str, list[str], list[str], str | None]] = {
         ["workflows"],
         "ConsultResponse",
     ),
+    ("DELETE", "/v1/guidelines/consult/{consultation_id}"): (
+        "delete_consultation_v1_guidelines_consult__consultation_id__delete",
+        ["204", "404", "422"],
+        ["workflows"],
+        None,
+    ),
     ("POST", "/v1/ingest"): ("ingest_v1_ingest_post", ["202", "403", "409", "422"], ["ingestion"], "IngestAccepted"),
     ("GET", "/v1/ingest/{job_id}"): (
         "ingest_status_v1_ingest__job_id__get",

@@ -341,3 +341,24 @@ async def test_an_interview_grown_too_long_is_422_and_the_stored_consultation_is
     assert r.status_code == 422 and "start a new consultation" in r.json()["detail"]
     r = await consult(app, {"messages": TURN_1, "consultation_id": cid})
     assert r.status_code == 200 and r.json()["turn"] == 2  # the refused turn was not stored
+
+
+async def test_a_consultation_is_deleted_by_its_key_or_an_admin_and_is_gone_after() -> None:
+    from services.gateway.security import key_digest
+    from shared.settings import GatewaySettings
+
+    hashes = f"{key_digest('alice-key')}, {key_digest('bob-key')}, {key_digest('root-key')}:read+admin"
+    app, _, _ = build(gateway=GatewaySettings(api_key_hashes=hashes))  # type: ignore[call-arg]
+    body = {"messages": TURN_1, "diagnosis": "Malaria"}
+    async with client(app, "alice-key") as alice, client(app, "bob-key") as bob, client(app, "root-key") as root:
+        cid = (await alice.post("/v1/guidelines/consult", json=body)).json()["consultation_id"]
+        r = await bob.delete(f"/v1/guidelines/consult/{cid}")
+        assert r.status_code == 404 and "no consultation" in r.json()["detail"]  # not bob's: as if unknown
+        assert (await alice.delete(f"/v1/guidelines/consult/{cid}")).status_code == 204
+        r = await alice.post("/v1/guidelines/consult", json={**body, "consultation_id": cid})
+        assert r.status_code == 404  # gone: it cannot be continued
+        assert (await alice.delete(f"/v1/guidelines/consult/{cid}")).status_code == 404
+        other = (await alice.post("/v1/guidelines/consult", json=body)).json()["consultation_id"]
+        assert (await root.delete(f"/v1/guidelines/consult/{other}")).status_code == 204  # the admin scope
+        r = await alice.post("/v1/guidelines/consult", json={**body, "consultation_id": other})
+        assert r.status_code == 404
