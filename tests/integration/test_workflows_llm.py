@@ -164,7 +164,12 @@ def test_agent_answer_citations_carry_spans(stack: Stack, claude: tuple[Workflow
     assert generic and all(s["supported"] is False and s["quote"] is None for s in generic)
     # The check's Claude calls (the support judge) are the synthesizer's, carried back and counted.
     assert any(c["step"] == "support_check" and c["service"] == "synthesizer" for c in body["llm_calls"])
-    # Two sources cited: the synthesizer's agreement step was asked about them, and its outcome is in the response
-    # (the labels themselves are checked in the unit tests: this fake does not read hyphenated label ids).
-    assert len(body["citations"]) >= 2 and body["agreement"]["status"] in ("labelled", "failed")
-    assert any(c["step"] == "agreement" and c["service"] == "synthesizer" for c in body["llm_calls"])
+    # The agreement outcome is in the response. How many sources the agent cites depends on what the shared
+    # store holds by now (other modules ingest labels and abstracts): with two or more the synthesizer's
+    # agreement step was asked about them (the labels themselves are checked in the unit tests: this fake does
+    # not read hyphenated label ids); with one it was not asked, and the response says why.
+    agreement_calls = [c for c in body["llm_calls"] if c["step"] == "agreement" and c["service"] == "synthesizer"]
+    if len(body["citations"]) >= 2:
+        assert body["agreement"]["status"] in ("labelled", "failed") and agreement_calls, body["agreement"]
+    else:
+        assert body["agreement"]["status"] == "single-source" and not agreement_calls, body["agreement"]
