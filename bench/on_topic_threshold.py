@@ -32,11 +32,11 @@ for _p in (ROOT, ROOT / "bench"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from live_fetch import QUESTIONS, RECORDS, shuffled  # noqa: E402
+
 from services.gateway.livefetch.query import question_concepts  # noqa: E402
 from services.gateway.livefetch.topic import coverage, text_stems  # noqa: E402
 
-QUESTIONS = ROOT / "data" / "samples" / "pqal_dev500.json"
-RECORDS = ROOT / "data" / "samples" / "pubmedqa500.jsonl"
 GRID = [round(0.1 * i, 1) for i in range(1, 11)]
 
 
@@ -51,10 +51,11 @@ def load() -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
     return questions, records
 
 
-def live_fetch_pmids(pmids: Sequence[str], seed: int, asked: int, preload: int) -> set[str]:
-    """The PMIDs ``bench/live_fetch.py`` asks and preloads (its shuffle)."""
-    order = sorted(pmids)
-    random.Random(seed).shuffle(order)
+def live_fetch_pmids(
+    questions: dict[str, str], records: dict[str, tuple[str, str]], seed: int, asked: int, preload: int
+) -> set[str]:
+    """The PMIDs ``bench/live_fetch.py`` asks and preloads (its own order, from :func:`live_fetch.shuffled`)."""
+    order, _ = shuffled(questions, records, seed)
     return set(order[: asked + preload])
 
 
@@ -76,7 +77,7 @@ def pubmedqa_scores(args: argparse.Namespace) -> tuple[Scores, int]:
     """The PubMedQA questions' scores (the live-fetch benchmark's left out) and how many were left out."""
     questions, records = load()
     pmids = sorted(p for p in questions if p in records)
-    held = live_fetch_pmids(pmids, args.bench_seed, args.bench_questions, args.bench_preload)
+    held = live_fetch_pmids(questions, records, args.bench_seed, args.bench_questions, args.bench_preload)
     whole = {p: text_stems(r) for p, r in records.items()}
     scores: Scores = {}
     for p in (p for p in pmids if p not in held):
