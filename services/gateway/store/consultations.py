@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from services.gateway.intelligence.consult_state import ConsultationState, dump, load
+from services.gateway.store.idle import delete_idle
 
 
 class ConsultationConflict(Exception):
@@ -107,20 +108,9 @@ class PgConsultationStore:
 
 
 async def delete_idle_consultations(pool: asyncpg.Pool, idle_for: timedelta, batch: int) -> int:
-    """Delete at most ``batch`` consultations with no turn for ``idle_for`` (by the database's clock, oldest
-    first); the number deleted. Rows another transaction holds (a turn being stored) are skipped, not waited for."""
-    deleted: int = await pool.fetchval(
-        """WITH doomed AS (
-               SELECT consultation_id FROM consultations WHERE updated_at < now() - $1::interval
-               ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-           gone AS (
-               DELETE FROM consultations c USING doomed WHERE c.consultation_id = doomed.consultation_id
-               RETURNING 1)
-           SELECT count(*) FROM gone""",
-        idle_for,
-        batch,
-    )
-    return deleted
+    """Delete at most ``batch`` consultations with no turn for ``idle_for`` (oldest first,
+    :func:`.idle.delete_idle`); the number deleted."""
+    return await delete_idle(pool, "consultations", idle_for, batch)
 
 
 def _json(value: Any) -> Any:

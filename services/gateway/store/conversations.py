@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from services.gateway.schemas.conversations import ConversationView, MessageView
+from services.gateway.store.idle import delete_idle
 from shared.citations import gate_summary, scrub
 from shared.events import ChatTurn, Citation, CitationCheck, EvidenceSummary
 from shared.models import CitationMetrics
@@ -252,21 +253,9 @@ class PgConversationStore:
 
 
 async def delete_idle_conversations(pool: asyncpg.Pool, idle_for: timedelta, batch: int) -> int:
-    """Delete at most ``batch`` conversations with no turn for ``idle_for`` (by the database's clock, oldest
-    first) with their messages and citations; the number deleted. Rows another transaction holds (a turn being
-    stored, another gateway's purge) are skipped, not waited for."""
-    deleted: int = await pool.fetchval(
-        """WITH doomed AS (
-               SELECT conversation_id FROM conversations WHERE updated_at < now() - $1::interval
-               ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-           gone AS (
-               DELETE FROM conversations c USING doomed WHERE c.conversation_id = doomed.conversation_id
-               RETURNING 1)
-           SELECT count(*) FROM gone""",
-        idle_for,
-        batch,
-    )
-    return deleted
+    """Delete at most ``batch`` conversations with no turn for ``idle_for`` (oldest first) with their messages
+    and citations (:func:`.idle.delete_idle`); the number deleted."""
+    return await delete_idle(pool, "conversations", idle_for, batch)
 
 
 def _citation(r: asyncpg.Record) -> Citation:
