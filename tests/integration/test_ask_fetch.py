@@ -33,7 +33,7 @@ STREAMED = ("24183388", "Is the Hawkins sign able to predict necrosis in fractur
 REFUSED = "Do somatostatin analogues improve survival of zebra finches with pancreatic islet tumours?"
 DISTRACTORS = ["10808977", "18251357", "24160268", "25432938"]
 # A topic the store holds (three records on it, ingested first): ``auto`` answers from the store.
-HELD_PMIDS = ["39100001", "39100002", "39100003"]
+HELD_PMIDS = ["39350001", "39350002", "39350003"]  # no other module stores these (the session shares one store)
 HELD_QUESTION = "Does retinoic acid signalling drive zebrafish fin regeneration after amputation?"
 HELD_ABSTRACTS = [
     "Retinoic acid signalling in the blastema drives zebrafish fin regeneration after amputation of the caudal fin.",
