@@ -81,6 +81,16 @@ def get_scopes(request: Request) -> frozenset[str]:
 ScopesDep = Annotated[frozenset[str], Depends(get_scopes)]
 
 
+def get_deletes_any_owner(owner: OwnerDep, scopes: ScopesDep) -> bool:
+    """Whether the caller may delete another key's stored conversation or consultation: a key with the ``admin``
+    scope. With authentication off (no owner) the admin scope every caller holds does not reach other keys'
+    rows."""
+    return owner is not None and "admin" in scopes
+
+
+DeletesAnyOwnerDep = Annotated[bool, Depends(get_deletes_any_owner)]
+
+
 def get_conversation_store(pool: PoolDep) -> ConversationStore:
     return PgConversationStore(pool)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response
 
-from services.gateway.deps import ConversationStoreDep, OwnerDep, ScopesDep
+from services.gateway.deps import ConversationStoreDep, DeletesAnyOwnerDep, OwnerDep
 from services.gateway.schemas.conversations import ConversationView
 from shared import metrics
 
@@ -36,10 +36,9 @@ async def conversation(conversation_id: str, store: ConversationStoreDep, owner:
     responses={404: {"description": "No such conversation, or not the caller's"}},
 )
 async def delete_conversation(
-    conversation_id: str, store: ConversationStoreDep, owner: OwnerDep, scopes: ScopesDep
+    conversation_id: str, store: ConversationStoreDep, owner: OwnerDep, any_owner: DeletesAnyOwnerDep
 ) -> Response:
-    # With authentication off (no owner) the admin scope every caller holds does not reach other keys' rows.
-    if not await store.delete(conversation_id, owner, any_owner=owner is not None and "admin" in scopes):
+    if not await store.delete(conversation_id, owner, any_owner=any_owner):
         raise HTTPException(404, f"no conversation {conversation_id}")
     metrics.CONVERSATIONS_DELETED.labels("request").inc()
     return Response(status_code=204)

@@ -21,7 +21,7 @@ from typing import Literal
 from fastapi import HTTPException, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.gateway.deps import ConsultationStoreDep, OwnerDep, ScopesDep
+from services.gateway.deps import ConsultationStoreDep, DeletesAnyOwnerDep, OwnerDep
 from services.gateway.intelligence.consult import (
     ClinicalFinding,
     llm_findings,
@@ -388,11 +388,9 @@ async def consult(
     responses={404: {"description": "No such consultation, or not the caller's"}},
 )
 async def delete_consultation(
-    consultation_id: str, store: ConsultationStoreDep, owner: OwnerDep, scopes: ScopesDep
+    consultation_id: str, store: ConsultationStoreDep, owner: OwnerDep, any_owner: DeletesAnyOwnerDep
 ) -> Response:
-    # As for conversations: with authentication off (no owner) the admin scope every caller holds does not reach
-    # other keys' rows.
-    if not await store.delete(consultation_id, owner, any_owner=owner is not None and "admin" in scopes):
+    if not await store.delete(consultation_id, owner, any_owner=any_owner):
         raise HTTPException(404, f"no consultation {consultation_id}")
     metrics.CONSULTATIONS_DELETED.labels("request").inc()
     return Response(status_code=204)
