@@ -348,14 +348,12 @@ def cited_claims(text: str) -> list[CitedClaim]:
                 continue
             start = offset + lo + (len(raw) - len(raw.lstrip()))
             end = start + len(s)
-            lead = _LEADING_CITATIONS.match(s)
-            if pieces and lead is not None and lead.end() < len(s) and _CITATION.sub("", s).strip(" \t.;,"):
-                cites = lead.group().rstrip()
-                pieces[-1] = (f"{pieces[-1][0]} {cites}", pieces[-1][1], start + len(cites))
-                s, start = s[lead.end() :], start + lead.end()
-            if pieces and not _CITATION.sub("", s).strip(" \t.;,"):
-                pieces[-1] = (f"{pieces[-1][0]} {s}", pieces[-1][1], end)
-            else:
+            k = _belongs_before(s) if pieces else 0
+            if k:
+                pieces[-1] = (f"{pieces[-1][0]} {s[:k]}", pieces[-1][1], start + k)
+                rest = s[k:]
+                s, start = rest.lstrip(), start + k + len(rest) - len(rest.lstrip())
+            if s:
                 pieces.append((s, start, end))
         offset += len(line)
     out = []
@@ -437,19 +435,33 @@ def gate_reply(reply: SynthesisReply, allowed: Collection[str]) -> SynthesisRepl
 
 
 def _cited_as_written(sentences: list[str]) -> list[str]:
-    """``sentences`` with the citations opening one ("... benefit. [PMID:1] Harms were rare.") moved to the end of
-    the sentence before it, whose citations they are (as :func:`cited_claims` reads them)."""
+    """``sentences`` with the citations opening one ("... benefit. [PMID:1] Harms were rare.") or standing alone
+    moved to the end of the sentence before it, whose citations they are (as :func:`cited_claims` reads them)."""
     out: list[str] = []
     for s in sentences:
-        lead = _LEADING_CITATIONS.match(s)
-        if out and lead is not None and lead.end() < len(s):
-            out[-1] = f"{out[-1]} {lead.group().rstrip()}"
-            s = s[lead.end() :]
-        out.append(s)
+        k = _belongs_before(s) if out else 0
+        if k:
+            out[-1] = f"{out[-1]} {s[:k]}"
+            s = s[k:].lstrip()
+        if s:
+            out.append(s)
     return out
 
 
+def _belongs_before(sentence: str) -> int:
+    """How much of ``sentence`` (stripped) belongs to the sentence before it: all of it when it is nothing but
+    citations and punctuation ("... benefit. [PMID:1]"), the citations opening it when a claim follows them
+    ("... benefit. [PMID:1] Harms were rare."), else nothing. The one rule :func:`cited_claims` and the
+    uncited-claim check share."""
+    if not _CITATION.sub("", sentence).strip(" \t.;,"):
+        return len(sentence)
+    lead = _LEADING_CITATIONS.match(sentence)
+    return len(lead.group().rstrip()) if lead is not None else 0
+
+
 def _tidy(text: str) -> str:
+    # "benefit. [PMID:1]." without its citation ends in one stop, not two (an ellipsis stays).
+    text = re.sub(r"(?<![.])([.!?])[ \t]*\.(?![.])", r"\1", text)
     text = re.sub(r"[ \t]+([.,;:!?])", r"\1", text)
     return re.sub(r"[ \t]{2,}", " ", text).strip()
 

@@ -231,3 +231,20 @@ def test_a_citation_opening_a_sentence_cites_the_one_before_it() -> None:
     )
     assert out.check.uncited_sentences == ["The interaction service was consulted as reported."]
     assert out.check.verified == ["PMID:1", "PMID:2"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Metformin reduced weight in obese adults. [PMID:1] Statins lowered LDL cholesterol in most trials [PMID:2].",
+        "Metformin reduced weight in obese adults.\n[PMID:1].\nStatins lowered LDL cholesterol in most trials [PMID:2]",
+    ],
+)
+def test_a_citation_after_the_full_stop_cites_the_claim_before_it_for_every_reader(text: str) -> None:
+    # The uncited-claim check and the claims with their places read the same rule: neither calls the first
+    # claim uncited nor gives its citation to the next sentence.
+    out = CitationVerifier([hit("1"), hit("2")]).verify(text)
+    assert out.check.uncited_sentences == []
+    first, second = cited_sentences(out.text)
+    assert first == ("Metformin reduced weight in obese adults.", ["PMID:1"])
+    assert second[0].startswith("Statins lowered") and second[1] == ["PMID:2"]
