@@ -66,7 +66,7 @@ demo: venv model ## The whole system locally: Kafka, Postgres, six services; ing
 	$(VENV)/bin/evidentia demo
 
 test: venv model browser-deps ## Unit and integration tests (starts its own Kafka and Postgres on free ports)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 # The web page's browser test drives Debian's chromium with chromium-driver (Selenium).  Installs them
 # with apt-get when missing and we are root (CI); does nothing when they are there.
