@@ -64,8 +64,8 @@ class Gateway:
         # No statement of the gateway outlives the request timeout its own callers are held to.
         self._pool = await create_pool(self.settings.database, caller_timeout_s=self.settings.kafka.request_timeout_s)
         await self.kafka.start()
-        # The emergency guard's model loads now, in the background (start-up and readiness do not wait for it;
-        # a question asked meanwhile waits for the model, it is never let through unchecked).
+        # The emergency guard's model loads now, in the background: start-up does not wait for it, readiness does
+        # (/readyz); a question asked meanwhile waits for the model, it is never let through unchecked.
         self._warm = asyncio.create_task(asyncio.to_thread(default_guard().warm_up))
         self.retention.start()  # conversations idle past EVIDENTIA_GATEWAY_CONVERSATION_RETENTION_DAYS
         self._prune = asyncio.create_task(
@@ -88,6 +88,12 @@ class Gateway:
         await self.kafka.stop()
         if self._pool is not None:
             await self._pool.close()
+
+    @property
+    def warmed_up(self) -> bool:
+        """The emergency guard's model has loaded (or the guard fell back to its rules): a question no longer
+        waits for it, nor does the first ingest share the cores with its loading."""
+        return self._warm is not None and self._warm.done()
 
     @property
     def pool(self) -> asyncpg.Pool:

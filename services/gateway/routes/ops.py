@@ -1,4 +1,5 @@
-"""Operations: liveness, readiness (Kafka and PostgreSQL reachable) and Prometheus metrics."""
+"""Operations: liveness, readiness (Kafka and PostgreSQL reachable, the emergency guard loaded) and Prometheus
+metrics."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: Kafka and PostgreSQL reachable")
+@router.get("/readyz", summary="Readiness: Kafka and PostgreSQL reachable, the emergency guard loaded")
 async def readyz(gateway: GatewayDep) -> JSONResponse:
-    checks: dict[str, bool] = {}
+    # The guard's model loads after start-up (~15 CPU-s on a laptop): until it has, questions would wait for it
+    # and a first ingest would share the cores with it, so the gateway is not ready yet.
+    checks: dict[str, bool] = {"guard": gateway.warmed_up}
     try:
         checks["kafka"] = gateway.kafka.started and await gateway.kafka.broker.ping(timeout=3.0)
     except Exception:
