@@ -75,9 +75,18 @@ class ServiceProcess:
             return False
 
     def stop(self, timeout: float = 15.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        self.terminate()
+        self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM (a clean shutdown), without waiting for it: :meth:`wait_stopped` waits."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float = 15.0) -> None:
+        """Wait for the process to exit after :meth:`terminate`; SIGKILL past ``timeout``."""
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -186,10 +195,15 @@ class ServiceStack:
         if failed:
             raise ServiceStartError(failed)
 
-    def restart(self, name: str, timeout: float = 120.0) -> None:
-        p = self.processes[name]
-        p.stop()
-        self.start(timeout, [name])
+    def restart(self, *names: str, timeout: float = 120.0) -> None:
+        """Stop ``names`` (all told at once, each waited for), then start them together and wait until each is
+        ready: restarting two services costs about as long as the slower one."""
+        chosen = [self.processes[n] for n in names]
+        for p in chosen:
+            p.terminate()
+        for p in chosen:
+            p.wait_stopped()
+        self.start(timeout, list(names))
 
     def stop(self) -> None:
         for name in reversed(self.services):

@@ -251,14 +251,14 @@ def claude_mode(stack: Stack, fake: FakeAnthropic) -> Iterator[FakeAnthropic]:
     for name in changed:
         proc = stack.services.processes[name]
         proc.env = {**proc.env, "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.url}
-        stack.services.restart(name)
+    stack.services.restart(*changed)
     try:
         yield fake
     finally:
         for name in changed:
             proc = stack.services.processes[name]
             proc.env = {k: v for k, v in proc.env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
-            stack.services.restart(name)
+        stack.services.restart(*changed)
 
 
 @pytest.fixture(scope="module")

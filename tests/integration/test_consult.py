@@ -62,13 +62,13 @@ def claude(stack: Stack, guideline: None) -> Iterator[WorkflowAnthropic]:
         for name in ("synthesizer", "gateway"):
             proc = stack.services.processes[name]
             proc.env = {**proc.env, **extra}
-            stack.services.restart(name)
+        stack.services.restart("synthesizer", "gateway")
         yield fake
     finally:
         for name in ("synthesizer", "gateway"):
             proc = stack.services.processes[name]
             proc.env = {k: v for k, v in proc.env.items() if k not in KEYS}
-            stack.services.restart(name)
+        stack.services.restart("synthesizer", "gateway")
         fake.stop()
 
 

@@ -38,14 +38,14 @@ def claude(stack: Stack) -> Iterator[tuple[WorkflowAnthropic, FakeRxNav]]:
         for name in ("synthesizer", "gateway"):
             proc = stack.services.processes[name]
             proc.env = {**proc.env, **extra}
-            stack.services.restart(name)
+        stack.services.restart("synthesizer", "gateway")
         yield fake, rx
     finally:
         for name in ("synthesizer", "gateway"):
             proc = stack.services.processes[name]
             proc.env = {k: v for k, v in proc.env.items() if k not in KEYS}
             proc.env.update({k: v for k, v in stack.env.items() if k in KEYS})  # the stack's own (RxNav off)
-            stack.services.restart(name)
+        stack.services.restart("synthesizer", "gateway")
         fake.stop()
         rx.stop()
 
