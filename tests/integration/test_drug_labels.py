@@ -31,6 +31,8 @@ FLUCONAZOLE_SET = "3f8b2a90-51c4-4d6e-b7a2-1c9e0d4f5a33"
 AMOXICILLIN_SET = "5c0d9e21-7a4f-4b83-a1d6-2e8f3c9b7a05"
 METRONIDAZOLE_SET = "8e4c1f27-6b3a-4d95-a0e2-7f1d9c3b5e48"  # at the fake openFDA only, fetched at question time
 ENV = {"fetcher": "EVIDENTIA_OPENFDA_URL", "gateway": "EVIDENTIA_WORKFLOW_RXNAV_URL"}
+# The interaction check's wait for a label it fetched: room for a loaded test machine (the bound is unit-tested).
+WAIT = {"gateway": {"EVIDENTIA_ASK_FETCH_LABEL_WAIT_S": "90"}}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def fakes(stack: Stack) -> Iterator[tuple[FakeOpenFda, FakeRxNav]]:
     try:
         for name, variable in ENV.items():
             proc = stack.services.processes[name]
-            proc.env = {**proc.env, variable: urls[name]}
+            proc.env = {**proc.env, variable: urls[name], **WAIT.get(name, {})}
             stack.services.restart(name)
         yield openfda, rx
     finally:
