@@ -170,7 +170,7 @@ def test_the_interaction_check_fetches_a_label_not_stored(stack: Stack, fakes: t
 
     # A caller that may fetch: one openFDA job for the missing label, waited for, read; PubMed searched for the pair.
     with stack.http() as http:
-        body = http.post("/v1/ask", json={"question": question, "fetch": "auto"}, timeout=120).json()
+        body = http.post("/v1/ask", json={"question": question, "fetch": "auto"}, timeout=240).json()
     check = body["interaction"]
     assert asked_openfda() >= 1
     assert check["label_fetch"]["drugs"] == ["metronidazole"] and check["label_fetch"]["done"] is True
