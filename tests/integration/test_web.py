@@ -279,9 +279,9 @@ def test_ingest_a_trial_through_the_form_and_ask_with_the_trial_filters_in_a_rea
     assert driver.find_element(By.ID, "ingest-ids-label").text == "NCT numbers"
     assert not driver.find_element(By.ID, "ingest-publisher").is_displayed()
 
-    # A PubMed id is no NCT number: the route's reason is shown, as an error.
+    # A number too short is no NCT number: the route's reason is shown, as an error.
     ids = driver.find_element(By.ID, "ingest-ids")
-    ids.send_keys("12345678")
+    ids.send_keys("NCT123")
     driver.find_element(By.ID, "ingest").click()
     status = driver.find_element(By.ID, "ingest-status")
     wait.until(lambda d: "error" in (status.get_attribute("class") or ""))
