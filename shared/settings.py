@@ -837,7 +837,8 @@ class WorkflowSettings(BaseSettings):
 
 
 class AskFetchSettings(BaseSettings):
-    """PubMed searched at question time by ``/v1/ask`` (its ``fetch`` field)."""
+    """PubMed searched at question time by ``/v1/ask`` (its ``fetch`` field), and the FDA labels and PubMed records
+    the drug interaction check fetches under the same rule."""
 
     model_config = _config("EVIDENTIA_ASK_FETCH_")
 
@@ -862,6 +863,13 @@ class AskFetchSettings(BaseSettings):
         description="Longest wait for PubMed's answer to the question's search (through the fetcher); past it the "
         "question is answered from the store at once and says PubMed could not be reached in time (NCBI down, no "
         "network, or the cluster's NCBI rate budget spent).",
+    )
+    label_wait_s: float = Field(
+        15.0,
+        ge=0,
+        description="Longest the drug interaction check waits for the FDA labels it fetched from openFDA (a drug "
+        "with no stored label, for a caller that may fetch); a label arriving later serves the next question and "
+        "the check says it was not read.",
     )
 
 

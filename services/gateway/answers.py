@@ -49,13 +49,14 @@ from fastapi import HTTPException
 from services.gateway.errors import sse_error
 from services.gateway.intelligence.interactions import InteractionChecker
 from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.livefetch.interaction import interaction_fetch
+from services.gateway.livefetch.labels import LabelFetcher
 from services.gateway.livefetch.plan import STORE_ONLY, FetchPlan, should_search
 from services.gateway.livefetch.query import question_concepts
 from services.gateway.livefetch.runner import LiveFetcher, Progress, no_progress
 from services.gateway.runtime import TurnLocks
 from services.gateway.schemas import AskRequest, AskResponse
-from services.gateway.schemas.ask import FetchReport
-from services.gateway.schemas.common import InteractionOut, QueryIntelligence
+from services.gateway.schemas.common import FetchReport, InteractionOut, QueryIntelligence
 from services.gateway.sse import error_event, sse
 from services.gateway.store.conversations import (
     ConversationConflict,
@@ -171,6 +172,7 @@ class AnswerService:
         analyser: QueryAnalyser | None = None,
         rxnav: RxNavClient | None = None,
         live: LiveFetcher | None = None,
+        labels: LabelFetcher | None = None,
     ):
         self.settings = settings
         self.kafka = kafka
@@ -180,6 +182,7 @@ class AnswerService:
         self.analyser = analyser
         self.rxnav = rxnav
         self.live = live
+        self.labels = labels
 
     # --- one turn ---------------------------------------------------------------------------------
 
@@ -233,6 +236,7 @@ class AnswerService:
                         trace_id=turn.trace_id,
                         passages=self.settings.workflow.interaction_passages,
                         min_score=self.settings.relevance_floor,
+                        fetch=interaction_fetch(turn.plan, self.labels, self.live),
                     )
                     checked = await check_interaction(checker, turn.analysis, turn.standalone, turn.intelligence)
                     turn.interaction = interaction_out(checked) if checked is not None else None

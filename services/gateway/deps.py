@@ -18,6 +18,7 @@ from services.gateway.intelligence.cache import Cache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.kafka import GatewayKafka
+from services.gateway.livefetch.labels import LabelFetcher, LabelIngest
 from services.gateway.livefetch.runner import LiveFetcher, PubmedSearch
 from services.gateway.runtime import Gateway, TurnLocks
 from services.gateway.store.cache import PgCache
@@ -129,6 +130,11 @@ def get_pubmed_search(gateway: GatewayDep) -> PubmedSearch:
     return gateway.workflow_backend
 
 
+def get_label_ingest(gateway: GatewayDep) -> LabelIngest:
+    """FDA label ingestion jobs and job states for the drug interaction check's question-time fetch."""
+    return gateway.workflow_backend
+
+
 def get_workflow_cache(pool: PoolDep) -> Cache:
     return PgCache(pool)
 
@@ -151,12 +157,15 @@ def get_answers(
     llm: Annotated[WorkflowLlm, Depends(get_workflow_llm)],
     rxnav: Annotated[RxNavClient, Depends(get_rxnav)],
     pubmed: Annotated[PubmedSearch, Depends(get_pubmed_search)],
+    label_ingest: Annotated[LabelIngest, Depends(get_label_ingest)],
 ) -> AnswerService:
     """One turn's service, with the query intelligence shared with ``/v1/query`` (the workflows' LLM steps,
-    cache and interaction service) and PubMed searched at question time through the workflows' backend."""
+    cache and interaction service) and PubMed (and, for the interaction check, openFDA's labels) searched at
+    question time through the workflows' backend."""
     analyser = QueryAnalyser(llm, cache, ttl_s=settings.workflow.cache_ttl_s)
     live = LiveFetcher(pubmed, settings, cache, llm)
-    return AnswerService(settings, kafka, store, rewriter, locks, analyser, rxnav, live)
+    labels = LabelFetcher(label_ingest, settings.ask_fetch.label_wait_s)
+    return AnswerService(settings, kafka, store, rewriter, locks, analyser, rxnav, live, labels)
 
 
 AnswersDep = Annotated[AnswerService, Depends(get_answers)]

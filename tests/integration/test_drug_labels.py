@@ -4,25 +4,35 @@ the ``drugs`` filter, cited by their set id, replaced by a new version, and read
 
 The fetcher is restarted with ``EVIDENTIA_OPENFDA_URL`` and the gateway with ``EVIDENTIA_WORKFLOW_RXNAV_URL`` for
 this module, then restarted back. The labels are the abridged fixtures of ``tests/fixtures/openfda``.
+
+The last test has the interaction check fetch a label at question time: metronidazole's (``metronidazole.json``),
+served by the fake openFDA only, which no module ingests; the PubMed search of the pair finds nothing in the fake
+E-utilities, so the shared store gains that one label and no paper.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fakes.openfda_server import FakeOpenFda, load
 from tests.fakes.rxnav_server import FakeRxNav
 from tests.integration.conftest import Stack
+from tests.integration.gateways import extra_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WARFARIN_SET = "d2a1e8f4-2c3b-4e0a-9a51-6f0c2b7d9e11"
 FLUCONAZOLE_SET = "3f8b2a90-51c4-4d6e-b7a2-1c9e0d4f5a33"
 AMOXICILLIN_SET = "5c0d9e21-7a4f-4b83-a1d6-2e8f3c9b7a05"
+METRONIDAZOLE_SET = "8e4c1f27-6b3a-4d95-a0e2-7f1d9c3b5e48"  # at the fake openFDA only, fetched at question time
 ENV = {"fetcher": "EVIDENTIA_OPENFDA_URL", "gateway": "EVIDENTIA_WORKFLOW_RXNAV_URL"}
+# The interaction check's wait for a label it fetched: room for a loaded test machine (the bound is unit-tested).
+WAIT = {"gateway": {"EVIDENTIA_ASK_FETCH_LABEL_WAIT_S": "90"}}
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +41,13 @@ def fakes(stack: Stack) -> Iterator[tuple[FakeOpenFda, FakeRxNav]]:
     rx.add_drug("warfarin", "11289", brands=["Coumadin"], classes=["Vitamin K Antagonist"])
     rx.add_drug("fluconazole", "4450", brands=["Diflucan"], classes=["Azole Antifungal"])
     rx.add_drug("amoxicillin", "723", brands=["Amoxil"])
+    rx.add_drug("metronidazole", "6922", brands=["Flagyl"], classes=["Nitroimidazole Antimicrobial"])
     urls = {"fetcher": openfda.url, "gateway": rx.url}
     saved = {name: dict(stack.services.processes[name].env) for name in ENV}
     try:
         for name, variable in ENV.items():
             proc = stack.services.processes[name]
-            proc.env = {**proc.env, variable: urls[name]}
+            proc.env = {**proc.env, variable: urls[name], **WAIT.get(name, {})}
             stack.services.restart(name)
         yield openfda, rx
     finally:
@@ -127,3 +138,56 @@ def test_the_interaction_check_answers_from_the_labels(stack: Stack, fakes: tupl
     assert asked["interaction"]["status"] == "found" and asked["answer"].startswith("Drug interaction check:")
     assert asked["interaction"]["findings"][0]["citation_id"] == f"FDA:{WARFARIN_SET}"
     assert any(path == "/REST/rxclass/class/byRxcui.json" for path, _ in rx.requests)
+
+
+def test_the_interaction_check_fetches_a_label_not_stored(stack: Stack, fakes: tuple[FakeOpenFda, FakeRxNav]) -> None:
+    openfda, _ = fakes
+    openfda.replace(load("metronidazole.json"))  # served from now on; not stored
+    ingest(stack, {"ids": [WARFARIN_SET]})
+    question = "Does warfarin interact with metronidazole?"
+
+    def asked_openfda() -> int:
+        return sum(1 for r in openfda.requests if "metronidazole" in (r.get("search") or [""])[0].lower())
+
+    # A key without the `ingest` scope, `fetch: never`, and /v1/query under the stack's default (`never`): the
+    # store only, the label named as missing and why, openFDA not asked.
+    reader = "interaction-reader-0123456789"
+    env = {"EVIDENTIA_GATEWAY_API_KEY_HASHES": hashlib.sha256(reader.encode()).hexdigest()}
+    with (
+        extra_gateway(stack, "interaction-scopes", env) as url,
+        httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {reader}"}) as http,
+    ):
+        no_scope = http.post("/v1/ask", json={"question": question, "fetch": "auto"}).json()["interaction"]
+    with stack.http() as http:
+        never = http.post("/v1/ask", json={"question": question, "fetch": "never"}, timeout=120).json()["interaction"]
+        query = http.post("/v1/query", json={"question": question}, timeout=120).json()["interaction"]
+    for check in (no_scope, never, query):
+        assert check["missing_labels"] == ["metronidazole"] and check["label_fetch"] is None, check
+        assert "no FDA label is stored" in check["missing_reasons"]["metronidazole"]
+        assert check["status"] == "none_found" and check["literature_fetch"] is None  # warfarin's label was read
+    assert asked_openfda() == 0
+    assert not search(stack, "warfarin", drugs=["metronidazole"])
+
+    # A caller that may fetch: one openFDA job for the missing label, waited for, read; PubMed searched for the pair.
+    with stack.http() as http:
+        body = http.post("/v1/ask", json={"question": question, "fetch": "auto"}, timeout=240).json()
+    check = body["interaction"]
+    assert asked_openfda() >= 1
+    assert check["label_fetch"]["drugs"] == ["metronidazole"] and check["label_fetch"]["done"] is True
+    assert check["status"] == "found" and check["missing_labels"] == [] and check["missing_reasons"] == {}
+    assert [(f["label_of"], f["other"], f["citation_id"]) for f in check["findings"]] == [
+        ("metronidazole", "warfarin", f"FDA:{METRONIDAZOLE_SET}")
+    ]
+    assert check["findings"][0]["url"] == f"https://dailymed.nlm.nih.gov/dailymed/lookup.cfm?setid={METRONIDAZOLE_SET}"
+    literature = check["literature_fetch"]
+    assert literature["searched"] is True and literature["query"] == "(warfarin AND metronidazole)"
+    assert literature["found"] == 0 and literature["ingested"] == []
+    assert any(r.param("term") == "(warfarin AND metronidazole)" for r in stack.fake.requests_to("esearch"))
+    # stored now: the next question reads it without fetching, and cites it
+    with stack.http() as http:
+        again = http.post("/v1/query", json={"question": question}, timeout=120).json()
+    assert again["interaction"]["status"] == "found" and again["interaction"]["label_fetch"] is None
+    assert again["interaction"]["findings"][0]["citation_id"] == f"FDA:{METRONIDAZOLE_SET}"
+    assert f"fda_label:{METRONIDAZOLE_SET}" in {s["document_id"] for s in again["sources"]}
+    assert not [r for r in again["citation_check"]["removed"] if r.startswith("FDA:")]
+    assert {h["source_id"] for h in search(stack, "warfarin", drugs=["metronidazole"])} == {METRONIDAZOLE_SET}

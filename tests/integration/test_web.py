@@ -6,6 +6,9 @@ see the sentence it rests on; click it and see its source with that passage high
 agreement is not labelled offline; save a screenshot (to the test's temporary folder; to the README's
 ``docs/web.png`` with ``EVIDENTIA_UPDATE_SCREENSHOT=1``: a test run leaves the checkout as it was). Then, with
 Claude (the fake Messages API), the agreement bar with its counts, and claims no sentence supports marked.
+And a registered trial: the ingest form's ClinicalTrials.gov fields (a wrong id refused with the route's reason,
+then a study of the fake registry ingested with the job's progress to the end), asked about with the trial
+filters, its citation opening the study's page.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps`` installs them; ``make test``
 runs it first). Without them the test is skipped locally, and fails where ``CI`` is set.
@@ -25,6 +28,7 @@ import pytest
 from services.synthesizer.agreement import OFFLINE
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.integration.conftest import Stack, claude_mode
+from tests.integration.db import db_fetch
 from tests.integration.test_answers import corpus  # noqa: F401  (the ingested sample, a module fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -53,6 +57,7 @@ new MutationObserver(() => {
 """
 NO_SUPPORT = "No sentence of this source supports the claim."
 TWO_SOURCE_QUESTION = "What is known about AIDS treatment in correctional facilities?"  # the sample answers it
+TRIAL = "NCT04000001"  # a fixture study of the fake registry with results posted; taken away after the test
 
 
 def _blank(text: str) -> str:
@@ -230,6 +235,86 @@ def test_agreement_bar_and_unsupported_claims_with_claude_in_a_real_browser(
             By.CSS_SELECTOR, "#source-passage mark"
         )
     assert any(r.uses_tools for r in fake.requests)  # the agreement (and support) calls reached the fake
+
+
+@pytest.fixture
+def trial(stack: Stack) -> Iterator[str]:
+    """:data:`TRIAL` served by the session's fake registry, and neither served nor stored afterwards."""
+    fake = stack.trials
+    assert fake is not None
+    fake.add_fixture(TRIAL)
+    try:
+        yield TRIAL
+    finally:
+        fake.studies.pop(TRIAL, None)
+        url = stack.infra.postgres.url
+        rows = db_fetch(
+            url, "DELETE FROM documents WHERE document_id = $1 RETURNING document_id", f"clinicaltrials:{TRIAL}"
+        )
+        db_fetch(
+            url, "DELETE FROM document_status WHERE document_id = ANY($1::text[])", [r["document_id"] for r in rows]
+        )
+
+
+def test_ingest_a_trial_through_the_form_and_ask_with_the_trial_filters_in_a_real_browser(
+    stack: Stack, trial: str, browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    driver = browser
+    assert isinstance(driver, WebDriver)
+    wait = WebDriverWait(driver, 120, poll_frequency=0.1)
+    driver.get(stack.gateway + "/")
+
+    # The source decides the fields: PubMed's PMIDs give way to NCT numbers, a search, a condition, an intervention.
+    assert driver.find_element(By.ID, "ingest-pmids").is_displayed()
+    assert not driver.find_element(By.ID, "ingest-condition").is_displayed()
+    Select(driver.find_element(By.ID, "ingest-source")).select_by_value("clinicaltrials")
+    assert not driver.find_element(By.ID, "ingest-pmids").is_displayed()
+    for field in ("ingest-ids", "ingest-query", "ingest-condition", "ingest-intervention"):
+        assert driver.find_element(By.ID, field).is_displayed(), field
+    assert driver.find_element(By.ID, "ingest-ids-label").text == "NCT numbers"
+    assert not driver.find_element(By.ID, "ingest-publisher").is_displayed()
+
+    # A number too short is no NCT number: the route's reason is shown, as an error.
+    ids = driver.find_element(By.ID, "ingest-ids")
+    ids.send_keys("NCT123")
+    driver.find_element(By.ID, "ingest").click()
+    status = driver.find_element(By.ID, "ingest-status")
+    wait.until(lambda d: "error" in (status.get_attribute("class") or ""))
+    assert status.text.startswith("HTTP 422: ") and "not clinicaltrials ids (e.g. NCT01234567)" in status.text, (
+        status.text
+    )
+
+    # The study, by its NCT number: the job's progress is shown until it is done.
+    ids.clear()
+    ids.send_keys(trial)
+    driver.find_element(By.ID, "ingest").click()
+    wait.until(lambda d: status.get_attribute("data-done") == "true")
+    assert "done" in status.text and "1 of 1" in status.text, status.text
+    assert "error" not in (status.get_attribute("class") or "")
+    assert "embedded" in driver.find_element(By.ID, "ingest-counts").text
+
+    # Asked with the trial filters (registered trials with results posted): the answer cites the study, whose
+    # source card links to its registry page.
+    driver.find_element(By.ID, "question").send_keys(
+        "Does metformin lower HbA1c compared with placebo in early type 2 diabetes?"
+    )
+    Select(driver.find_element(By.ID, "source-filter")).select_by_value("clinicaltrials")
+    Select(driver.find_element(By.ID, "has-results")).select_by_value("true")
+    Select(driver.find_element(By.ID, "trial-phase")).select_by_value("PHASE3")
+    driver.find_element(By.ID, "ask").click()
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#answer a.cite")))
+    driver.find_element(By.CSS_SELECTOR, "#answer a.cite").click()
+    wait.until(lambda d: d.find_element(By.ID, "source-card").is_displayed())
+    assert (
+        driver.find_element(By.ID, "source-link").get_attribute("href") == f"https://clinicaltrials.gov/study/{trial}"
+    )
+    assert driver.find_element(By.ID, "source-link").text == "Open source"
+    assert f"NCT:{trial}" in driver.find_element(By.ID, "source-meta").text
 
 
 @contextmanager

@@ -10,10 +10,16 @@ literature beside it.
 3. The literature (every other source) is searched for the pair; of the relevant passages that name every
    drug, the strongest (by evidence weight) come with the result.
 
+4. At question time (a caller whose fetch mode allows it: :mod:`services.gateway.livefetch.interaction`), the
+   labels of drugs with none stored are fetched from openFDA in one ingestion job, waited for within a bound
+   and read (step 2); and when no stored literature passage names every drug, PubMed is searched for the pair
+   by the live fetch runner and the literature searched again (step 3).
+
 The verdict is one of three, never a guess: ``found`` (a label names the other drug), ``none_found`` (labels
 were read and name none of the others; not proof of safety) and ``not_checked`` (fewer than two drugs, no
-label of any of them stored, or the search failed). Labels come from ingestion (``evidentia ingest --source
-fda_label --query <drug>``); a drug whose label is not stored is named in the result.
+label of any of them could be read, or the search failed). Labels come from ingestion (``evidentia ingest
+--source fda_label --query <drug>``) or the fetch at question time; a drug whose label could not be read is
+named in the result with the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from typing import Literal
 
 from services.gateway.errors import new_error_id
 from services.gateway.intelligence.rxnav import DrugConcept, RxNavClient
+from services.gateway.livefetch.interaction import InteractionFetch
+from services.gateway.livefetch.labels import LabelFetch
+from services.gateway.schemas.common import FetchReport
 from shared.events import RetrievalReply, RetrievalRequest
 from shared.models import SearchFilters, SearchHit, relevant_hits, strongest_evidence_first
 from shared.sources import SOURCES
@@ -43,6 +52,7 @@ MAX_DRUGS = 4
 EXCERPT_CHARS = 220
 #: Literature passages kept with the result.
 LITERATURE_HITS = 2
+NOT_STORED = "no FDA label is stored (ingest it with `evidentia ingest --source fda_label --query <drug>`)"
 ADVICE = "Do not assume there is none: ask a pharmacist or consult a drug interaction reference."
 _EPC = re.compile(r"\s*\[[A-Za-z]+\]\s*$")
 
@@ -95,7 +105,13 @@ class InteractionCheck:
     labels_read: dict[str, list[str]] = field(default_factory=dict)
     """Drug -> the citation ids of its labels that were read."""
     missing: list[str] = field(default_factory=list)
-    """Drugs with no stored label."""
+    """Drugs with no label that could be read."""
+    missing_reasons: dict[str, str] = field(default_factory=dict)
+    """Drug in ``missing`` -> why its label was not read."""
+    label_fetch: LabelFetch | None = None
+    """The labels fetched from openFDA at question time (None: none fetched)."""
+    literature_fetch: FetchReport | None = None
+    """PubMed searched for the pair at question time (None: not searched)."""
     literature: list[SearchHit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     reason: str | None = None
@@ -129,10 +145,8 @@ class InteractionCheck:
                 where = f" ({f.section})" if f.section else ""
                 lines.append(f'- The FDA label of {f.label_of}{where} names {f.other} (as "{f.term}"): "{f.excerpt}"')
         if self.missing and self.status != "not_checked":
-            lines.append(
-                f"No FDA label is stored for {', '.join(self.missing)}, so that label was not read "
-                "(ingest it with `evidentia ingest --source fda_label --query <drug>`)."
-            )
+            for drug in self.missing:
+                lines.append(f"The FDA label of {drug} was not read: {self.missing_reasons.get(drug, NOT_STORED)}.")
         if self.literature:
             best = self.literature[0]
             kind = f" ({best.study_type})" if best.study_type else ""
@@ -151,9 +165,17 @@ class InteractionChecker:
     answer path's Kafka client)."""
 
     def __init__(
-        self, rxnav: RxNavClient, retrieve: Retrieve, *, trace_id: str, passages: int = 8, min_score: float = 0.0
+        self,
+        rxnav: RxNavClient,
+        retrieve: Retrieve,
+        *,
+        trace_id: str,
+        passages: int = 8,
+        min_score: float = 0.0,
+        fetch: InteractionFetch | None = None,
     ) -> None:
         self.rxnav = rxnav
+        self.fetch = fetch
         self.retrieve = retrieve
         self.trace_id = trace_id
         self.passages = passages
@@ -170,9 +192,17 @@ class InteractionChecker:
             return out
         try:
             for concept in out.concepts:
-                others = [c for c in out.concepts if c is not concept]
-                await self._read_label(out, concept, others)
+                await self._read_label(out, concept, self._others(out, concept))
+            if out.missing and self.fetch is not None:
+                await self._fetch_labels(out)
+            out.missing_reasons = {d: out.missing_reasons.get(d, NOT_STORED) for d in out.missing}
             out.literature = await self._literature(out.concepts)
+            if not out.literature and self.fetch is not None:
+                out.literature_fetch = await self.fetch.literature(
+                    [c.name or c.query for c in out.concepts], self.trace_id
+                )
+                if out.literature_fetch is not None and out.literature_fetch.ingested:
+                    out.literature = await self._literature(out.concepts)
         except Exception as exc:  # the store or the retriever failed: said, never taken for "no interaction"
             error_id = new_error_id()
             log.warning("interaction check failed", extra={"error": repr(exc)[:300], "error_id": error_id})
@@ -184,8 +214,25 @@ class InteractionChecker:
             out.status = "none_found"
         else:
             out.status = "not_checked"
-            out.reason = f"no FDA label is stored for {' or '.join(out.drugs)}"
+            fetched = ", and none could be fetched from openFDA" if out.label_fetch is not None else ""
+            out.reason = f"no FDA label is stored for {' or '.join(out.drugs)}{fetched}"
         return out
+
+    @staticmethod
+    def _others(out: InteractionCheck, concept: DrugConcept) -> list[DrugConcept]:
+        return [c for c in out.concepts if c is not concept]
+
+    async def _fetch_labels(self, out: InteractionCheck) -> None:
+        """The labels of ``out.missing`` fetched (one job, a bounded wait) and read; those still missing keep
+        the fetch's reason."""
+        assert self.fetch is not None
+        wanted = [c for c in out.concepts if c.query in out.missing]
+        out.label_fetch = await self.fetch.labels([c.name or c.query for c in wanted], self.trace_id)
+        out.missing = [d for d in out.missing if d not in {c.query for c in wanted}]
+        for concept in wanted:
+            await self._read_label(out, concept, self._others(out, concept))
+        for drug in out.missing:
+            out.missing_reasons[drug] = out.label_fetch.why_missing()
 
     async def _search(self, query: str, filters: SearchFilters, top_n: int) -> list[SearchHit]:
         reply = await self.retrieve(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from services.gateway.livefetch.query import Concept
 from services.gateway.livefetch.topic import MIN_COVERAGE, on_topic_sources
-from services.gateway.schemas.ask import FetchMode
+from services.gateway.schemas.common import FetchMode
 from shared.models import SearchHit, relevant_hits
 
 MIN_SOURCES = 3

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from services.gateway.intelligence.cache import Cache, cache_key
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.livefetch.query import model_terms, question_terms, relaxed_queries
-from services.gateway.schemas.ask import FetchMode, FetchReport
+from services.gateway.schemas.common import FetchMode, FetchReport
 from services.gateway.understanding.enhance import QueryEnhancer
 from services.gateway.understanding.language import Language
 from shared.models import document_id

@@ -8,6 +8,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.schemas.common import (
     MIN_QUESTION_CHARS,
+    FetchMode,
+    FetchReport,
     InteractionOut,
     QueryIntelligence,
     check_query_terms,
@@ -44,37 +46,6 @@ SOURCE_TYPES: dict[str, Source] = {
     "fda_label": "fda_label",
 }
 SourceType = Literal["pubmed", "pmc", "bookshelf", "guidelines", "clinicaltrials", "fda_label"]
-FetchMode = Literal["auto", "always", "never"]
-
-
-class FetchReport(BaseModel):
-    """What the question's PubMed search did (``fetch``): the query, what it found, the records ingested for it
-    and how long the answer waited for them."""
-
-    mode: FetchMode = Field(description="The mode in force (`auto` acts as `never` without the `ingest` scope).")
-    requested: FetchMode | None = Field(None, description="The mode asked for; null: the default.")
-    searched: bool = Field(False, description="Whether PubMed was searched (or its cached search used).")
-    query: str | None = Field(None, description="The PubMed query that found the records (the last tried if none).")
-    queries_tried: list[str] = Field(default_factory=list, description="Each query tried, relaxed in order.")
-    found: int = Field(0, description="PubMed records matching `query` (NCBI's count).")
-    cached: bool = Field(False, description="The search came from the 5-day cache of this normalised question.")
-    already_stored: int = Field(0, description="Best matches already in the store (not fetched again).")
-    ingested: list[str] = Field(
-        default_factory=list, description="Document ids fetched for this question and searchable before the answer."
-    )
-    pending: list[str] = Field(
-        default_factory=list,
-        description="Document ids fetched for this question not yet searchable when the wait ended: they serve "
-        "the next question.",
-    )
-    failed: list[str] = Field(default_factory=list, description="Document ids whose ingestion failed.")
-    waited_ms: float = Field(0.0, description="Time spent searching PubMed and waiting for the new records.")
-    job_id: str | None = Field(None, description="The ingestion job (`GET /v1/ingest/{job_id}`).")
-    reason: str | None = Field(
-        None,
-        description="Why PubMed was or was not searched, or why the answer came from the store without the "
-        "fetched records (NCBI unreachable, nothing found...).",
-    )
 
 
 class AskRequest(BaseModel):

@@ -94,6 +94,50 @@ class QueryIntelligence(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+FetchMode = Literal["auto", "always", "never"]
+
+
+class FetchReport(BaseModel):
+    """What the question's PubMed search did (``fetch``): the query, what it found, the records ingested for it
+    and how long the answer waited for them."""
+
+    mode: FetchMode = Field(description="The mode in force (`auto` acts as `never` without the `ingest` scope).")
+    requested: FetchMode | None = Field(None, description="The mode asked for; null: the default.")
+    searched: bool = Field(False, description="Whether PubMed was searched (or its cached search used).")
+    query: str | None = Field(None, description="The PubMed query that found the records (the last tried if none).")
+    queries_tried: list[str] = Field(default_factory=list, description="Each query tried, relaxed in order.")
+    found: int = Field(0, description="PubMed records matching `query` (NCBI's count).")
+    cached: bool = Field(False, description="The search came from the 5-day cache of this normalised question.")
+    already_stored: int = Field(0, description="Best matches already in the store (not fetched again).")
+    ingested: list[str] = Field(
+        default_factory=list, description="Document ids fetched for this question and searchable before the answer."
+    )
+    pending: list[str] = Field(
+        default_factory=list,
+        description="Document ids fetched for this question not yet searchable when the wait ended: they serve "
+        "the next question.",
+    )
+    failed: list[str] = Field(default_factory=list, description="Document ids whose ingestion failed.")
+    waited_ms: float = Field(0.0, description="Time spent searching PubMed and waiting for the new records.")
+    job_id: str | None = Field(None, description="The ingestion job (`GET /v1/ingest/{job_id}`).")
+    reason: str | None = Field(
+        None,
+        description="Why PubMed was or was not searched, or why the answer came from the store without the "
+        "fetched records (NCBI unreachable, nothing found...).",
+    )
+
+
+class LabelFetchOut(BaseModel):
+    """The FDA labels the drug interaction check fetched from openFDA at question time."""
+
+    drugs: list[str] = Field(description="The drugs whose labels were fetched (none was stored).")
+    job_id: str | None = Field(None, description="The ingestion job (`GET /v1/ingest/{job_id}`).")
+    state: str | None = Field(None, description="The job's state when the wait ended.")
+    done: bool = Field(False, description="Whether the job ended within the wait.")
+    error: str | None = Field(None, description="Why the job failed or was not started.")
+    waited_ms: float = Field(0.0, description="How long the check waited for the labels.")
+
+
 class InteractionFindingOut(BaseModel):
     """One FDA label passage that names another of the drugs."""
 
@@ -124,7 +168,20 @@ class InteractionOut(BaseModel):
     labels_read: dict[str, list[str]] = Field(
         default_factory=dict, description="Drug -> the citation ids of its labels that were read."
     )
-    missing_labels: list[str] = Field(default_factory=list, description="Drugs with no stored FDA label.")
+    missing_labels: list[str] = Field(
+        default_factory=list, description="Drugs with no FDA label that could be read (stored, or fetched in time)."
+    )
+    missing_reasons: dict[str, str] = Field(
+        default_factory=dict,
+        description="Drug in `missing_labels` -> why its label was not read (not stored; not fetched within the "
+        "wait; openFDA unreachable or without a label for it).",
+    )
+    label_fetch: LabelFetchOut | None = Field(
+        None, description="The labels fetched from openFDA at question time (null: none were)."
+    )
+    literature_fetch: FetchReport | None = Field(
+        None, description="PubMed searched for the pair at question time (null: not searched)."
+    )
     literature: list[str] = Field(
         default_factory=list, description="Citation ids of the strongest literature passages on the pair."
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from services.gateway.intelligence.interactions import InteractionCheck, InteractionChecker
-from services.gateway.schemas.common import InteractionFindingOut, InteractionOut, QueryIntelligence
+from services.gateway.schemas.common import InteractionFindingOut, InteractionOut, LabelFetchOut, QueryIntelligence
 from services.gateway.understanding.analysis import Analysis
 from services.gateway.understanding.classify import drug_pair
 from shared.events import RetrievalReply
@@ -60,6 +60,18 @@ def interaction_out(check: InteractionCheck) -> InteractionOut:
         ],
         labels_read=check.labels_read,
         missing_labels=check.missing,
+        missing_reasons=check.missing_reasons,
+        label_fetch=None
+        if check.label_fetch is None
+        else LabelFetchOut(
+            drugs=check.label_fetch.drugs,
+            job_id=check.label_fetch.job_id,
+            state=check.label_fetch.state,
+            done=check.label_fetch.done,
+            error=check.label_fetch.error,
+            waited_ms=check.label_fetch.waited_ms,
+        ),
+        literature_fetch=check.literature_fetch,
         literature=[h.citation_id for h in check.literature],
     )
 

@@ -3,7 +3,8 @@ implementation of it (:class:`GatewayBackend`): retrieval and synthesis over Kaf
 counts through the fetcher (``ncbi.requests``: the gateway never calls NCBI), ingestion jobs (PubMed
 searches, or a source's own request) through ``ingest.requests``, job states and MeSH headings in PostgreSQL
 (:mod:`services.gateway.store`); and for ``/v1/ask``'s live fetch (:mod:`services.gateway.livefetch`) PubMed's
-best matches, which of them are not stored yet, an ingestion job of PMIDs and the documents' pipeline stages.
+best matches, which of them are not stored yet, an ingestion job of PMIDs and the documents' pipeline stages;
+and for the drug interaction check's question-time fetch an ingestion job of FDA labels by drug name.
 
 :class:`MeteredBackend` adds the Claude calls the retriever and synthesizer made (they come back in their
 replies) to the current answer's ledger, so a workflow's ``llm_calls`` counts them.
@@ -196,6 +197,13 @@ class GatewayBackend:
 
     async def stages(self, document_ids: Sequence[str]) -> dict[str, str]:
         return await jobs_store.stages(self.pool, document_ids)
+
+    async def ingest_labels(self, drugs: Sequence[str], per_drug: int, trace_id: str) -> str:
+        """One ingestion job of the FDA labels of ``drugs`` (by name, ``per_drug`` labels each) for the drug
+        interaction check (:mod:`services.gateway.livefetch.labels`)."""
+        sources = [SourceRequest(source="fda_label", query=d) for d in drugs]
+        params = {"source": "fda_label", "drugs": list(drugs), "max_results": per_drug, "workflow": "interaction"}
+        return await self._submit("query", params, sources, per_drug, trace_id)
 
     async def mesh_vocabulary(self) -> dict[str, int]:
         now = time.monotonic()

@@ -22,10 +22,23 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 from fastapi import APIRouter, Depends
 
-from services.gateway.deps import SettingsDep, get_rxnav, get_workflow_backend, get_workflow_cache, get_workflow_llm
+from services.gateway.deps import (
+    ScopesDep,
+    SettingsDep,
+    get_label_ingest,
+    get_pubmed_search,
+    get_rxnav,
+    get_workflow_backend,
+    get_workflow_cache,
+    get_workflow_llm,
+)
 from services.gateway.intelligence.cache import Cache
 from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
+from services.gateway.livefetch.interaction import InteractionFetch, interaction_fetch
+from services.gateway.livefetch.labels import LabelFetcher, LabelIngest
+from services.gateway.livefetch.plan import plan_fetch
+from services.gateway.livefetch.runner import LiveFetcher, PubmedSearch
 from services.gateway.schemas.common import Metered, WorkflowStep
 from services.gateway.sse import error_event, sse
 from services.gateway.workflows.backend import MeteredBackend, WorkflowBackend
@@ -55,8 +68,11 @@ class WorkflowContext:
         cache: Cache,
         llm: WorkflowLlm | None = None,
         rxnav: RxNavClient | None = None,
+        fetch: InteractionFetch | None = None,
     ):
         self.settings = settings
+        self.fetch = fetch
+        """What the drug interaction check may fetch at question time for this caller (None: the store only)."""
         self.backend = backend  # the setter wraps it (MeteredBackend)
         self.cache = cache
         self.llm = llm or WorkflowLlm(settings.llm)
@@ -78,8 +94,17 @@ def get_context(
     cache: Annotated[Cache, Depends(get_workflow_cache)],
     llm: Annotated[WorkflowLlm, Depends(get_workflow_llm)],
     rxnav: Annotated[RxNavClient, Depends(get_rxnav)],
+    scopes: ScopesDep,
+    pubmed: Annotated[PubmedSearch, Depends(get_pubmed_search)],
+    label_ingest: Annotated[LabelIngest, Depends(get_label_ingest)],
 ) -> WorkflowContext:
-    return WorkflowContext(settings, backend, cache, llm, rxnav)
+    """The context of one request; the interaction check may fetch under ``/v1/ask``'s rule with the mode a
+    question that names none gets (:func:`services.gateway.livefetch.plan.plan_fetch`: the deployment's
+    ``EVIDENTIA_ASK_FETCH_DEFAULT`` for a key with ``ingest``, else ``never``)."""
+    plan = plan_fetch(None, "ingest" in scopes, settings.ask_fetch.default)
+    labels = LabelFetcher(label_ingest, settings.ask_fetch.label_wait_s)
+    fetch = interaction_fetch(plan, labels, LiveFetcher(pubmed, settings, cache, llm))
+    return WorkflowContext(settings, backend, cache, llm, rxnav, fetch)
 
 
 ContextDep = Annotated[WorkflowContext, Depends(get_context)]

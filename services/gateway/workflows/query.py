@@ -169,6 +169,7 @@ class QueryTools:
             trace_id=self.trace_id,
             passages=self.ctx.settings.workflow.interaction_passages,
             min_score=self.ctx.settings.relevance_floor,
+            fetch=self.ctx.fetch,
         )
 
     async def check_drug_interaction(self, drugs: list[str]) -> ToolOutput:

@@ -28,6 +28,7 @@ from services.gateway.store.conversations import ConversationContext, Conversati
 from services.gateway.understanding.rewrite import FollowUpRewriter
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.llm import ClaudeAnswerer
+from shared.db.jobs import JobStatus
 from shared.events import (
     ChatTurn,
     Citation,
@@ -116,6 +117,7 @@ class FakePubmed:
         self.ingested: list[list[str]] = []
         self.stage: dict[str, str] = {}
         self.on_ingest: list[Callable[[list[str]], None]] = []
+        self.label_jobs: list[list[str]] = []
 
     async def search_pubmed(self, term: str, max_ids: int, trace_id: str, timeout_s: float) -> tuple[int, list[str]]:
         self.queries.append(term)
@@ -137,6 +139,14 @@ class FakePubmed:
 
     async def stages(self, document_ids: Sequence[str]) -> dict[str, str]:
         return {d: self.stage[d] for d in document_ids if d in self.stage}
+
+    async def ingest_labels(self, drugs: Sequence[str], per_drug: int, trace_id: str) -> str:
+        """An openFDA label job (the interaction check's): openFDA here has no label; the job ends at once."""
+        self.label_jobs.append(list(drugs))
+        return f"label-job-{len(self.label_jobs)}"
+
+    async def job(self, job_id: str) -> JobStatus | None:
+        return JobStatus(job_id=job_id, kind="query", state="done", total=0)
 
 
 class MemoryStore:
@@ -280,6 +290,7 @@ def build_app(
     app.dependency_overrides[deps.get_rxnav] = lambda: rxnav
     search = pubmed or FakePubmed()  # PubMed at question time: finds nothing unless a test gives records
     app.dependency_overrides[deps.get_pubmed_search] = lambda: search
+    app.dependency_overrides[deps.get_label_ingest] = lambda: search
     return app, kafka, store
 
 

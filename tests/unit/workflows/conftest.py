@@ -3,7 +3,7 @@ PubMed counts from a table, ingestion jobs that finish at once) and the fake Ant
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import anthropic
 import httpx
@@ -152,6 +152,10 @@ class FakeBackend:
         self.guideline_hits = list(GUIDELINES)
         self.pubmed_hits = list(PUBMED)
         self.labels: list[ParsedDocument] = []
+        self.openfda: list[ParsedDocument] = []
+        """Labels openFDA serves (not stored): a label job stores those of the drugs it names."""
+        self.label_jobs: list[list[str]] = []
+        self.pubmed_terms: list[str] = []
 
     async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
         """As the retriever: renders the query form (with the retriever's own rendering) and sends it back."""
@@ -191,6 +195,27 @@ class FakeBackend:
 
     async def mesh_vocabulary(self) -> dict[str, int]:
         return self.mesh
+
+    # the question-time fetch (``/v1/query``'s interaction check): openFDA's labels; PubMed finds nothing
+
+    async def ingest_labels(self, drugs: Sequence[str], per_drug: int, trace_id: str) -> str:
+        self.label_jobs.append(list(drugs))
+        wanted = {d.lower() for d in drugs}
+        self.labels += [d for d in self.openfda if d.drug_label and wanted & set(d.drug_label.match_terms)]
+        return f"label-job-{len(self.label_jobs)}"
+
+    async def search_pubmed(self, term: str, max_ids: int, trace_id: str, timeout_s: float) -> tuple[int, list[str]]:
+        self.pubmed_terms.append(term)
+        return 0, []
+
+    async def unstored(self, document_ids: Sequence[str]) -> list[str]:
+        return list(document_ids)
+
+    async def ingest_pmids(self, pmids: Sequence[str], trace_id: str) -> str:
+        return "pmid-job"
+
+    async def stages(self, document_ids: Sequence[str]) -> dict[str, str]:
+        return {}
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +267,8 @@ def build(
     app.dependency_overrides[deps.get_workflow_cache] = lambda: cache
     app.dependency_overrides[deps.get_workflow_llm] = lambda: llm
     app.dependency_overrides[deps.get_rxnav] = lambda: rxnav
+    app.dependency_overrides[deps.get_pubmed_search] = lambda: backend
+    app.dependency_overrides[deps.get_label_ingest] = lambda: backend
     consultations = MemoryConsultationStore()
     app.dependency_overrides[deps.get_consultation_store] = lambda: consultations
     return app, WorkflowContext(settings, backend, cache, llm, rxnav), backend

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.gateway.intelligence.interactions import InteractionChecker, class_terms, excerpt, mention
+from services.gateway.intelligence.interactions import (
+    NOT_STORED,
+    InteractionChecker,
+    class_terms,
+    excerpt,
+    mention,
+)
 from services.gateway.intelligence.rxnav import RxNavClient
 from shared.events import RetrievalReply, RetrievalRequest
 from shared.models import ParsedDocument
@@ -78,7 +84,8 @@ async def test_a_class_named_in_a_label_is_a_finding(rxnav: FakeRxNav) -> None:
     assert (finding.label_of, finding.other) == ("warfarin", "naproxen")
     assert finding.term == "nonsteroidal anti-inflammatory drug"  # the label writes the plural
     assert check.missing == ["naproxen"]  # no naproxen label is stored: said
-    assert "No FDA label is stored for naproxen" in check.text()
+    assert check.missing_reasons == {"naproxen": NOT_STORED}  # no fetch: today's hint
+    assert "The FDA label of naproxen was not read: no FDA label is stored" in check.text()
 
 
 async def test_labels_that_name_neither_drug_are_no_labelled_interaction(rxnav: FakeRxNav) -> None:
