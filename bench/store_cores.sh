@@ -25,7 +25,7 @@ rm -rf "$ROOT"
 "$PY" -c "import asyncpg, pgvector, pydantic_settings, devstack.postgres as p; print(p._bin_dir()); import shared.settings, services.parser.store, services.retriever.engine" \
   >>"$LOG" 2>&1 && say "imports ok" || say "imports FAILED (see the log); trying anyway"
 say "bench/store_cores.py starting"
-timeout -s INT -k 30 "${STORE_CORES_LIMIT_S:-320}" "$PY" -u bench/store_cores.py --root "$ROOT" \
+timeout -s INT -k 15 "${STORE_CORES_LIMIT_S:-320}" "$PY" -u bench/store_cores.py --root "$ROOT" \
   --cores "${STORE_CORES_CORES:-4,8,16}" --statements "${STORE_CORES_STATEMENTS:-1,2}" \
   --chunks "${STORE_CORES_CHUNKS:-150000}" --load-s "${STORE_CORES_LOAD_S:-90}" \
   --step-s "${STORE_CORES_STEP_S:-8}" --vector-s "${STORE_CORES_VECTOR_S:-6}" --reserve-chunks "${STORE_CORES_RESERVE:-150000}" \

@@ -6,14 +6,14 @@ import importlib.util
 import multiprocessing as mp
 import sys
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _bench() -> ModuleType:
+def _bench() -> Any:
     sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("store_cores_bench", ROOT / "bench" / "store_cores.py")
     assert spec is not None and spec.loader is not None
