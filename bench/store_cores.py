@@ -531,6 +531,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "max_worker_processes": str(max(8, ncpu + 4)),
         "max_parallel_workers": str(ncpu),
         "max_parallel_maintenance_workers": str(max(1, ncpu - 1)),
+        # The parallel HNSW build keeps its graph (up to maintenance_work_mem) in dynamic shared memory: System V
+        # segments, not /dev/shm, which a container may cap at 64 MB.
+        "dynamic_shared_memory_type": args.dsm_type,
     }
     result: dict[str, Any] = {
         "cpus": ncpu,
@@ -607,7 +610,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--reserve-chunks", type=int, default=150_000, help="Chunks stored without vectors for the vector phases."
     )
     p.add_argument("--build-workers", type=int, default=0, help="HNSW build's parallel workers (0: CPUs - 1).")
-    p.add_argument("--maintenance-work-mem", default="4GB")
+    p.add_argument("--maintenance-work-mem", default="2GB")
+    p.add_argument("--dsm-type", default="sysv", help="PostgreSQL's dynamic_shared_memory_type (posix: /dev/shm).")
     p.add_argument("--shared-buffers", default=None, help="Default: bench/scale.py's size for 10^6 chunks.")
     p.add_argument("--step-s", type=float, default=8.0, help="Seconds of document storing a step.")
     p.add_argument("--vector-s", type=float, default=6.0, help="Seconds of vector storing a step at most.")

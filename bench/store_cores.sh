@@ -12,6 +12,7 @@ mkdir -p "$OUT"
 LOG="$OUT/store_cores.log"
 PY=${PYTHON:-python3}
 say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+say "/dev/shm: $(df -h /dev/shm 2>/dev/null | tail -1)"
 say "store_cores.sh on $(hostname): $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   say "installing $(ls .whl/*.whl | wc -l) wheels from .whl/ into /tmp/site"
