@@ -40,17 +40,21 @@ def server_cpu_s(backend_pid: int) -> float:
     """CPU seconds used so far by the PostgreSQL server that runs ``backend_pid``: its postmaster's, its
     exited children's (reaped into the postmaster's ``cutime``) and its live children's. Only this server's
     (other servers on the machine are not counted), so the figure holds while other work shares the cores."""
+    return postmaster_cpu_s(int(_stat(backend_pid)[1]))
+
+
+def _stat(pid: int | str) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def postmaster_cpu_s(postmaster: int) -> float:
+    """:func:`server_cpu_s` of the server whose postmaster is ``postmaster``."""
     tick = os.sysconf("SC_CLK_TCK")
-
-    def stat(pid: int | str) -> list[str]:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-    postmaster = int(stat(backend_pid)[1])
-    fields = stat(postmaster)
+    fields = _stat(postmaster)
     total = sum(int(fields[i]) for i in (11, 12, 13, 14))
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            f = stat(pid)
+            f = _stat(pid)
             if int(f[1]) == postmaster:
                 total += sum(int(f[i]) for i in (11, 12, 13, 14))
         except (OSError, IndexError, ValueError):
@@ -75,6 +79,15 @@ def rows(docs: list[scale.GeneratedDoc]) -> tuple[list[tuple[Any, ...]], list[tu
             chunks.append((cid, doc_id, o, "Abstract", d.title, c, 200, None, None))
             ids.append(cid)
     return documents, chunks, ids, np.concatenate([d.vectors for d in docs])
+
+
+def random_basis(source: scale.Source, count: int, dim: int) -> tuple[np.ndarray, str]:
+    """Seeded random unit vectors of ``dim`` for the first ``count`` abstracts, and the model name they are
+    stored under: no encoder is loaded. The chunks still cluster around one vector per abstract, as with real
+    ones; the store's work does not depend on the model."""
+    rng = np.random.default_rng(34)
+    basis = rng.normal(size=(min(count, len(source.abstracts)), dim))
+    return (basis / np.linalg.norm(basis, axis=1, keepdims=True)).astype(np.float32), f"random-basis-{dim}"
 
 
 async def finish_by_phase(
@@ -209,12 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     source = scale.load_source(Path(args.corpus) if args.corpus else None)
     if args.random_basis:
-        # No encoder: each abstract's "real" vector is a seeded random unit vector (the chunks still cluster
-        # around one vector per abstract, as with real ones); the store's work does not depend on the model.
-        rng = np.random.default_rng(34)
-        basis = rng.normal(size=(min(args.real_vectors, len(source.abstracts)), args.random_basis))
-        basis = (basis / np.linalg.norm(basis, axis=1, keepdims=True)).astype(np.float32)
-        model = f"random-basis-{args.random_basis}"
+        basis, model = random_basis(source, args.real_vectors, args.random_basis)
     else:
         basis, model = scale.real_basis(source, min(args.real_vectors, len(source.abstracts)), Path(args.cache_dir))
     gen = scale.Generator(source, basis)

@@ -317,6 +317,28 @@ async def bulk_write(pool: Any, index: Any, docs: list[GeneratedDoc], concurrenc
     return t1 - t0, time.perf_counter() - t1
 
 
+def parsed_document(d: GeneratedDoc) -> Any:
+    """``d`` as the parser hands it to ``store_document`` (a ``ParsedDocument`` of its two chunks)."""
+    from shared.models import Chunk, MeshHeading, ParsedDocument
+
+    return ParsedDocument(
+        source="pubmed",
+        source_id=d.source_id,
+        pmid=d.source_id,
+        title=d.title,
+        abstract=" ".join(d.chunks),
+        year=d.year,
+        study_type=d.study_type,
+        evidence_level=d.evidence_level,
+        mesh=[MeshHeading(descriptor=m) for m in d.mesh],
+        retracted=d.retracted,
+        chunks=[
+            Chunk(section="Abstract", ordinal=o, text=c, token_count=200, char_start=0, char_end=len(c))
+            for o, c in enumerate(d.chunks)
+        ],
+    )
+
+
 async def production_write_rate(
     pool: Any, index: Any, docs: list[GeneratedDoc], concurrency: int = 1
 ) -> dict[str, float]:
@@ -326,27 +348,11 @@ async def production_write_rate(
     from services.parser.store import store_document
     from services.retriever.engine import upsert_vectors
     from services.retriever.engine.lexical.compaction import compact
-    from shared.models import Chunk, MeshHeading, ParsedDocument
 
     t0 = time.perf_counter()
     stored: list[tuple[str, str, np.ndarray]] = []
     for d in docs:
-        pd = ParsedDocument(
-            source="pubmed",
-            source_id=d.source_id,
-            pmid=d.source_id,
-            title=d.title,
-            abstract=" ".join(d.chunks),
-            year=d.year,
-            study_type=d.study_type,
-            evidence_level=d.evidence_level,
-            mesh=[MeshHeading(descriptor=m) for m in d.mesh],
-            retracted=d.retracted,
-            chunks=[
-                Chunk(section="Abstract", ordinal=o, text=c, token_count=200, char_start=0, char_end=len(c))
-                for o, c in enumerate(d.chunks)
-            ],
-        )
+        pd = parsed_document(d)
         result = await store_document(pool, pd)
         stored.extend((c.chunk_id, pd.document_id, v) for c, v in zip(result.chunks, d.vectors, strict=True))
     t1 = time.perf_counter()
