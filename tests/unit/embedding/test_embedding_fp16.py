@@ -3,8 +3,8 @@
 ONNX Runtime's CPU provider runs FP16 graphs (slowly; it computes several ops in FP32), so these tests check
 the conversion, the cache and the tolerance guard on CPU machines. The GPU's own FP16 arithmetic is checked
 by the same guard when the model loads there; these tests say nothing about its speed.
-The conversion needs the `onnx` package (the embedder-gpu extra): where it is absent (CI's dev.lock) those
-tests are skipped, and the one that asks for FP16 without it checks the refusal.
+The conversion needs the `onnx` package (the embedder-gpu and dev extras): where it is absent those tests are
+skipped, and the one that asks for FP16 without it checks the refusal.
 """
 
 from __future__ import annotations
