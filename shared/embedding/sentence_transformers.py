@@ -52,9 +52,32 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     _tokenizer: Any
     _fast_tokenizer: Any
 
+    def _check_device(self) -> None:
+        """Refuse a GPU that this PyTorch cannot use (its CPU build, no driver, no such GPU) with the reason."""
+        if not self.device.startswith("cuda"):
+            return
+        import torch
+
+        from shared.embedding.providers import DeviceUnavailable, device_index
+
+        if not torch.cuda.is_available():
+            reason = (
+                f"this PyTorch ({torch.__version__}) sees no GPU"
+                + (" (it is the CPU build)" if torch.version.cuda is None else " (no NVIDIA driver or device)")
+            )
+        elif device_index(self.device) >= torch.cuda.device_count():
+            reason = f"this machine has {torch.cuda.device_count()} GPU(s), not {self.device}"
+        else:
+            return
+        raise DeviceUnavailable(
+            f"EVIDENTIA_EMBEDDING_DEVICE={self.device} asks for a GPU, but {reason}. Not running {self.name} on "
+            "the CPU instead: install a CUDA build of torch (docs/install.md), or set EVIDENTIA_EMBEDDING_DEVICE=cpu."
+        )
+
     def _load(self) -> None:
         from sentence_transformers import SentenceTransformer
 
+        self._check_device()
         source = self.config.source
         local = Path(source).expanduser()
         try:

@@ -141,3 +141,15 @@ def test_without_the_onnx_package_the_error_says_what_to_install(
     monkeypatch.setattr(export, "onnx_available", lambda: False)
     with pytest.raises(EmbedderError, match="embedder-gpu"):
         export.export_torch_folder(models_dir / "bge-small-en-v1.5", tmp_path / "torch")
+
+
+def test_a_gpu_this_torch_cannot_use_is_refused_with_the_reason(models_dir: Path, exported: Path) -> None:
+    import torch
+
+    from shared.embedding.providers import DeviceUnavailable
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine's torch has a GPU")
+    settings = EmbeddingSettings(model="bge-small-en-v1.5", models_dir=str(models_dir), device="cuda", backend="torch")
+    with pytest.raises(DeviceUnavailable, match=r"EVIDENTIA_EMBEDDING_DEVICE=cuda asks for a GPU, but this PyTorch"):
+        get_embedder(settings).warm_up()
