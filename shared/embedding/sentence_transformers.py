@@ -61,9 +61,8 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         from shared.embedding.providers import DeviceUnavailable, device_index
 
         if not torch.cuda.is_available():
-            reason = (
-                f"this PyTorch ({torch.__version__}) sees no GPU"
-                + (" (it is the CPU build)" if torch.version.cuda is None else " (no NVIDIA driver or device)")
+            reason = f"this PyTorch ({torch.__version__}) sees no GPU" + (
+                " (it is the CPU build)" if torch.version.cuda is None else " (no NVIDIA driver or device)"
             )
         elif device_index(self.device) >= torch.cuda.device_count():
             reason = f"this machine has {torch.cuda.device_count()} GPU(s), not {self.device}"
