@@ -14,26 +14,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shared.embedding import EmbedderError, clear_cache, get_embedder, resolve
+from shared.embedding import EmbedderError, get_embedder, resolve
 from shared.embedding import onnx_to_torch as export
 from shared.embedding.base import BGE_QUERY_PREFIX, BaseEmbedder, runtime_of
+from shared.embedding.fp16 import PROBE_TEXTS
 from shared.embedding.onnx import OnnxEmbedder
 from shared.embedding.sentence_transformers import SentenceTransformerEmbedder
 from shared.settings import EmbeddingSettings
 
-pytestmark = pytest.mark.skipif(not export.onnx_available(), reason="the `onnx` package is absent")
-TEXTS = [
-    "Statins lower LDL cholesterol and cut major vascular events by about a fifth per mmol/L.",
-    "Does vitamin D supplementation prevent fractures in older adults living in the community?",
-    "Hand hygiene",
+pytestmark = [
+    pytest.mark.skipif(not export.onnx_available(), reason="the `onnx` package is absent"),
+    pytest.mark.usefixtures("fresh_cache"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_embedders() -> Any:
-    clear_cache()
-    yield
-    clear_cache()
+TEXTS = [PROBE_TEXTS[0], PROBE_TEXTS[4], PROBE_TEXTS[5]]  # a statement, a question, one word
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +77,7 @@ def test_the_factory_runs_the_catalogue_model_on_torch_with_the_same_vectors(mod
     assert runtime_of(on_torch)["provider"] == "torch" and runtime_of(on_onnx)["provider"] == "CPUExecutionProvider"
     for encode in ("encode_passages", "encode_queries"):
         a, b = getattr(on_torch, encode)(TEXTS), getattr(on_onnx, encode)(TEXTS)
-        assert a.shape == b.shape == (3, 384)
+        assert a.shape == b.shape == (len(TEXTS), 384)
         assert float((a * b).sum(axis=1).min()) > 1 - 1e-5
     ids = on_torch.passage_token_ids(TEXTS)
     assert ids == on_onnx.passage_token_ids(TEXTS)
