@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from services.gateway.livefetch.poll import poll_until
 from shared.db.jobs import JobStatus
 
 LABELS_PER_DRUG = 3
@@ -90,12 +91,14 @@ class LabelFetcher:
             out.error = f"{type(exc).__name__}: {str(exc)[:200]}"
             out.waited_ms = round((self.clock() - start) * 1000, 1)
             return out
-        while True:
-            status = await self.backend.job(out.job_id)
+        job_id = out.job_id
+
+        async def finished() -> bool:
+            status = await self.backend.job(job_id)
             if status is not None:
                 out.state, out.done, out.error = status.state, status.done, status.error
-            if out.done or self.clock() >= deadline:
-                break
-            await self.sleep(min(self.poll_s, max(0.0, deadline - self.clock())))
+            return out.done
+
+        await poll_until(finished, deadline, clock=self.clock, sleep=self.sleep, interval_s=self.poll_s)
         out.waited_ms = round((self.clock() - start) * 1000, 1)
         return out

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from services.gateway.intelligence.cache import Cache, cache_key
 from services.gateway.intelligence.llm import WorkflowLlm
+from services.gateway.livefetch.poll import poll_until
 from services.gateway.livefetch.query import model_terms, question_terms, relaxed_queries
 from services.gateway.schemas.common import FetchMode, FetchReport
 from services.gateway.understanding.enhance import QueryEnhancer
@@ -159,15 +160,17 @@ class LiveFetcher:
     async def _wait(self, new: list[str], deadline: float, report: FetchReport, progress: Progress) -> None:
         last = -1
         stages: dict[str, str] = {}
-        while True:
+
+        async def settled() -> bool:
+            nonlocal last, stages
             stages = await self.backend.stages(new)
             embedded = sum(1 for d in new if stages.get(d) == "embedded")
             if embedded != last:
                 await progress({"stage": "embedded", "embedded": embedded, "of": len(new), "job_id": report.job_id})
                 last = embedded
-            if all(stages.get(d) in TERMINAL for d in new) or self.clock() >= deadline:
-                break
-            await self.sleep(min(self.poll_s, max(0.0, deadline - self.clock())))
+            return all(stages.get(d) in TERMINAL for d in new)
+
+        await poll_until(settled, deadline, clock=self.clock, sleep=self.sleep, interval_s=self.poll_s)
         report.ingested = [d for d in new if stages.get(d) == "embedded"]
         report.failed = [d for d in new if stages.get(d) in ("failed", "deleted")]
         report.pending = [d for d in new if stages.get(d) not in TERMINAL]
