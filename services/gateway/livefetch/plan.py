@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException
 
 from services.gateway.livefetch.query import Concept
 from services.gateway.livefetch.topic import MIN_COVERAGE, on_topic_sources
@@ -58,6 +61,21 @@ def plan_fetch(requested: FetchMode | None, may_ingest: bool, default: FetchMode
             "send `fetch: auto` or `never`, or use a key with `ingest`"
         )
     return FetchPlan(requested, "never", None if requested == "never" else NO_SCOPE)
+
+
+FETCH_403: dict[int | str, dict[str, Any]] = {
+    403: {"description": "`fetch: always` from an API key without the `ingest` scope"}
+}
+"""The routes' OpenAPI entry for :func:`plan_for`'s refusal."""
+
+
+def plan_for(requested: FetchMode | None, scopes: frozenset[str], default: FetchMode) -> FetchPlan:
+    """:func:`plan_fetch` for a caller's scopes as a route answers it: HTTP 403 with the reason for ``always``
+    without the ``ingest`` scope."""
+    try:
+        return plan_fetch(requested, "ingest" in scopes, default)
+    except FetchNotAllowed as exc:
+        raise HTTPException(403, str(exc)) from exc
 
 
 def relevant_sources(hits: Sequence[SearchHit], floor: float) -> int:

@@ -4,31 +4,23 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from services.gateway.deps import AnswersDep, OwnerDep, ScopesDep, SettingsDep
-from services.gateway.livefetch.plan import FetchNotAllowed, FetchPlan, plan_fetch
+from services.gateway.livefetch.plan import FETCH_403, FetchPlan, plan_for
 from services.gateway.schemas.ask import AskRequest, AskResponse
 from services.gateway.sse import STREAM_RESPONSES, event_stream
 from shared.settings import Settings
 
 router = APIRouter(tags=["answers"])
 
-FETCH_403: dict[int | str, dict[str, Any]] = {
-    403: {"description": "`fetch: always` from an API key without the `ingest` scope"}
-}
-
 
 def fetch_plan(body: AskRequest, scopes: frozenset[str], settings: Settings) -> FetchPlan:
     """The PubMed fetch the caller may have (403 for ``always`` without the ``ingest`` scope)."""
-    try:
-        return plan_fetch(body.fetch, "ingest" in scopes, settings.ask_fetch.default)
-    except FetchNotAllowed as exc:
-        raise HTTPException(403, str(exc)) from exc
+    return plan_for(body.fetch, scopes, settings.ask_fetch.default)
 
 
 @router.post(

@@ -37,9 +37,9 @@ from services.gateway.intelligence.llm import WorkflowLlm
 from services.gateway.intelligence.rxnav import RxNavClient
 from services.gateway.livefetch.interaction import InteractionFetch, interaction_fetch
 from services.gateway.livefetch.labels import LabelFetcher, LabelIngest
-from services.gateway.livefetch.plan import plan_fetch
+from services.gateway.livefetch.plan import plan_for
 from services.gateway.livefetch.runner import LiveFetcher, PubmedSearch
-from services.gateway.schemas.common import Metered, WorkflowStep
+from services.gateway.schemas.common import FetchMode, Metered, WorkflowStep
 from services.gateway.sse import error_event, sse
 from services.gateway.workflows.backend import MeteredBackend, WorkflowBackend
 from shared.llm import usage_scope
@@ -69,15 +69,24 @@ class WorkflowContext:
         llm: WorkflowLlm | None = None,
         rxnav: RxNavClient | None = None,
         fetch: InteractionFetch | None = None,
+        fetch_for: Callable[[FetchMode | None], InteractionFetch | None] | None = None,
     ):
         self.settings = settings
         self.fetch = fetch
         """What the drug interaction check may fetch at question time for this caller (None: the store only)."""
+        self.fetch_for = fetch_for
+        """The interaction check's fetch for a mode the request names, under this caller's scopes."""
         self.backend = backend  # the setter wraps it (MeteredBackend)
         self.cache = cache
         self.llm = llm or WorkflowLlm(settings.llm)
         w = settings.workflow
         self.rxnav = rxnav or RxNavClient(w.rxnav_url, timeout_s=w.rxnav_timeout_s)
+
+    def request_fetch(self, requested: FetchMode | None) -> None:
+        """Let the interaction check fetch as the request asks (``fetch`` on ``/v1/query``; None: the deployment's
+        default); 403 for ``always`` from a key without the ``ingest`` scope."""
+        if requested is not None and self.fetch_for is not None:
+            self.fetch = self.fetch_for(requested)
 
     @property
     def backend(self) -> WorkflowBackend:
@@ -100,11 +109,15 @@ def get_context(
 ) -> WorkflowContext:
     """The context of one request; the interaction check may fetch under ``/v1/ask``'s rule with the mode a
     question that names none gets (:func:`services.gateway.livefetch.plan.plan_fetch`: the deployment's
-    ``EVIDENTIA_ASK_FETCH_DEFAULT`` for a key with ``ingest``, else ``never``)."""
-    plan = plan_fetch(None, "ingest" in scopes, settings.ask_fetch.default)
+    ``EVIDENTIA_ASK_FETCH_DEFAULT`` for a key with ``ingest``, else ``never``), or the one the request names
+    (:meth:`WorkflowContext.request_fetch`)."""
     labels = LabelFetcher(label_ingest, settings.ask_fetch.label_wait_s)
-    fetch = interaction_fetch(plan, labels, LiveFetcher(pubmed, settings, cache, llm))
-    return WorkflowContext(settings, backend, cache, llm, rxnav, fetch)
+    live = LiveFetcher(pubmed, settings, cache, llm)
+
+    def fetch_for(requested: FetchMode | None) -> InteractionFetch | None:
+        return interaction_fetch(plan_for(requested, scopes, settings.ask_fetch.default), labels, live)
+
+    return WorkflowContext(settings, backend, cache, llm, rxnav, fetch_for(None), fetch_for)
 
 
 ContextDep = Annotated[WorkflowContext, Depends(get_context)]

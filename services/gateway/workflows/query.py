@@ -13,7 +13,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from services.gateway.intelligence.agent import Agent, ToolOutput
 from services.gateway.intelligence.interactions import InteractionCheck, InteractionChecker
-from services.gateway.schemas.common import InteractionOut, Metered, QueryIntelligence, check_query_terms
+from services.gateway.livefetch.plan import FETCH_403
+from services.gateway.schemas.common import FetchMode, InteractionOut, Metered, QueryIntelligence, check_query_terms
 from services.gateway.understanding.analysis import QueryAnalyser
 from services.gateway.understanding.classify import Classification
 from services.gateway.understanding.enhance import Enhancement
@@ -71,6 +72,13 @@ class QueryRequest(BaseModel):
     top_n: AnswerTopN = DEFAULT_TOP_N
     return_sources: bool = True
     summary: bool = Field(True, description="Include the structured evidence summary (standard mode).")
+    fetch: FetchMode | None = Field(
+        None,
+        description="What the drug interaction check (asked directly or as the agent's tool) may fetch at question "
+        "time, as on `/v1/ask`: `auto` or `always` (a key with the `ingest` scope; `always` without it: 403) "
+        "fetch a missing FDA label and search PubMed for the pair; `never` reads the store only. Absent: the "
+        "deployment's `EVIDENTIA_ASK_FETCH_DEFAULT` for a key with `ingest`, else `never`.",
+    )
 
     @model_validator(mode="after")
     def _blank(self) -> QueryRequest:
@@ -395,6 +403,8 @@ class QueryWorkflow(Workflow):
     response_model=QueryResponse,
     summary="A question with query intelligence: classified, language detected, enhanced and "
     "routed; `mode: agent` for Claude with tools",
+    responses={**FETCH_403},
 )
 async def query(body: QueryRequest, ctx: ContextDep) -> QueryResponse:
+    ctx.request_fetch(body.fetch)
     return await QueryWorkflow(ctx).run(body)

@@ -94,7 +94,7 @@ ROUTES: dict[tuple[str, str], tuple[str, list[str], list[str], str | None]] = {
         ["ingestion"],
         "JobStatus",
     ),
-    ("POST", "/v1/query"): ("query_v1_query_post", ["200", "422"], ["workflows"], "QueryResponse"),
+    ("POST", "/v1/query"): ("query_v1_query_post", ["200", "403", "422"], ["workflows"], "QueryResponse"),
     ("POST", "/v1/search"): ("search_v1_search_post", ["200", "422"], ["search"], "SearchResponse"),
 }
 

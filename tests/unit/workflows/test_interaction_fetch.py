@@ -240,3 +240,29 @@ async def test_query_route_fetches_a_missing_label_under_the_default_mode() -> N
     assert check["status"] == "found" and check["missing_labels"] == []
     assert check["findings"][0]["citation_id"] == f"FDA:{WARFARIN_SET}"
     assert check["label_fetch"]["job_id"] == "label-job-1" and check["label_fetch"]["done"] is True
+
+
+async def test_query_route_takes_the_fetch_the_request_names() -> None:
+    import hashlib
+
+    from shared.settings import GatewaySettings
+
+    reader = hashlib.sha256(b"reader-key").hexdigest()
+    with FakeRxNav() as rx:
+        rx.add_drug("warfarin", "11289", brands=["Coumadin"], classes=["Vitamin K Antagonist"])
+        rx.add_drug("fluconazole", "4450", brands=["Diflucan"], classes=["Azole Antifungal"])
+        app, _, backend = build(rxnav_url=rx.url, gateway=GatewaySettings(api_key_hashes=reader))
+        backend.labels, backend.openfda = [FLUCONAZOLE], [WARFARIN]
+        question = "Does warfarin interact with fluconazole?"
+        async with client(app, "reader-key") as http:
+            refused = await http.post("/v1/query", json={"question": question, "fetch": "always"})
+            read_only = (await http.post("/v1/query", json={"question": question, "fetch": "auto"})).json()
+        assert refused.status_code == 403 and "`ingest` scope" in refused.json()["detail"]
+        assert read_only["interaction"]["missing_labels"] == ["warfarin"] and backend.label_jobs == []
+        app, _, backend = build(rxnav_url=rx.url)  # no keys: every scope
+        backend.labels, backend.openfda = [FLUCONAZOLE], [WARFARIN]
+        async with client(app) as http:
+            never = (await http.post("/v1/query", json={"question": question, "fetch": "never"})).json()
+            assert never["interaction"]["missing_labels"] == ["warfarin"] and backend.label_jobs == []
+            fetched = (await http.post("/v1/query", json={"question": question, "fetch": "always"})).json()
+    assert backend.label_jobs == [["warfarin"]] and fetched["interaction"]["status"] == "found"
