@@ -9,21 +9,7 @@ import pytest
 from services.fetcher.eutils import EutilsClient
 from services.fetcher.ratelimit import TokenBucket, process_limiter, rate_for
 from shared.settings import NcbiSettings
-
-
-class FakeTime:
-    """A clock plus a sleep that moves it forward (sequential callers)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, delay: float) -> None:
-        self.sleeps.append(delay)
-        self.now += delay
+from tests.fakes.clock import FakeClock
 
 
 def _max_in_window(starts: list[float], window: float = 1.0) -> int:
@@ -32,8 +18,8 @@ def _max_in_window(starts: list[float], window: float = 1.0) -> int:
 
 
 async def test_sequential_calls_are_spaced_one_third_of_a_second() -> None:
-    t = FakeTime()
-    bucket = TokenBucket(3, clock=t.clock, sleep=t.sleep)
+    t = FakeClock()
+    bucket = TokenBucket(3, clock=t, sleep=t.sleep)
     starts = []
     for _ in range(10):
         await bucket.acquire()
@@ -41,7 +27,7 @@ async def test_sequential_calls_are_spaced_one_third_of_a_second() -> None:
     assert starts[0] == 0.0
     assert starts[-1] == pytest.approx(3.0)
     assert _max_in_window(starts) == 3
-    assert all(d == pytest.approx(1 / 3) for d in t.sleeps)
+    assert all(d == pytest.approx(1 / 3) for d in t.slept)
 
 
 async def test_concurrent_coroutines_share_the_bucket_in_order() -> None:
@@ -63,8 +49,8 @@ async def test_ten_per_second_with_an_api_key() -> None:
     assert rate_for(None) == 3
     assert rate_for("abc") == 10
     assert rate_for("abc", override=50) == 50
-    t = FakeTime()
-    bucket = TokenBucket(rate_for("abc"), clock=t.clock, sleep=t.sleep)
+    t = FakeClock()
+    bucket = TokenBucket(rate_for("abc"), clock=t, sleep=t.sleep)
     starts = []
     for _ in range(21):
         await bucket.acquire()
@@ -74,14 +60,14 @@ async def test_ten_per_second_with_an_api_key() -> None:
 
 
 async def test_idle_time_refills_only_up_to_the_burst() -> None:
-    t = FakeTime()
-    bucket = TokenBucket(3, clock=t.clock, sleep=t.sleep)
+    t = FakeClock()
+    bucket = TokenBucket(3, clock=t, sleep=t.sleep)
     await bucket.acquire()
     t.now += 60  # a long idle minute does not buy a burst of 180 calls
     await bucket.acquire()
-    assert t.sleeps == []
+    assert t.slept == []
     await bucket.acquire()
-    assert t.sleeps == [pytest.approx(1 / 3)]
+    assert t.slept == [pytest.approx(1 / 3)]
 
 
 async def test_a_cancelled_waiter_gives_its_token_back() -> None:

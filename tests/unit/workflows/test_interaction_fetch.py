@@ -19,6 +19,7 @@ from shared.db.jobs import JobStatus
 from shared.models import ParsedDocument, SearchHit
 from shared.settings import LlmSettings, Settings
 from shared.sources.fdalabel_document import label_document
+from tests.fakes.clock import FakeClock
 from tests.fakes.llm_steps import step_llm
 from tests.fakes.openfda_server import load
 from tests.fakes.rxnav_server import FakeRxNav
@@ -28,21 +29,6 @@ from tests.unit.workflows.test_interaction_check import Store
 WARFARIN_SET = "d2a1e8f4-2c3b-4e0a-9a51-6f0c2b7d9e11"
 LABELS = {d.source_id: d for d in (label_document(x) for x in load("labels.json"))}
 WARFARIN, FLUCONAZOLE = LABELS[WARFARIN_SET], LABELS["3f8b2a90-51c4-4d6e-b7a2-1c9e0d4f5a33"]
-
-
-class Clock:
-    """Time that passes only when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 class LabelJobs:
@@ -118,7 +104,7 @@ def rxnav() -> Iterator[FakeRxNav]:
         yield fake
 
 
-def fetcher(jobs: LabelJobs, clock: Clock, wait_s: float = 10.0) -> LabelFetcher:
+def fetcher(jobs: LabelJobs, clock: FakeClock, wait_s: float = 10.0) -> LabelFetcher:
     return LabelFetcher(jobs, wait_s, clock=clock, sleep=clock.sleep, poll_s=0.5)
 
 
@@ -127,7 +113,7 @@ def live(pubmed: Pubmed) -> LiveFetcher:
 
 
 def test_only_a_plan_that_may_fetch_gets_the_fetch() -> None:
-    labels = fetcher(LabelJobs(), Clock())
+    labels = fetcher(LabelJobs(), FakeClock())
     assert interaction_fetch(plan_fetch(None, True, "auto"), labels, None) is not None
     assert interaction_fetch(plan_fetch("always", True), labels, None) is not None
     assert interaction_fetch(plan_fetch("never", True), labels, None) is None  # asked for the store only
@@ -144,7 +130,7 @@ def test_the_pair_is_one_clause_never_relaxed_to_one_drug() -> None:
 
 
 async def test_the_wait_ends_when_the_job_is_done() -> None:
-    clock = Clock()
+    clock = FakeClock()
     jobs = LabelJobs(served=[WARFARIN], polls=3)
     got = await fetcher(jobs, clock).fetch(["warfarin"], "t")
     assert jobs.jobs == [(["warfarin"], LABELS_PER_DRUG)]
@@ -154,20 +140,20 @@ async def test_the_wait_ends_when_the_job_is_done() -> None:
 
 
 async def test_the_wait_is_bounded_and_a_late_label_is_said() -> None:
-    clock = Clock()
+    clock = FakeClock()
     got = await fetcher(LabelJobs(polls=10_000), clock, wait_s=3.0).fetch(["warfarin"], "t")
     assert not got.done and got.state == "running"
     assert clock.now == pytest.approx(3.0) and sum(clock.slept) == pytest.approx(3.0)
     assert "not fetched within 3 s" in got.why_missing() and "job-1 still running" in got.why_missing()
-    zero = await fetcher(LabelJobs(polls=10_000), Clock(), wait_s=0.0).fetch(["warfarin"], "t")
+    zero = await fetcher(LabelJobs(polls=10_000), FakeClock(), wait_s=0.0).fetch(["warfarin"], "t")
     assert not zero.done and zero.waited_ms == 0.0
 
 
 async def test_an_unreachable_openfda_or_pipeline_is_the_reason() -> None:
-    failed = await fetcher(LabelJobs(error="openFDA unreachable: ConnectError"), Clock()).fetch(["warfarin"], "t")
+    failed = await fetcher(LabelJobs(error="openFDA unreachable: ConnectError"), FakeClock()).fetch(["warfarin"], "t")
     assert failed.state == "failed" and failed.done
     assert failed.why_missing() == "openFDA could not be searched for its label (openFDA unreachable: ConnectError)"
-    refused = await fetcher(LabelJobs(refuse=True), Clock()).fetch(["warfarin"], "t")
+    refused = await fetcher(LabelJobs(refuse=True), FakeClock()).fetch(["warfarin"], "t")
     assert refused.job_id is None and "ConnectionError: kafka down" in refused.why_missing()
 
 
@@ -178,7 +164,7 @@ def checker(rxnav: FakeRxNav, store: Store, fetch: InteractionFetch | None) -> I
 async def test_a_label_fetched_at_question_time_is_read(rxnav: FakeRxNav) -> None:
     store = Store([FLUCONAZOLE])  # warfarin's label is only at openFDA; it is the one naming fluconazole
     jobs = LabelJobs(store, [WARFARIN, FLUCONAZOLE])
-    fetch = interaction_fetch(plan_fetch(None, True, "auto"), fetcher(jobs, Clock()), None)
+    fetch = interaction_fetch(plan_fetch(None, True, "auto"), fetcher(jobs, FakeClock()), None)
     check = await checker(rxnav, store, fetch).check(["warfarin", "fluconazole"])
     assert jobs.jobs == [(["warfarin"], LABELS_PER_DRUG)]  # only the missing drug, by its RxNorm name
     assert check.status == "found" and not check.missing and check.missing_reasons == {}
@@ -199,14 +185,14 @@ async def test_a_label_fetched_at_question_time_is_read(rxnav: FakeRxNav) -> Non
 async def test_a_label_that_did_not_come_stays_missing_with_the_reason(rxnav: FakeRxNav) -> None:
     store = Store([FLUCONAZOLE])
     late = interaction_fetch(
-        plan_fetch(None, True, "auto"), fetcher(LabelJobs(store, [WARFARIN], polls=10_000), Clock(), 2.0), None
+        plan_fetch(None, True, "auto"), fetcher(LabelJobs(store, [WARFARIN], polls=10_000), FakeClock(), 2.0), None
     )
     check = await checker(rxnav, store, late).check(["warfarin", "fluconazole"])
     assert check.status == "none_found"  # fluconazole's label was read and names neither: honest, not "found"
     assert check.missing == ["warfarin"] and "not fetched within 2 s" in check.missing_reasons["warfarin"]
     assert "The FDA label of warfarin was not read: its FDA label was not fetched within 2 s" in check.text()
     nothing = Store([])
-    none = interaction_fetch(plan_fetch(None, True, "auto"), fetcher(LabelJobs(nothing, []), Clock()), None)
+    none = interaction_fetch(plan_fetch(None, True, "auto"), fetcher(LabelJobs(nothing, []), FakeClock()), None)
     empty = await checker(rxnav, nothing, none).check(["warfarin", "fluconazole"])
     assert empty.status == "not_checked" and empty.reason == (
         "no FDA label is stored for warfarin or fluconazole, and none could be fetched from openFDA"
@@ -218,7 +204,7 @@ async def test_the_literature_on_the_pair_is_fetched_when_the_store_has_none(rxn
     store = Store([WARFARIN, FLUCONAZOLE])
     paper = pubmed_hit("39990001", "Fluconazole and warfarin", "Fluconazole raised the INR of warfarin users.", 1)
     pubmed = Pubmed(store, {"(warfarin AND fluconazole)": paper})
-    fetch = interaction_fetch(plan_fetch(None, True, "auto"), fetcher(LabelJobs(store), Clock()), live(pubmed))
+    fetch = interaction_fetch(plan_fetch(None, True, "auto"), fetcher(LabelJobs(store), FakeClock()), live(pubmed))
     check = await checker(rxnav, store, fetch).check(["warfarin", "fluconazole"])
     assert pubmed.terms == ["(warfarin AND fluconazole)"]
     assert check.literature_fetch is not None and check.literature_fetch.ingested == ["pubmed:39990001"]
