@@ -30,7 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from embed_throughput import load_texts  # noqa: E402
 
 from shared.embedding import get_embedder  # noqa: E402
-from shared.embedding.base import runtime_of  # noqa: E402
+from shared.embedding.base import runtime_of, truncate_ids  # noqa: E402
 from shared.settings import EmbeddingSettings  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def main() -> None:
     ids_all = emb.passage_token_ids(texts)
     tok_rate = len(texts) / (time.perf_counter() - t0)
     for cap in caps:
-        ids = ids_all if not cap else [x if len(x) <= cap else [*x[: cap - 1], x[-1]] for x in ids_all]
+        ids = ids_all if not cap else [truncate_ids(x, cap) for x in ids_all]
         mean_tokens = sum(map(len, ids)) / len(ids)
         for bs in batches:
             emb.encode_pretokenized(ids[: 2 * bs], batch_size=bs)

@@ -36,7 +36,7 @@ from embed_throughput import load_texts  # noqa: E402
 from services.embedder.encode import encode_vectors, serialize_vectors  # noqa: E402
 from services.embedder.pipeline import Batch, EmbedPipeline, Payload  # noqa: E402
 from shared.chunk_wire import encode_chunk, read_chunk  # noqa: E402
-from shared.embedding.base import Embedder, EmbedderConfig  # noqa: E402
+from shared.embedding.base import Embedder, EmbedderConfig, truncate_ids  # noqa: E402
 from shared.embedding.sentence_transformers import SentenceTransformerEmbedder  # noqa: E402
 from shared.events import ChunkCreated  # noqa: E402
 
@@ -184,7 +184,7 @@ def main() -> None:
     ids = emb.passage_token_ids(texts)
     cap = int(os.environ.get("GPU_CHECK_MAX_TOKENS", "0"))
     if cap:  # chunks of at most ``cap`` tokens (the [SEP] kept), as a smaller chunk setting would ship them
-        ids = [x if len(x) <= cap else [*x[: cap - 1], x[-1]] for x in ids]
+        ids = [truncate_ids(x, cap) for x in ids]
     texts, ids = texts * copies, ids * copies  # each rate over seconds of work, not a fraction of one
     model_name = emb.name
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import logging
 import os
 import tempfile
@@ -27,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from shared.embedding.graph_file import is_fresh, onnx_available
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +51,14 @@ PROBE_TEXTS = (
 
 def fp16_available() -> bool:
     """Whether the converter can run: the ``onnx`` package is installed (the ``embedder-gpu`` extra)."""
-    return importlib.util.find_spec("onnx") is not None
-
-
-def _fresh(copy: Path, graph: Path) -> bool:
-    return copy.is_file() and copy.stat().st_mtime_ns >= graph.stat().st_mtime_ns
+    return onnx_available()
 
 
 def fp16_path(graph: Path) -> Path:
     """Where the FP16 copy of ``graph`` is kept: beside it when a copy is there (made at the image's build, read
     by a user who may not write there) or its folder is writable, else in the temp dir."""
     beside = graph.with_name(FP16_NAME)
-    if _fresh(beside, graph) or os.access(graph.parent, os.W_OK):
+    if is_fresh(beside, graph) or os.access(graph.parent, os.W_OK):
         return beside
     stat = graph.stat()
     key = hashlib.sha256(f"{graph.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
@@ -71,7 +68,7 @@ def fp16_path(graph: Path) -> Path:
 def fp16_graph(graph: Path) -> Path:
     """The FP16 copy of the FP32 ONNX file ``graph``, converted now unless a copy newer than it exists."""
     target = fp16_path(graph)
-    if _fresh(target, graph):
+    if is_fresh(target, graph):
         return target
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16

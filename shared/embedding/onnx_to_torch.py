@@ -21,7 +21,6 @@ The export is checked before it is kept: the folder's model and ONNX Runtime's r
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import re
@@ -34,12 +33,14 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.embedding.base import EmbedderError
-from shared.embedding.graph_file import onnx_file
+from shared.embedding.graph_file import is_fresh, onnx_available, onnx_file
 
 log = logging.getLogger(__name__)
 
 EXPORT_TOLERANCE = 1e-5
 """Largest ``1 - cosine`` between a probe's vector from the exported folder and from the graph (both FP32)."""
+FP16_EXPORT_TOLERANCE = 1e-3
+"""The same for an export whose weights are stored in half precision (checked with those weights in FP32)."""
 TORCH_FOLDER = "torch"
 """The export's folder beside the graph (``MODEL/torch``) when the model's folder is writable."""
 _COPIED = (
@@ -54,11 +55,6 @@ _COPIED = (
 )
 _MODULE_DIRS = ("1_Pooling", "2_Normalize")
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
-
-
-def onnx_available() -> bool:
-    """Whether the graph can be read: the ``onnx`` package is installed."""
-    return importlib.util.find_spec("onnx") is not None
 
 
 def _require_onnx() -> None:
@@ -181,7 +177,7 @@ def _graph_vectors(model_folder: Path, texts: list[str]) -> npt.NDArray[np.float
     return np.asarray(OnnxEmbedder(config).encode_passages(texts), dtype=np.float32)
 
 
-def export_torch_folder(model_folder: Path, out: Path, *, fp16: bool = False, check: bool = True) -> Path:
+def export_torch_folder(model_folder: Path, out: Path, *, fp16: bool = False) -> Path:
     """Write the torch folder of ``model_folder``'s ONNX export to ``out``; checked against the graph first.
 
     ``fp16`` stores the weights in half precision (half the bytes; the check then runs on the FP32 weights it
@@ -189,7 +185,7 @@ def export_torch_folder(model_folder: Path, out: Path, *, fp16: bool = False, ch
     """
     from safetensors.numpy import save_file
 
-    from shared.embedding.fp16 import PROBE_TEXTS
+    from shared.embedding.fp16 import PROBE_TEXTS, worst_cosine
 
     graph = onnx_file(model_folder)
     if graph is None:
@@ -208,16 +204,14 @@ def export_torch_folder(model_folder: Path, out: Path, *, fp16: bool = False, ch
         if fp16:
             state = {k: v.astype(np.float16).astype(np.float32) for k, v in state.items()}
         save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        if check:
-            texts = list(PROBE_TEXTS)
-            gap = float(1.0 - (_probe_vectors(staging, texts) * _graph_vectors(model_folder, texts)).sum(axis=1).min())
-            limit = 1e-3 if fp16 else EXPORT_TOLERANCE
-            if gap > limit:
-                raise EmbedderError(
-                    f"the torch export of {model_folder} does not reproduce the graph: "
-                    f"1 - cosine {gap:.2e} > {limit:.0e}"
-                )
-            log.info("torch export of %s checked: largest 1 - cosine %.1e on %d probes", model_folder, gap, len(texts))
+        texts = list(PROBE_TEXTS)
+        gap = 1.0 - worst_cosine(_probe_vectors(staging, texts), _graph_vectors(model_folder, texts))
+        limit = FP16_EXPORT_TOLERANCE if fp16 else EXPORT_TOLERANCE
+        if gap > limit:
+            raise EmbedderError(
+                f"the torch export of {model_folder} does not reproduce the graph: 1 - cosine {gap:.2e} > {limit:.0e}"
+            )
+        log.info("torch export of %s checked: largest 1 - cosine %.1e on %d probes", model_folder, gap, len(texts))
         if fp16:
             save_file({k: v.astype(np.float16) for k, v in state.items()}, str(staging / "model.safetensors"))
         if out.exists():
@@ -233,10 +227,8 @@ def torch_folder(model_folder: Path) -> Path:
     graph = onnx_file(model_folder)
     if graph is None:
         raise EmbedderError(f"{model_folder} holds no ONNX graph (onnx/model.onnx)")
-    for parent in (model_folder, Path(tempfile.gettempdir()) / "evidentia-torch" / model_folder.name):
-        out = parent / TORCH_FOLDER if parent == model_folder else parent
-        weights = out / "model.safetensors"
-        if weights.is_file() and weights.stat().st_mtime_ns >= graph.stat().st_mtime_ns:
+    for out in (model_folder / TORCH_FOLDER, Path(tempfile.gettempdir()) / "evidentia-torch" / model_folder.name):
+        if is_fresh(out / "model.safetensors", graph):
             return out
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
