@@ -103,6 +103,7 @@ async def compare(pool: Any, sets: dict[str, list[str]], rounds: int, k: int = 2
                 "p95_ms": round(1000 * float(np.percentile(wall, 95)), 1),
                 "cpu_ms_per_search": round(1000 * float(np.mean(cpu)), 2),
                 "postings_read_per_search": round(tally.postings / max(tally.searches, 1)),
+                "postings_scored_per_search": round(tally.scored / max(tally.searches, 1)),
             }
             print(f"    lexical {name:<22} {label:<10} {out[name][label]}", flush=True)
         if runs["pruned"] != runs["exhaustive"]:

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, encode_block
+from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, ReadBlock, encode_block
 from services.retriever.engine.lexical.postings import (
     BlockRef,
     Bm25Scoring,
@@ -101,12 +101,12 @@ def _top(scores: np.ndarray, passing: np.ndarray, k: int) -> list[tuple[int, flo
     return [(int(keys[i]), float(scores[keys[i]])) for i in order]
 
 
-def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float = 0.0) -> tuple[np.ndarray, int]:
+def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float = 0.0) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
-    async def read(refs: Sequence[BlockRef]) -> dict[int, bytes]:
+    async def read(refs: Sequence[BlockRef]) -> dict[int, ReadBlock]:
         reads.extend(r.n for r in refs)
-        return {r.block_id: c.blobs[r.block_id] for r in refs}
+        return {r.block_id: ReadBlock(c.blobs[r.block_id]) for r in refs}
 
     async def check(keys: np.ndarray) -> np.ndarray:
         return keys[np.isin(keys, passing)]
@@ -126,8 +126,8 @@ def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float 
             prune_from=0,
         )
     )
-    assert got.postings_read == sum(reads)
-    return got.scores, got.postings_read
+    assert got.postings_read == sum(reads) and got.postings_scored <= got.postings_read
+    return got.scores, got.postings_read, got.postings_scored
 
 
 @settings(max_examples=200, deadline=None)
@@ -145,7 +145,7 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
     expected = _top(_exhaustive(c), passing, k)
-    scores, _ = _pruned(c, k, passing, known=known, seed=seed_share)
+    scores, _, _ = _pruned(c, k, passing, known=known, seed=seed_share)
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 
 
@@ -156,7 +156,7 @@ def test_random_corpora_do_get_pruned() -> None:
         rng = np.random.default_rng(seed)
         c = _corpus(rng)
         passing = np.flatnonzero(rng.random(c.chunks) < 0.5)
-        scores, _ = _pruned(c, 10, passing, known=bool(seed % 2))
+        scores, _, _ = _pruned(c, 10, passing, known=bool(seed % 2))
         pruned += (scores > 0).sum() < (_exhaustive(c) > 0).sum()
     assert pruned >= 30
 
@@ -171,7 +171,7 @@ def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
     p_rare["tf_text"], p_rare["len_text"] = 3, 200
     blobs: dict[int, bytes] = {}
     refs: list[BlockRef] = []
-    for term_id, p, size in ((1, p_common, 1024), (2, p_rare, 1024)):
+    for term_id, p, size in ((1, p_common, 8192), (2, p_rare, 1024)):
         for i in range(0, len(p), size):
             block = encode_block(p[i : i + size])
             blobs[len(refs) + 1] = block.postings
@@ -184,10 +184,12 @@ def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
         refs, blobs, Bm25Scoring(0.9, 0.4, 1.0, 0.0, CorpusCounts(chunks, 0, 0, 200.0)), np.zeros(0, int), chunks
     )
     everyone = np.arange(chunks)
-    scores, read = _pruned(c, 10, everyone, known=False)
+    scores, read, scored = _pruned(c, 10, everyone, known=False)
     assert _top(scores, everyone, 10) == _top(_exhaustive(c), everyone, 10)
-    # The common term cannot lift a chunk without the rare one to the top 10: only its first block is read.
-    assert read == 40 + 1024
+    # The common term cannot lift a chunk without the rare one to the top 10: only its first block is read,
+    # and in it only the rare term's chunks are looked up and scored.
+    assert read == 40 + 8192
+    assert scored == 40 + 40
 
 
 def test_a_block_bound_covers_every_posting_whatever_the_parameters() -> None:
@@ -213,7 +215,7 @@ def test_a_block_bound_covers_every_posting_whatever_the_parameters() -> None:
 def test_a_block_merged_away_mid_search_is_reported() -> None:
     c = _corpus(np.random.default_rng(11))
 
-    async def read(refs: Sequence[BlockRef]) -> dict[int, bytes]:
+    async def read(refs: Sequence[BlockRef]) -> dict[int, ReadBlock]:
         return {}
 
     try:

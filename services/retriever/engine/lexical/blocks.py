@@ -58,6 +58,39 @@ def pack_postings(
     return out
 
 
+class ReadBlock:
+    """A block's packed postings as read (from the store or the retriever's cache), with its chunk keys decoded
+    on first use (:attr:`keys`): a native, contiguous array a search can binary-search for the few chunks it still
+    needs from a common term, where the packed keys (big-endian, 11 bytes apart) would have to be converted whole
+    on every search."""
+
+    __slots__ = ("_keys", "postings")
+
+    def __init__(self, postings: bytes) -> None:
+        self.postings = postings
+        self._keys: np.ndarray | None = None
+
+    @property
+    def packed(self) -> np.ndarray:
+        """The postings as :data:`POSTING` records (a view of :attr:`postings`, no copy)."""
+        return np.frombuffer(self.postings, dtype=POSTING)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """The postings' chunk keys in order (``int32``), decoded once."""
+        if self._keys is None:
+            self._keys = self.packed["key"].astype(np.int32)
+        return self._keys
+
+    @property
+    def nbytes(self) -> int:
+        """The memory it holds: the packed postings and, once decoded, the keys."""
+        return len(self.postings) + (0 if self._keys is None else self._keys.nbytes)
+
+    def __len__(self) -> int:
+        return len(self.postings) // POSTING.itemsize
+
+
 #: The bound columns of ``bm25_blocks``, in :class:`BlockBounds` order (migration ``260_bm25_block_bounds.sql``).
 BOUND_COLUMNS = ("max_tf_text", "max_tf_title", "max_tf_section", "min_len_text", "min_len_title", "min_len_section")
 

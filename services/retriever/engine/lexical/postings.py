@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 
-from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING
+from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING, ReadBlock
 from services.retriever.engine.lexical.postings_cache import PostingsCache
 
 
@@ -126,8 +126,8 @@ async def term_postings(
     blocks = await conn.fetch(_TERM_BLOCK_IDS_SQL, query)
     held: dict[int, bytes] = {}
     for b in blocks:
-        if cache.wants(b["n"]) and (blob := cache.get((b["block_id"], b["version"]))) is not None:
-            held[b["block_id"]] = blob
+        if cache.wants(b["n"]) and (block := cache.get((b["block_id"], b["version"]))) is not None:
+            held[b["block_id"]] = block.postings
     missing = [b for b in blocks if b["block_id"] not in held]
     if missing:
         terms = sorted({int(b["term_id"]) for b in missing})
@@ -135,7 +135,7 @@ async def term_postings(
         fetched = {r["block_id"]: r["postings"] for r in read}
         for b in missing:
             if cache.wants(b["n"]) and b["block_id"] in fetched:
-                cache.put((b["block_id"], b["version"]), fetched[b["block_id"]])
+                cache.put((b["block_id"], b["version"]), ReadBlock(fetched[b["block_id"]]))
         held.update(fetched)
     # A block deleted between the two reads (compaction merged it): its postings are in a new block the
     # first read did not see. Rare (compaction is brief); the search then reads the way without the cache.
@@ -191,22 +191,21 @@ async def query_blocks(conn: asyncpg.Connection | asyncpg.Pool, query: str) -> l
 
 async def read_blocks(
     conn: asyncpg.Connection | asyncpg.Pool, refs: Sequence[BlockRef], cache: PostingsCache | None = None
-) -> dict[int, bytes]:
-    """The packed postings of the blocks ``refs`` by block id, from ``cache`` where it holds them (the others
-    are read, and kept when it wants them). A block merged away since it was listed is missing from the
-    answer."""
-    held: dict[int, bytes] = {}
+) -> dict[int, ReadBlock]:
+    """The blocks ``refs`` by block id, from ``cache`` where it holds them (the others are read, and kept when
+    it wants them). A block merged away since it was listed is missing from the answer."""
+    held: dict[int, ReadBlock] = {}
     use_cache = cache is not None and cache.max_bytes > 0
     if use_cache:
         assert cache is not None
         for ref in refs:
-            if cache.wants(ref.n) and (blob := cache.get((ref.block_id, ref.version))) is not None:
-                held[ref.block_id] = blob
+            if cache.wants(ref.n) and (block := cache.get((ref.block_id, ref.version))) is not None:
+                held[ref.block_id] = block
     missing = [ref for ref in refs if ref.block_id not in held]
     if missing:
         terms = sorted({ref.term_id for ref in missing})
         read = await conn.fetch(_BLOCKS_SQL, terms, [ref.block_id for ref in missing])
-        fetched = {int(r["block_id"]): r["postings"] for r in read}
+        fetched = {int(r["block_id"]): ReadBlock(r["postings"]) for r in read}
         if use_cache:
             assert cache is not None
             for ref in missing:

@@ -15,6 +15,7 @@ from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower
 from services.retriever.engine.filters.fields import FilterClause, filter_clause
 from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
+from services.retriever.engine.lexical.blocks import ReadBlock
 from services.retriever.engine.lexical.postings import (
     BlockRef,
     Bm25Scoring,
@@ -223,14 +224,17 @@ async def bm25_rank(
 
 @dataclass
 class PostingsTally:
-    """Searches run and postings read (from memory or the store) by the lexical leg, for measurements."""
+    """Searches run, postings read (from memory or the store) and postings scored by the lexical leg, for
+    measurements (a pruned search reads a common term's blocks but scores only the chunks it still needs)."""
 
     searches: int = 0
     postings: int = 0
+    scored: int = 0
 
-    def add(self, postings: int) -> None:
+    def add(self, postings: int, scored: int | None = None) -> None:
         self.searches += 1
         self.postings += postings
+        self.scored += postings if scored is None else scored
 
 
 async def _pruned(
@@ -252,7 +256,7 @@ async def _pruned(
     against ``where`` (the SQL check the candidates go through anyway). A block merged away while the search
     ran: the exhaustive pass, which reads again."""
 
-    async def read(wanted: Sequence[BlockRef]) -> dict[int, bytes]:
+    async def read(wanted: Sequence[BlockRef]) -> dict[int, ReadBlock]:
         return await read_blocks(conn, wanted, cache) if wanted else {}
 
     async def check(keys: np.ndarray) -> np.ndarray:
@@ -279,5 +283,5 @@ async def _pruned(
             tally.add(len(postings))
         return bm25_scores(postings, scoring, dead)
     if tally is not None:
-        tally.add(pruned.postings_read)
+        tally.add(pruned.postings_read, pruned.postings_scored)
     return pruned.scores
