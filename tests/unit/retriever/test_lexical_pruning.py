@@ -23,7 +23,7 @@ from services.retriever.engine.lexical.postings import (
     posting_impacts,
     term_weight,
 )
-from services.retriever.engine.lexical.pruning import BlockVanished, pruned_scores
+from services.retriever.engine.lexical.pruning import BlockVanished, _covering_bound, _Term, pruned_scores
 
 FIELDS = [f for f in POSTING.names or () if f != "key"]
 
@@ -101,7 +101,14 @@ def _top(scores: np.ndarray, passing: np.ndarray, k: int) -> list[tuple[int, flo
     return [(int(keys[i]), float(scores[keys[i]])) for i in order]
 
 
-def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float = 0.0) -> tuple[np.ndarray, int, int]:
+#: How a non-essential term's blocks are read (``lookup_share``, ``block_cost``): by the cost model, always
+#: looked up key by key, or looked up or masked block by block.
+LOOKUPS = {"model": (None, None), "always": (0, 0), "mixed": (1, 0)}
+
+
+def _pruned(
+    c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float = 0.0, lookups: str = "model"
+) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
     async def read(refs: Sequence[BlockRef]) -> dict[int, ReadBlock]:
@@ -124,6 +131,8 @@ def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float 
             seed_postings=0,
             seed_share=seed,
             prune_from=0,
+            lookup_share=LOOKUPS[lookups][0],
+            block_cost=LOOKUPS[lookups][1],
         )
     )
     assert got.postings_read == sum(reads) and got.postings_scored <= got.postings_read
@@ -137,28 +146,32 @@ def _pruned(c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float 
     st.sampled_from([1.0, 0.5, 0.05, 0.005]),
     st.booleans(),
     st.sampled_from([0.0, 0.1, 0.5]),
+    st.sampled_from(sorted(LOOKUPS)),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
-    seed: int, k: int, share: float, known: bool, seed_share: float
+    seed: int, k: int, share: float, known: bool, seed_share: float, lookups: str
 ) -> None:
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
     expected = _top(_exhaustive(c), passing, k)
-    scores, _, _ = _pruned(c, k, passing, known=known, seed=seed_share)
+    scores, _, _ = _pruned(c, k, passing, known=known, seed=seed_share, lookups=lookups)
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 
 
 def test_random_corpora_do_get_pruned() -> None:
-    """The property above is not vacuous: on such corpora most searches leave chunks unscored."""
-    pruned = 0
+    """The property above is not vacuous: on such corpora most searches leave chunks unscored, and looked up
+    key by key, most score fewer postings than they read."""
+    pruned = looked_up = 0
     for seed in range(60):
         rng = np.random.default_rng(seed)
         c = _corpus(rng)
         passing = np.flatnonzero(rng.random(c.chunks) < 0.5)
         scores, _, _ = _pruned(c, 10, passing, known=bool(seed % 2))
         pruned += (scores > 0).sum() < (_exhaustive(c) > 0).sum()
-    assert pruned >= 30
+        _, read, scored = _pruned(c, 10, passing, known=bool(seed % 2), lookups="always")
+        looked_up += scored < read
+    assert pruned >= 30 and looked_up >= 30
 
 
 def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
@@ -223,3 +236,23 @@ def test_a_block_merged_away_mid_search_is_reported() -> None:
     except BlockVanished:
         return
     raise AssertionError("a missing block went unnoticed")
+
+
+def test_a_terms_bound_over_each_candidate_is_its_largest_covering_blocks() -> None:
+    """Disjoint block ranges take one search for all candidates, overlapping ones a pass per block: both give,
+    for each candidate, the largest bound among the term's blocks whose key range holds it (0 if none)."""
+    rng = np.random.default_rng(5)
+    for trial in range(400):
+        blocks, uppers = [], rng.random(int(rng.integers(1, 8)))
+        ends = np.sort(rng.choice(1000, 2 * len(uppers), replace=False)).reshape(-1, 2)  # disjoint
+        if trial % 2:
+            ends = np.sort(rng.integers(0, 1000, (len(uppers), 2)), axis=1)  # may overlap
+        for i, (low, high) in enumerate(rng.permutation(ends)):
+            blocks.append(BlockRef(1, 1, i, 1, int(low), int(high), "1", None))
+        candidates = np.sort(rng.choice(1000, int(rng.integers(0, 300)), replace=False)).astype(np.int64)
+        expected = np.zeros(len(candidates))
+        for block, upper in zip(blocks, uppers, strict=True):
+            inside = (candidates >= block.min_key) & (candidates <= block.max_key)
+            expected[inside] = np.maximum(expected[inside], upper)
+        term = _Term(1, np.float32(1.0), blocks, uppers, len(blocks))
+        assert np.array_equal(_covering_bound(term, candidates), expected), trial

@@ -115,6 +115,8 @@ async def pruned_scores(
     seed_postings: int | None = None,
     seed_share: float | None = None,
     prune_from: int | None = None,
+    lookup_share: int | None = None,
+    block_cost: int | None = None,
 ) -> PrunedScores:
     """BM25F scores of the chunks that can be among the ``k`` best passing the filters (see the module).
 
@@ -123,7 +125,11 @@ async def pruned_scores(
     in SQL; neither: no chunk is known to pass and nothing is skipped. ``dead``: keys of removed chunks. The
     seed terms hold up to ``seed_postings`` or ``seed_share`` of the query's postings, whichever is more
     (default :data:`SEED_POSTINGS`, :data:`SEED_SHARE`); a query of fewer than ``prune_from`` postings
-    (default :data:`PRUNE_FROM_POSTINGS`) is scored whole."""
+    (default :data:`PRUNE_FROM_POSTINGS`) is scored whole. ``lookup_share`` and ``block_cost`` (default
+    :data:`LOOKUP_SHARE`, :data:`BLOCK_COST`) choose between looking the remaining chunks up in a non-essential
+    term's blocks and scoring them whole."""
+    share = LOOKUP_SHARE if lookup_share is None else lookup_share
+    per_block = BLOCK_COST if block_cost is None else block_cost
     if not refs:
         return PrunedScores(np.zeros(0), 0, 0.0)
     size = max(ref.max_key for ref in refs) + 1
@@ -183,13 +189,13 @@ async def pruned_scores(
         for t in optional:
             refs_t, held_t = _blocks_holding(t, survivors)
             if refs_t:  # none: no block of the term holds a chunk that can still enter the top k
-                cheaper = held_t * LOOKUP_SHARE + len(refs_t) * BLOCK_COST < sum(r.n for r in refs_t)
+                cheaper = held_t * share + len(refs_t) * per_block < sum(r.n for r in refs_t)
                 (lookups if cheaper else whole).append((t, refs_t))
         if lookups or whole:
             blocks = await read([ref for _, refs_t in lookups + whole for ref in refs_t])
             read_count += sum(len(block) for block in blocks.values())
             for wanted, (keys_o, impacts_o, counts_o) in (
-                (lookups, _looked_up(lookups, blocks, scoring, survivors.astype(np.int32), alive)),
+                (lookups, _looked_up(lookups, blocks, scoring, survivors.astype(np.int32), alive, share)),
                 (whole, _scored(whole, blocks, scoring)),  # the final sum keeps only the remaining chunks
             ):
                 if not wanted:
@@ -258,12 +264,13 @@ def _looked_up(
     scoring: Bm25Scoring,
     survivors: np.ndarray,
     alive: np.ndarray,
+    share: int,
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """The postings of ``survivors`` (sorted ``int32`` keys; ``alive`` the same as a mask over all keys) in the
     ``wanted`` blocks of each term, scored in one vectorised pass: keys, contributions and the count of each
     term's, term after term (a term's in its blocks' order, as :func:`_scored` gives them). In a block holding
     few of them they are found by binary search in its keys (no other posting decoded); in one holding many,
-    by the mask over its keys (one pass, cheaper than that many searches)."""
+    by the mask over its keys (one pass, cheaper than that many searches: more than one in ``share``)."""
     found: list[np.ndarray] = []
     counts: list[int] = []
     for _, refs in wanted:
@@ -277,7 +284,7 @@ def _looked_up(
             keys = block.keys
             if not len(want) or not len(keys):
                 continue
-            if len(want) * LOOKUP_SHARE > len(keys):
+            if len(want) * share > len(keys):
                 at = np.flatnonzero(alive[keys])
             else:
                 at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
@@ -337,6 +344,17 @@ def _covering_bound(term: _Term, candidates: np.ndarray) -> np.ndarray:
     """For each of ``candidates`` (sorted keys), the most ``term`` can add to it: the largest bound of the
     term's blocks whose key range holds it (0 where none does)."""
     out = np.zeros(len(candidates))
+    mins = np.fromiter((b.min_key for b in term.blocks), dtype=np.int64, count=len(term.blocks))
+    maxs = np.fromiter((b.max_key for b in term.blocks), dtype=np.int64, count=len(term.blocks))
+    order = np.argsort(mins, kind="stable")
+    if (maxs[order][:-1] < mins[order][1:]).all():
+        # Disjoint ranges (as writes in key order and the compaction's merges mostly leave them): each candidate
+        # in at most one block, found by one search for all of them.
+        at = np.searchsorted(mins[order], candidates, side="right") - 1
+        inside = at >= 0
+        inside[inside] = candidates[inside] <= maxs[order][at[inside]]
+        out[inside] = term.uppers[order][at[inside]]
+        return out
     lows = np.searchsorted(candidates, [b.min_key for b in term.blocks], side="left")
     highs = np.searchsorted(candidates, [b.max_key for b in term.blocks], side="right")
     for low, high, upper in zip(lows, highs, term.uppers, strict=True):
