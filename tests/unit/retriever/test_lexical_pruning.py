@@ -107,7 +107,14 @@ LOOKUPS = {"model": (None, None), "always": (0, 0), "mixed": (1, 0)}
 
 
 def _pruned(
-    c: Corpus, k: int, passing: np.ndarray, *, known: bool, seed: float = 0.0, lookups: str = "model"
+    c: Corpus,
+    k: int,
+    passing: np.ndarray,
+    *,
+    known: bool,
+    seed: float = 0.0,
+    lookups: str = "model",
+    prune_from: int = 0,
 ) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
@@ -130,7 +137,7 @@ def _pruned(
             probe=8,
             seed_postings=0,
             seed_share=seed,
-            prune_from=0,
+            prune_from=prune_from,
             lookup_share=LOOKUPS[lookups][0],
             block_cost=LOOKUPS[lookups][1],
         )
@@ -147,15 +154,16 @@ def _pruned(
     st.booleans(),
     st.sampled_from([0.0, 0.1, 0.5]),
     st.sampled_from(sorted(LOOKUPS)),
+    st.sampled_from([0, 0, 0, 1000, 10**9]),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
-    seed: int, k: int, share: float, known: bool, seed_share: float, lookups: str
+    seed: int, k: int, share: float, known: bool, seed_share: float, lookups: str, prune_from: int
 ) -> None:
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
     expected = _top(_exhaustive(c), passing, k)
-    scores, _, _ = _pruned(c, k, passing, known=known, seed=seed_share, lookups=lookups)
+    scores, _, _ = _pruned(c, k, passing, known=known, seed=seed_share, lookups=lookups, prune_from=prune_from)
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 
 

@@ -142,7 +142,12 @@ async def pruned_scores(
         int(total * (SEED_SHARE if seed_share is None else seed_share)),
     )
     if total < (PRUNE_FROM_POSTINGS if prune_from is None else prune_from):
-        budget = total  # too few postings for skipping to pay for its extra steps: all scored at once
+        # Too few postings for skipping to pay for its extra steps: all scored at once, as exhaustively.
+        in_order = sorted(terms, key=lambda t: t.term_id)
+        keys, values, _ = _scored([(t, t.blocks) for t in in_order], await read(refs), scoring)
+        scores = np.bincount(keys, weights=values, minlength=size)
+        scores[dead[dead < size]] = 0.0
+        return PrunedScores(scores, total, 0.0, total)
     enough = 2 * max(probe, 2 * k)  # postings enough for the check to find k passing chunks among them
     seed: list[_Term] = []
     held = 0
