@@ -176,12 +176,14 @@ async def pruned_scores(
     essential = [t for t in rest if t.term_id not in optional_ids]
     if essential:
         await _score_full(essential, scoring, read, impacts)
-        partial += _partial((impacts[t.term_id] for t in essential), size, dead)
     read_count = sum(t.postings for t in terms if t.term_id in impacts)
     scored = read_count
-    alive = partial > 0
+    alive = None  # the chunks that can still be among the best (None: all, nothing was skipped)
     some: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # non-essential term id -> remaining chunks' postings
     if optional:
+        if essential:
+            partial += _partial((impacts[t.term_id] for t in essential), size, dead)
+        alive = partial > 0
         candidates = np.flatnonzero(alive)
         upper = partial[candidates]
         for t in optional:
@@ -216,7 +218,8 @@ async def pruned_scores(
     keys = np.concatenate([kp[0] for _, kp in parts]) if parts else np.zeros(0, dtype=np.int64)
     values = np.concatenate([kp[1] for _, kp in parts]) if parts else np.zeros(0, dtype=np.float32)
     scores = np.bincount(keys, weights=values, minlength=size)
-    scores[~alive] = 0.0  # those left out (their sums may lack a skipped term's contribution)
+    if alive is not None:
+        scores[~alive] = 0.0  # those left out (their sums may lack a skipped term's contribution)
     scores[dead[dead < size]] = 0.0
     return PrunedScores(scores, read_count, threshold, scored)
 
