@@ -264,3 +264,14 @@ def test_a_terms_bound_over_each_candidate_is_its_largest_covering_blocks() -> N
             expected[inside] = np.maximum(expected[inside], upper)
         term = _Term(1, np.float32(1.0), blocks, uppers, len(blocks))
         assert np.array_equal(_covering_bound(term, candidates), expected), trial
+
+
+def test_a_read_block_decodes_its_keys_once_in_order() -> None:
+    postings = np.zeros(12, dtype=POSTING)
+    postings["key"] = np.arange(100, 112) * 7
+    block = ReadBlock(postings.tobytes())
+    assert len(block) == 12
+    keys = block.keys
+    assert keys.dtype == np.int32 and keys.flags.c_contiguous and keys.tolist() == postings["key"].tolist()
+    assert block.keys is keys  # decoded once
+    assert (block.packed == postings).all()

@@ -2,33 +2,28 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from services.retriever.engine.lexical.blocks import POSTING, ReadBlock
+from services.retriever.engine.lexical.blocks import POSTING
 from services.retriever.engine.lexical.postings_cache import MIN_POSTINGS, PostingsCache
 from shared.settings import RetrievalSettings
 
-#: What the cache holds for a posting: the packed posting and its decoded key.
-HELD = POSTING.itemsize + 4
 
-
-def _block(postings: int) -> ReadBlock:
-    return ReadBlock(bytes(postings * POSTING.itemsize))
+def _block(postings: int) -> bytes:
+    return bytes(postings * POSTING.itemsize)
 
 
 def test_least_recently_used_blocks_leave_first_within_the_byte_bound() -> None:
-    cache = PostingsCache(3 * 10 * HELD, min_postings=10, posting_bytes=POSTING.itemsize)
+    cache = PostingsCache(3 * 10 * POSTING.itemsize, min_postings=10, posting_bytes=POSTING.itemsize)
     for block in (1, 2, 3):
         cache.put((block, "v"), _block(10))
     assert cache.get((1, "v")) is not None  # 1 is now the most recently used
     cache.put((4, "v"), _block(10))
     assert cache.get((2, "v")) is None and cache.get((1, "v")) is not None and cache.get((4, "v")) is not None
-    assert cache.bytes_held == 3 * 10 * HELD
+    assert cache.bytes_held == 3 * 10 * POSTING.itemsize
     assert (cache.counts.hits, cache.counts.misses) == (3, 1)
 
 
 def test_small_and_oversized_blocks_are_not_kept_and_versions_are_distinct() -> None:
-    cache = PostingsCache(100 * HELD, min_postings=10, posting_bytes=POSTING.itemsize)
+    cache = PostingsCache(100 * POSTING.itemsize, min_postings=10, posting_bytes=POSTING.itemsize)
     assert not cache.wants(9) and cache.wants(10)
     cache.put((1, "v"), _block(9))
     cache.put((2, "v"), _block(101))
@@ -41,20 +36,3 @@ def test_settings_size_the_cache_and_zero_turns_it_off() -> None:
     cache = PostingsCache.from_settings(RetrievalSettings(bm25_cache_mb=64))
     assert cache is not None and cache.max_bytes == 64 * 2**20 and cache.min_postings == MIN_POSTINGS
     assert PostingsCache.from_settings(RetrievalSettings(bm25_cache_mb=0)) is None
-
-
-def test_a_block_is_kept_with_its_keys_decoded_and_counted() -> None:
-    postings = np.zeros(12, dtype=POSTING)
-    postings["key"] = np.arange(100, 112) * 7
-    postings["tf_text"] = 3
-    block = ReadBlock(postings.tobytes())
-    assert block.nbytes == 12 * POSTING.itemsize  # nothing decoded yet
-    cache = PostingsCache(12 * HELD, min_postings=10, posting_bytes=POSTING.itemsize)
-    cache.put((1, "v"), block)
-    held = cache.get((1, "v"))
-    assert held is block and cache.bytes_held == 12 * HELD == block.nbytes
-    assert held.keys.dtype == np.int32 and held.keys.flags.c_contiguous
-    assert held.keys.tolist() == postings["key"].tolist() and len(held) == 12
-    assert (held.packed == postings).all()
-    cache.put((2, "v"), ReadBlock(postings[:11].tobytes()))  # with its keys, one more does not fit beside it
-    assert cache.get((1, "v")) is None and cache.bytes_held == 11 * HELD

@@ -126,8 +126,8 @@ async def term_postings(
     blocks = await conn.fetch(_TERM_BLOCK_IDS_SQL, query)
     held: dict[int, bytes] = {}
     for b in blocks:
-        if cache.wants(b["n"]) and (block := cache.get((b["block_id"], b["version"]))) is not None:
-            held[b["block_id"]] = block.postings
+        if cache.wants(b["n"]) and (blob := cache.get((b["block_id"], b["version"]))) is not None:
+            held[b["block_id"]] = blob
     missing = [b for b in blocks if b["block_id"] not in held]
     if missing:
         terms = sorted({int(b["term_id"]) for b in missing})
@@ -135,7 +135,7 @@ async def term_postings(
         fetched = {r["block_id"]: r["postings"] for r in read}
         for b in missing:
             if cache.wants(b["n"]) and b["block_id"] in fetched:
-                cache.put((b["block_id"], b["version"]), ReadBlock(fetched[b["block_id"]]))
+                cache.put((b["block_id"], b["version"]), fetched[b["block_id"]])
         held.update(fetched)
     # A block deleted between the two reads (compaction merged it): its postings are in a new block the
     # first read did not see. Rare (compaction is brief); the search then reads the way without the cache.
@@ -194,25 +194,26 @@ async def read_blocks(
 ) -> dict[int, ReadBlock]:
     """The blocks ``refs`` by block id, from ``cache`` where it holds them (the others are read, and kept when
     it wants them). A block merged away since it was listed is missing from the answer."""
-    held: dict[int, ReadBlock] = {}
+    held: dict[int, bytes] = {}
     use_cache = cache is not None and cache.max_bytes > 0
     if use_cache:
         assert cache is not None
         for ref in refs:
-            if cache.wants(ref.n) and (block := cache.get((ref.block_id, ref.version))) is not None:
-                held[ref.block_id] = block
+            if cache.wants(ref.n) and (blob := cache.get((ref.block_id, ref.version))) is not None:
+                held[ref.block_id] = blob
     missing = [ref for ref in refs if ref.block_id not in held]
     if missing:
         terms = sorted({ref.term_id for ref in missing})
         read = await conn.fetch(_BLOCKS_SQL, terms, [ref.block_id for ref in missing])
-        fetched = {int(r["block_id"]): ReadBlock(r["postings"]) for r in read}
+        fetched = {int(r["block_id"]): r["postings"] for r in read}
         if use_cache:
             assert cache is not None
             for ref in missing:
                 if cache.wants(ref.n) and ref.block_id in fetched:
                     cache.put((ref.block_id, ref.version), fetched[ref.block_id])
         held.update(fetched)
-    return held
+    # Fresh wrappers each search: a block's keys decoded for lookups live as long as the search, never in the cache.
+    return {block_id: ReadBlock(blob) for block_id, blob in held.items()}
 
 
 def _joined(term_ids: list[int], dfs: list[int], blobs: list[bytes]) -> QueryPostings:

@@ -9,10 +9,7 @@ for good: a cached block is never stale, and a deleted one is simply never asked
 
 Only blocks of at least ``min_postings`` postings are kept (the full blocks of common terms: rare terms'
 blocks are small and cheap to read, and would crowd the cache out); least recently used out first, within
-``max_bytes``. A block is kept with its chunk keys decoded (:class:`~services.retriever.engine.lexical.blocks.
-ReadBlock`, 4 bytes a posting beside its 11): a pruned search looks up the few chunks it still needs in a common
-term's blocks by binary search instead of converting every key of them again. `cachetools` provides the
-byte-bounded LRU.
+``max_bytes``. `cachetools` provides the byte-bounded LRU.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
-from services.retriever.engine.lexical.blocks import POSTING, ReadBlock
+from services.retriever.engine.lexical.blocks import POSTING
 from shared.metrics import POSTINGS_CACHE_BLOCKS, POSTINGS_CACHE_BYTES
 
 if TYPE_CHECKING:
@@ -46,15 +43,13 @@ class CacheCounts:
 
 
 class PostingsCache:
-    """A byte-bounded LRU of posting blocks (:class:`ReadBlock`, their keys decoded), by :data:`BlockKey`."""
+    """A byte-bounded LRU of packed posting blocks (``bytes``), by :data:`BlockKey`."""
 
     def __init__(self, max_bytes: int, min_postings: int, posting_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.min_postings = min_postings
         self._posting_bytes = posting_bytes
-        self._blocks: LRUCache[BlockKey, ReadBlock] = LRUCache(
-            maxsize=max(max_bytes, 1), getsizeof=lambda block: block.nbytes
-        )
+        self._blocks: LRUCache[BlockKey, bytes] = LRUCache(maxsize=max(max_bytes, 1), getsizeof=len)
         self.counts = CacheCounts()
 
     @classmethod
@@ -69,25 +64,20 @@ class PostingsCache:
         """Whether a block of ``postings`` postings is kept here."""
         return self.max_bytes > 0 and postings >= self.min_postings
 
-    def get(self, key: BlockKey) -> ReadBlock | None:
-        block = self._blocks.get(key)
-        if block is None:
+    def get(self, key: BlockKey) -> bytes | None:
+        blob = self._blocks.get(key)
+        if blob is None:
             self.counts.misses += 1
             POSTINGS_CACHE_BLOCKS.labels("miss").inc()
         else:
             self.counts.hits += 1
             POSTINGS_CACHE_BLOCKS.labels("hit").inc()
-        return block
+        return blob
 
-    def put(self, key: BlockKey, block: ReadBlock) -> None:
-        """Keep ``block``, its keys decoded (least recently used blocks leave to make room); one larger than the
-        cache is not kept."""
-        # Its keys are decoded before it is sized: what the cache holds is what it counts.
-        if (
-            self.wants(len(block.postings) // self._posting_bytes)
-            and len(block.postings) + block.keys.nbytes <= self.max_bytes
-        ):
-            self._blocks[key] = block
+    def put(self, key: BlockKey, blob: bytes) -> None:
+        """Keep ``blob`` (least recently used blocks leave to make room); one larger than the cache is not kept."""
+        if len(blob) <= self.max_bytes and self.wants(len(blob) // self._posting_bytes):
+            self._blocks[key] = blob
             POSTINGS_CACHE_BYTES.set(self.bytes_held)
 
     @property

@@ -16,8 +16,8 @@ posting of every query term, this one:
 5. bounds each chunk seen so far by its partial score plus, for each non-essential term, the bound of the
    block whose key range holds it; the chunks below ``theta`` are dropped, and only the non-essential blocks
    whose range holds a remaining chunk are read, and in them only the remaining chunks' postings are found (a
-   binary search of the block's decoded keys, which the retriever's cache keeps with the block) and scored:
-   a common term costs a few lookups per block instead of a pass over its postings.
+   binary search of the block's decoded keys) and scored, or, where the remaining chunks are many, the blocks
+   are scored whole: a common term costs a few lookups per block instead of a pass over its postings.
 
 The scores it returns are those of the exhaustive pass (the same contributions summed in the same term order,
 so the same bits) for every chunk that can still be among the ``k`` best passing chunks, and 0 for the others:
