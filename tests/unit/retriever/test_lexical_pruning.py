@@ -247,8 +247,8 @@ def test_a_block_merged_away_mid_search_is_reported() -> None:
 
 
 def test_a_terms_bound_over_each_candidate_is_its_largest_covering_blocks() -> None:
-    """Disjoint block ranges take one search for all candidates, overlapping ones a pass per block: both give,
-    for each candidate, the largest bound among the term's blocks whose key range holds it (0 if none)."""
+    """For each candidate, the largest bound among the term's blocks whose key range holds it (0 if none), with
+    disjoint or overlapping ranges."""
     rng = np.random.default_rng(5)
     for trial in range(400):
         blocks, uppers = [], rng.random(int(rng.integers(1, 8)))

@@ -183,7 +183,8 @@ async def pruned_scores(
     if optional:
         if essential:
             partial += _partial((impacts[t.term_id] for t in essential), size, dead)
-        alive = partial > 0
+        # First with every non-essential term at its bound (one pass), then the blocks' bounds for those left.
+        alive = (partial > 0) & (partial + summed >= cutoff)
         candidates = np.flatnonzero(alive)
         upper = partial[candidates]
         for t in optional:
@@ -352,17 +353,6 @@ def _covering_bound(term: _Term, candidates: np.ndarray) -> np.ndarray:
     """For each of ``candidates`` (sorted keys), the most ``term`` can add to it: the largest bound of the
     term's blocks whose key range holds it (0 where none does)."""
     out = np.zeros(len(candidates))
-    mins = np.fromiter((b.min_key for b in term.blocks), dtype=np.int64, count=len(term.blocks))
-    maxs = np.fromiter((b.max_key for b in term.blocks), dtype=np.int64, count=len(term.blocks))
-    order = np.argsort(mins, kind="stable")
-    if (maxs[order][:-1] < mins[order][1:]).all():
-        # Disjoint ranges (as writes in key order and the compaction's merges mostly leave them): each candidate
-        # in at most one block, found by one search for all of them.
-        at = np.searchsorted(mins[order], candidates, side="right") - 1
-        inside = at >= 0
-        inside[inside] = candidates[inside] <= maxs[order][at[inside]]
-        out[inside] = term.uppers[order][at[inside]]
-        return out
     lows = np.searchsorted(candidates, [b.min_key for b in term.blocks], side="left")
     highs = np.searchsorted(candidates, [b.max_key for b in term.blocks], side="right")
     for low, high, upper in zip(lows, highs, term.uppers, strict=True):
