@@ -61,8 +61,8 @@ def pack_postings(
 class ReadBlock:
     """A block's packed postings as a search read them (from the store or the retriever's cache), with its chunk
     keys decoded on first use (:attr:`keys`): a native, contiguous copy a search binary-searches for the few
-    chunks it still needs from a common term (one conversion of the packed keys, big-endian and 11 bytes apart,
-    ~10 us for 8,192 postings). It lives as long as the search: the cache keeps the packed bytes only."""
+    chunks it still needs from a common term (one conversion of the packed keys, big-endian and 11 bytes apart).
+    It lives as long as the search: the cache keeps the packed bytes only."""
 
     __slots__ = ("_keys", "postings")
 

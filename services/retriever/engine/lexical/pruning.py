@@ -66,8 +66,8 @@ THRESHOLD_SLACK = 1e-9
 #: A non-essential term's blocks are searched for the chunks still needed (a binary search each in a block's
 #: decoded keys) while those chunks, times this, and the blocks, times :data:`BLOCK_COST`, come to fewer than
 #: the blocks' postings; else its blocks are scored whole with the essential ones' single pass. Both in postings
-#: scored for the same time (measured with numpy on the 2-core machine: a search ~16 postings' scoring, a block
-#: handled on its own ~512).
+#: scored for the same time: estimates (a search ~16 postings' scoring, a block handled on its own ~512), not
+#: measured one by one nor tuned; the choice changes only the time, never the scores.
 LOOKUP_SHARE = 16
 BLOCK_COST = 512
 
