@@ -4,10 +4,10 @@ Three query sets on the store as it stands: the benchmark's ordinary questions, 
 (the analysed terms of several of the corpus's abstracts, in their order: what pasting a long text as a query
 gives), and the query of the 50 most frequent terms of the index (the worst case for skipping: every term is
 in a large share of the chunks, none has a high bound). Each runs through the lexical leg as the retriever runs
-it (``bm25_search``, k = 20, the retriever's postings cache, no filter), once with pruning and once without,
-one search at a time: p50 / p95 wall milliseconds, the CPU seconds of this process per search (the retriever's
-share; PostgreSQL's is not in it), and the postings read a search. Every search's hits are compared between
-the two: a difference stops the run.
+it (``bm25_search``, k = 20, the retriever's postings cache, no filter), with pruning and without on each
+query in turn (the order swapped every round), one search at a time: p50 / p95 wall milliseconds, the CPU
+seconds of this process per search (the retriever's share; PostgreSQL's is not in it), and the postings read a
+search. Every search's hits are compared between the two: a difference stops the run.
 
     python bench/long_queries.py --database-url postgresql://... [--rounds 20]
 """
@@ -74,40 +74,45 @@ async def compare(pool: Any, sets: dict[str, list[str]], rounds: int, k: int = 2
     settings = Settings().retrieval
     cache = PostingsCache.from_settings(settings)
     stats = CorpusStats()
+    modes = {
+        label: Bm25Params(
+            settings.bm25_k1, settings.bm25_b, settings.bm25_title_weight, settings.bm25_section_weight, pruning
+        )
+        for label, pruning in (("pruned", True), ("exhaustive", False))
+    }
     out: dict[str, Any] = {}
     for name, queries in sets.items():
-        runs: dict[str, list[Any]] = {}
-        for pruning in (True, False):
-            params = Bm25Params(
-                settings.bm25_k1, settings.bm25_b, settings.bm25_title_weight, settings.bm25_section_weight, pruning
-            )
-            for q in queries:  # warm: the cache holds what the searches read
+        for q in queries:  # warm: the cache holds what the searches read
+            for params in modes.values():
                 await bm25_search(pool, q, k, SearchFilters(), params, stats, cache=cache)
-            tally = PostingsTally()
-            wall: list[float] = []
-            cpu: list[float] = []
-            hits: list[Any] = []
-            for _ in range(rounds):
-                for q in queries:
+        tallies = {label: PostingsTally() for label in modes}
+        wall: dict[str, list[float]] = {label: [] for label in modes}
+        cpu: dict[str, list[float]] = {label: [] for label in modes}
+        for r in range(rounds):
+            for q in queries:
+                # The two ways one after the other on each query, their order swapped every round: a machine
+                # whose speed drifts (a shared VM's does, by a third within minutes) then slows both alike.
+                got: dict[str, Any] = {}
+                for label in list(modes)[:: 1 if r % 2 == 0 else -1]:
                     c0, t0 = time.process_time(), time.perf_counter()
-                    got = await bm25_search(pool, q, k, SearchFilters(), params, stats, cache=cache, tally=tally)
-                    wall.append(time.perf_counter() - t0)
-                    cpu.append(time.process_time() - c0)
-                    hits.append(got)
-            label = "pruned" if pruning else "exhaustive"
-            runs[label] = hits
+                    got[label] = await bm25_search(
+                        pool, q, k, SearchFilters(), modes[label], stats, cache=cache, tally=tallies[label]
+                    )
+                    wall[label].append(time.perf_counter() - t0)
+                    cpu[label].append(time.process_time() - c0)
+                if got["pruned"] != got["exhaustive"]:
+                    raise SystemExit(f"{name}: the pruned hits differ from the exhaustive ones ({q[:60]!r})")
+        for label, tally in tallies.items():
             out.setdefault(name, {})[label] = {
                 "queries": len(queries),
-                "searches": len(wall),
-                "p50_ms": round(1000 * float(np.percentile(wall, 50)), 1),
-                "p95_ms": round(1000 * float(np.percentile(wall, 95)), 1),
-                "cpu_ms_per_search": round(1000 * float(np.mean(cpu)), 2),
+                "searches": len(wall[label]),
+                "p50_ms": round(1000 * float(np.percentile(wall[label], 50)), 1),
+                "p95_ms": round(1000 * float(np.percentile(wall[label], 95)), 1),
+                "cpu_ms_per_search": round(1000 * float(np.mean(cpu[label])), 2),
                 "postings_read_per_search": round(tally.postings / max(tally.searches, 1)),
                 "postings_scored_per_search": round(tally.scored / max(tally.searches, 1)),
             }
             print(f"    lexical {name:<22} {label:<10} {out[name][label]}", flush=True)
-        if runs["pruned"] != runs["exhaustive"]:
-            raise SystemExit(f"{name}: the pruned hits differ from the exhaustive ones")
         out[name]["same_hits"] = True
     return out
 

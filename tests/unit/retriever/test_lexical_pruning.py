@@ -115,6 +115,8 @@ def _pruned(
     seed: float = 0.0,
     lookups: str = "model",
     prune_from: int = 0,
+    probe_blocks: int = 256,
+    skip_from: float = 0.0,
 ) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
@@ -140,6 +142,8 @@ def _pruned(
             prune_from=prune_from,
             lookup_share=LOOKUPS[lookups][0],
             block_cost=LOOKUPS[lookups][1],
+            probe_blocks=probe_blocks,
+            skip_from_share=skip_from,
         )
     )
     assert got.postings_read == sum(reads) and got.postings_scored <= got.postings_read
@@ -155,44 +159,67 @@ def _pruned(
     st.sampled_from([0.0, 0.1, 0.5]),
     st.sampled_from(sorted(LOOKUPS)),
     st.sampled_from([0, 0, 0, 1000, 10**9]),
+    st.sampled_from([256, 256, 3, 0]),
+    st.sampled_from([0.0, 0.0, 0.25]),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
-    seed: int, k: int, share: float, known: bool, seed_share: float, lookups: str, prune_from: int
+    seed: int,
+    k: int,
+    share: float,
+    known: bool,
+    seed_share: float,
+    lookups: str,
+    prune_from: int,
+    probe: int,
+    skip_from: float,
 ) -> None:
+    """(``probe``: the threshold's chunks looked up in all, some or none of the other terms' blocks;
+    ``skip_from``: 0, skip whenever lookups pay, or the default share.)"""
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
     expected = _top(_exhaustive(c), passing, k)
-    scores, _, _ = _pruned(c, k, passing, known=known, seed=seed_share, lookups=lookups, prune_from=prune_from)
+    scores, _, _ = _pruned(
+        c,
+        k,
+        passing,
+        known=known,
+        seed=seed_share,
+        lookups=lookups,
+        prune_from=prune_from,
+        probe_blocks=probe,
+        skip_from=skip_from,
+    )
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 
 
 def test_random_corpora_do_get_pruned() -> None:
-    """The property above is not vacuous: on such corpora most searches leave chunks unscored, and looked up
-    key by key, most score fewer postings than they read."""
+    """The property above is not vacuous: on such corpora, looked up key by key, most searches leave chunks
+    unscored and score fewer postings than they read. (With the cost model's estimates, fewer: on corpora of a
+    few thousand chunks skipping seldom pays, and the search scores every posting in one pass.)"""
     pruned = looked_up = 0
     for seed in range(60):
         rng = np.random.default_rng(seed)
         c = _corpus(rng)
         passing = np.flatnonzero(rng.random(c.chunks) < 0.5)
-        scores, _, _ = _pruned(c, 10, passing, known=bool(seed % 2))
+        scores, read, scored = _pruned(c, 10, passing, known=bool(seed % 2), lookups="always")
         pruned += (scores > 0).sum() < (_exhaustive(c) > 0).sum()
-        _, read, scored = _pruned(c, 10, passing, known=bool(seed % 2), lookups="always")
         looked_up += scored < read
     assert pruned >= 30 and looked_up >= 30
 
 
-def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
-    chunks = 40_000
-    p_common = np.zeros(chunks // 2, dtype=POSTING)
-    p_common["key"] = np.arange(0, chunks, 2)
-    p_common["tf_text"], p_common["len_text"] = 1, 200
-    p_rare = np.zeros(40, dtype=POSTING)
-    p_rare["key"] = np.arange(0, 80, 2)
-    p_rare["tf_text"], p_rare["len_text"] = 3, 200
+def _postings(keys: np.ndarray, tf: np.ndarray | int, len_text: int = 200) -> np.ndarray:
+    p = np.zeros(len(keys), dtype=POSTING)
+    p["key"], p["tf_text"], p["len_text"] = keys, tf, len_text
+    return p
+
+
+def _blocked(chunks: int, terms: Sequence[tuple[np.ndarray, int]]) -> Corpus:
+    """A corpus of ``chunks`` chunks (text 200 long) whose query terms are ``terms`` (postings, block size),
+    term ids from 1, each cut into blocks of its size."""
     blobs: dict[int, bytes] = {}
     refs: list[BlockRef] = []
-    for term_id, p, size in ((1, p_common, 8192), (2, p_rare, 1024)):
+    for term_id, (p, size) in enumerate(terms, start=1):
         for i in range(0, len(p), size):
             block = encode_block(p[i : i + size])
             blobs[len(refs) + 1] = block.postings
@@ -201,9 +228,15 @@ def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
                     term_id, len(p), len(refs) + 1, block.n, block.min_key, block.max_key, "1", block.bounds.as_tuple()
                 )
             )
-    c = Corpus(
-        refs, blobs, Bm25Scoring(0.9, 0.4, 1.0, 0.0, CorpusCounts(chunks, 0, 0, 200.0)), np.zeros(0, int), chunks
-    )
+    scoring = Bm25Scoring(0.9, 0.4, 1.0, 0.0, CorpusCounts(chunks, 0, 0, 200.0))
+    return Corpus(refs, blobs, scoring, np.zeros(0, int), chunks)
+
+
+def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
+    chunks = 40_000
+    common = _postings(np.arange(0, chunks, 2), 1)
+    rare = _postings(np.arange(0, 80, 2), 3)
+    c = _blocked(chunks, [(common, 8192), (rare, 1024)])
     everyone = np.arange(chunks)
     scores, read, scored = _pruned(c, 10, everyone, known=False)
     assert _top(scores, everyone, 10) == _top(_exhaustive(c), everyone, 10)
@@ -211,6 +244,25 @@ def test_pruning_skips_postings_when_a_rare_term_sets_the_threshold() -> None:
     # and in it only the rare term's chunks are looked up and scored.
     assert read == 40 + 8192
     assert scored == 40 + 40
+
+
+def test_the_threshold_is_the_probed_chunks_full_scores() -> None:
+    """A term of 4,000 chunks (40 of them three times) and five common terms of 20,000 chunks each, which the
+    40 hold: the threshold is the 10th best *full* score, so every common term is non-essential and only the
+    40 chunks are looked up in them. The common terms' bounds together exceed the first term's best
+    contribution, so a threshold of partial scores (the first term's) would leave one of them to score whole."""
+    chunks = 40_000
+    first = _postings(np.arange(0, 40_000, 10), np.where(np.arange(4000) < 40, 3, 1))
+    commons = [_postings(np.arange(0, 40_000, 2), 1) for _ in range(5)]
+    c = _blocked(chunks, [(first, 8192)] + [(p, 8192) for p in commons])
+    best = [float(posting_impacts(p, term_weight(c.scoring, len(p)), c.scoring).max()) for p in [first, *commons]]
+    assert sum(best[1:]) > best[0]
+    everyone = np.arange(chunks)
+    for known in (True, False):
+        scores, read, scored = _pruned(c, 10, everyone, known=known)
+        assert _top(scores, everyone, 10) == _top(_exhaustive(c), everyone, 10)
+        assert scored == 4000 + 5 * 40  # (the probe's lookups not counted)
+        assert read == 4000 + 5 * 8192  # each common term's first block (it holds keys below 16,384)
 
 
 def test_a_block_bound_covers_every_posting_whatever_the_parameters() -> None:

@@ -317,9 +317,24 @@ def best_keys(scores: np.ndarray, count: int) -> np.ndarray:
     """Keys of the ``count`` best scores (more where the last one ties), best first (ties: key order);
     only positive scores."""
     positive = np.flatnonzero(scores > 0)
-    if len(positive) > count:
-        part = positive[np.argpartition(-scores[positive], count - 1)[:count]]
-        floor = scores[part].min()
-        positive = positive[scores[positive] >= floor]
+    if len(positive) > count > 0:
+        values = scores[positive]
+        positive = positive[values >= _kth_largest(values, count)]
     order = np.lexsort((positive, -scores[positive]))
     return positive[order]
+
+
+def _kth_largest(values: np.ndarray, count: int) -> float:
+    """The ``count``-th largest of ``values`` (more than ``count`` of them). A selection over all of them costs
+    ~10 ns a value (3 ms over the 300,000 chunks a question's terms touch at 10^6), so a strided sample of about
+    ``16 * count`` first gives a floor that about twice ``count`` values reach; the selection then runs over those
+    alone. The answer does not depend on the sample: a floor that fewer than ``count`` values reach is not used."""
+    step = len(values) // (16 * count)
+    if step >= 4:
+        sample = values[::step]
+        rank = min(len(sample), 2 * count * len(sample) // len(values) + 2)
+        floor = np.partition(sample, len(sample) - rank)[len(sample) - rank]
+        above = values[values >= floor]
+        if len(above) >= count:
+            values = above
+    return float(np.partition(values, len(values) - count)[len(values) - count])

@@ -55,6 +55,7 @@ def lexical_leg(engine: EngineParts, s: Search) -> Awaitable[list[Scored]]:
         passing=s.plan.passing,
         cache=engine.postings_cache,
         doc_values=s.plan.doc_values,
+        pruning=p.pruning,
     )
     if engine.memo is None:
         return rank()
