@@ -568,7 +568,7 @@ class RetrievalSettings(BaseSettings):
             "Lexical search skips the postings that cannot reach the top k (MaxScore over the query's terms with "
             "per-block score bounds; exact: the same top k and scores as scoring every posting). Off (default): "
             "every posting of every query term is scored, the reference the pruned search is tested against; "
-            "measured up to 10^6 chunks on 2 cores, pruning still costs more CPU than it saves (docs/benchmarks.md)."
+            "measured up to 3x10^6 chunks on 2 cores, pruning still costs more CPU than it saves (docs/benchmarks.md)."
         ),
     )
     bm25_compact_every_s: float = Field(
