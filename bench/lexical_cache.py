@@ -11,7 +11,7 @@ BM25 parameters) in three states:
   seen for the first time: what a running retriever whose traffic shares common terms sees;
 * **warm**: the timed claims seen before (what ``bench/scale.py`` measures after its warm-up pass).
 
-Each state prints p50 / p95 / p99 ms, the block hit rate and what the cache holds.
+Each state prints p50 / p95 / p99 ms, the hit rate of the common terms and what the cache holds.
 """
 
 from __future__ import annotations
@@ -53,12 +53,11 @@ def _summary(times: list[float], cache: Any = None, before: tuple[int, int] = (0
     out: dict[str, Any] = {f"p{q}_ms": round(float(np.percentile(times, q)), 1) for q in (50, 95, 99)}
     if cache is not None:
         hits, misses = cache.counts.hits - before[0], cache.counts.misses - before[1]
-        out |= {"block_hit_rate": round(hits / max(1, hits + misses), 3), "held_mb": cache.bytes_held >> 20}
+        out |= {"term_hit_rate": round(hits / max(1, hits + misses), 3), "held_mb": cache.bytes_held >> 20}
     return out
 
 
 async def measure(url: str, queries: list[str], others: list[str], cache_mb: int) -> dict[str, Any]:
-    from services.retriever.engine.lexical.blocks import POSTING
     from services.retriever.engine.lexical.postings import Bm25Scoring, corpus_counts
     from services.retriever.engine.lexical.postings_cache import MIN_POSTINGS, PostingsCache
     from services.retriever.engine.lexical.rank import Bm25Params
@@ -75,7 +74,7 @@ async def measure(url: str, queries: list[str], others: list[str], cache_mb: int
         result["off"] = _summary(
             await _times(pool, scoring, queries, None) + await _times(pool, scoring, queries, None)
         )
-        cache = PostingsCache(cache_mb << 20, MIN_POSTINGS, POSTING.itemsize)
+        cache = PostingsCache(cache_mb << 20, MIN_POSTINGS)
         await _times(pool, scoring, others, cache)
         before = (cache.counts.hits, cache.counts.misses)
         result["warmed_by_other_questions"] = _summary(await _times(pool, scoring, queries, cache), cache, before)

@@ -52,13 +52,14 @@ BATCH_SIZE = Histogram(
 )
 DOCUMENTS_STORED = Counter("evidentia_documents_total", "Documents processed by the parser, by outcome.", ["outcome"])
 CHUNKS_STORED = Counter("evidentia_chunks_written_total", "Chunks written (text or vectors).", ["service"])
-POSTINGS_CACHE_BLOCKS = Counter(
-    "evidentia_retriever_postings_cache_blocks_total",
-    "Common terms' posting blocks a lexical search found in the retriever's memory (hit) or read (miss).",
+POSTINGS_CACHE_TERMS = Counter(
+    "evidentia_retriever_postings_cache_terms_total",
+    "Common terms a lexical search found current in the retriever's memory (hit) or read, wholly or the blocks "
+    "written since (miss).",
     ["outcome"],
 )
 POSTINGS_CACHE_BYTES = Gauge(
-    "evidentia_retriever_postings_cache_bytes", "Bytes of posting blocks the retriever holds in memory."
+    "evidentia_retriever_postings_cache_bytes", "Bytes of common terms' postings the retriever holds in memory."
 )
 DOC_VALUES_BYTES = Gauge(
     "evidentia_retriever_doc_values_bytes", "Bytes of chunks' filter columns (doc values) the retriever holds."

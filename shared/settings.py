@@ -529,10 +529,11 @@ class RetrievalSettings(BaseSettings):
         256,
         ge=0,
         description=(
-            "Memory each retriever keeps for common terms' posting blocks (least recently used out first; 0: "
-            "none). A lexical search reads from the database only the blocks not held: at 10^6 chunks the "
-            "common terms are most of a query's postings (see docs/retrieval.md). Blocks never change once "
-            "written, so what is held is never stale."
+            "Memory each retriever keeps for common terms' postings, decoded and with their BM25 saturations "
+            "(19 bytes a posting; least recently used terms out first; 0: none). A lexical search reads from the "
+            "database only the terms not held (and of a held term only the blocks written since): at 10^6 chunks "
+            "the common terms are most of a query's postings. Size it to the common terms the searches touch: "
+            "~1.2 GB at 3x10^6 chunks (see docs/scaling.md)."
         ),
     )
     doc_values: bool = Field(

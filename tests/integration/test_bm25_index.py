@@ -24,7 +24,7 @@ from services.retriever.engine.lexical import pruning
 from services.retriever.engine.lexical import rank as lexical_rank
 from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING, BlockBounds
 from services.retriever.engine.lexical.compaction import compact
-from services.retriever.engine.lexical.postings import Bm25Scoring, term_postings
+from services.retriever.engine.lexical.postings import Bm25Scoring, query_blocks, read_terms, term_postings
 from services.retriever.engine.lexical.postings_cache import PostingsCache
 from services.retriever.engine.lexical.rank import Bm25Params, PostingsTally, bm25_rank, bm25_search
 from services.retriever.engine.lexical.stats import CorpusStats
@@ -437,24 +437,31 @@ def _ranked(hits: list[Scored]) -> list[tuple[str, float]]:
     return [(h.chunk_id, h.score) for h in hits]
 
 
-async def test_cached_blocks_answer_like_the_store_across_rewrites(private_postgres: LocalPostgres) -> None:
+@pytest.mark.parametrize("pruning_on", [False, True], ids=["exhaustive", "pruned"])
+async def test_cached_terms_answer_like_the_store_across_rewrites(
+    private_postgres: LocalPostgres, monkeypatch: pytest.MonkeyPatch, pruning_on: bool
+) -> None:
+    monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)  # a store this small would otherwise be one seed
+    monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
+    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
     async with _fresh_pool(private_postgres, "bm25_cache") as pool:
         docs = await _stored(pool, 21, 60, store=50)
         await compact(pool, block_postings=16)
-        cache = PostingsCache(1 << 20, min_postings=4, posting_bytes=POSTING.itemsize)
+        cache = PostingsCache(1 << 20, min_postings=4)
+        params = Bm25Params(pruning=pruning_on)
 
         async def search(query: str, with_cache: PostingsCache | None) -> list[tuple[str, float]]:
-            hits = await bm25_search(pool, query, 25, SearchFilters(), Bm25Params(), CorpusStats(), cache=with_cache)
+            hits = await bm25_search(pool, query, 25, SearchFilters(), params, CorpusStats(), cache=with_cache)
             return _ranked(hits)
 
         first = {q: await search(q, cache) for q in QUERIES}
         assert cache.counts.hits == 0 and len(cache) > 0
-        assert all(len(b) >= 4 * POSTING.itemsize for b in cache._blocks.values())  # small blocks are not kept
+        assert all(len(view) >= 4 for view in cache._terms.values())  # rare terms are not kept
         for q in QUERIES:
             assert await search(q, cache) == first[q] == await search(q, None)
         assert cache.counts.hits >= len(cache)
-        # Removals and new writes rewrite blocks (new ids); the cache, still holding the old ones, answers
-        # exactly what the store does now, before and after compaction.
+        # Removals and new writes add and rewrite blocks (new ids); the cache, holding the terms as they were,
+        # answers exactly what the store does now, before and after compaction.
         for d in docs[:5]:
             assert await delete_document(pool, d.document_id)
         for d in docs[50:]:
@@ -464,6 +471,24 @@ async def test_cached_blocks_answer_like_the_store_across_rewrites(private_postg
                 expected = [(c, pytest.approx(s, rel=1e-6)) for c, s in (await _reference(pool, q, Bm25Params()))[:25]]
                 assert await search(q, cache) == await search(q, None) == expected, (when, q)
             await compact(pool, block_postings=16)
+
+
+async def test_a_term_given_a_block_since_it_was_held_reads_that_block_alone(private_postgres: LocalPostgres) -> None:
+    async with _fresh_pool(private_postgres, "bm25_cache_append") as pool:
+        docs = await _stored(pool, 23, 60, store=40)
+        cache = PostingsCache(1 << 20, min_postings=4)
+        refs = await query_blocks(pool, "patients")
+        held = (await read_terms(pool, refs, cache))[refs[0].term_id]
+        assert cache.get(refs[0].term_id) is held and held.blocks == {(r.block_id, r.version) for r in refs}
+        await store_document(pool, docs[40])  # one statement: one more block of "patients"
+        now = await query_blocks(pool, "patients")
+        added = [r for r in now if (r.block_id, r.version) not in held.blocks]
+        assert len(added) == 1 and len(now) == len(refs) + 1
+        recorder = _Recorder(pool)
+        view = (await read_terms(recorder, now, cache))[refs[0].term_id]  # type: ignore[arg-type]
+        assert len(recorder.statements) == 1 and len(recorder.args[0][1]) == 1  # the new block alone was read
+        expected = np.sort(np.frombuffer((await term_postings(pool, "patients")).postings["key"].tobytes(), ">i4"))
+        assert view.keys.tolist() == expected.tolist() and cache.get(refs[0].term_id) is view
 
 
 class _RemovesBetweenReads:
@@ -482,8 +507,19 @@ class _RemovesBetweenReads:
             await compact(self.pool, block_postings=16)
         return list(await self.pool.fetch(sql, *args))
 
+    async def fetchval(self, sql: str, *args: object) -> object:
+        return await self.pool.fetchval(sql, *args)
 
-async def test_a_block_merged_away_between_the_two_reads_is_read_again(private_postgres: LocalPostgres) -> None:
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[_RemovesBetweenReads]:
+        yield self
+
+
+@pytest.mark.parametrize("pruning_on", [False, True], ids=["exhaustive", "pruned"])
+async def test_a_block_merged_away_between_the_listing_and_the_read_is_read_again(
+    private_postgres: LocalPostgres, monkeypatch: pytest.MonkeyPatch, pruning_on: bool
+) -> None:
+    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
     async with _fresh_pool(private_postgres, "bm25_cache_race") as pool:
         docs = await _stored(pool, 22, 40)
         await compact(pool, block_postings=16)
@@ -491,31 +527,42 @@ async def test_a_block_merged_away_between_the_two_reads_is_read_again(private_p
             "SELECT b.chunk_key FROM bm25_chunks b JOIN chunks c USING (chunk_id) WHERE c.document_id = $1",
             docs[7].document_id,
         )
-        gone_keys = {r["chunk_key"] for r in gone}
-        assert set((await term_postings(pool, "patients trial cohort")).postings["key"].tolist()) & gone_keys
+        gone_ids = {
+            str(r["chunk_id"])
+            for r in await pool.fetch("SELECT chunk_id FROM chunks WHERE document_id = $1", docs[7].document_id)
+        }
+        query = "patients trial cohort"
+        assert set((await term_postings(pool, query)).postings["key"].tolist()) & {r["chunk_key"] for r in gone}
         conn = _RemovesBetweenReads(pool, docs[7].document_id)
-        cache = PostingsCache(1 << 20, min_postings=1, posting_bytes=POSTING.itemsize)
-        got = await term_postings(conn, "patients trial cohort", cache)  # type: ignore[arg-type]
+        scoring = Bm25Scoring(0.9, 0.4, 1.0, 0.0, await CorpusStats().get(pool))
+        cache = PostingsCache(1 << 20, min_postings=1)
+        got = await bm25_rank(conn, query, 200, SearchFilters(), scoring, cache=cache, pruning=pruning_on)  # type: ignore[arg-type]
         assert conn.struck  # the removal and compaction happened between the listing and the read
-        assert len(conn.statements) == 3 and "b.postings" in conn.statements[2]  # listing, read, read again
-        now = await term_postings(pool, "patients trial cohort")
-        assert got.df == now.df and got.counts == now.counts
-        assert sorted(got.postings.tolist()) == sorted(now.postings.tolist())
-        assert not set(got.postings["key"].tolist()) & gone_keys
+        # Read again in one statement (the listing and the postings together) after the read that failed.
+        struck_at = next(i for i, sql in enumerate(conn.statements) if "block_id = ANY" in sql)
+        assert any("b.postings" in sql for sql in conn.statements[struck_at + 1 :])
+        now = await bm25_rank(pool, query, 200, SearchFilters(), scoring, pruning=False)
+        assert got == now and not {h.chunk_id for h in got} & gone_ids
 
 
 class _Recorder:
-    """A pool that records the statements run through it."""
+    """A pool (or a connection of it) that records the statements run through it (and their arguments)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
-        self.pool, self.statements = pool, []  # type: list[str]
+        self.pool, self.statements, self.args = pool, [], []  # type: list[str], list[tuple[object, ...]]
 
     async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
         self.statements.append(sql)
+        self.args.append(args)
         return list(await self.pool.fetch(sql, *args))
+
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[_Recorder]:
+        yield self
 
     async def fetchval(self, sql: str, *args: object) -> object:
         self.statements.append(sql)
+        self.args.append(args)
         return await self.pool.fetchval(sql, *args)
 
 
@@ -605,3 +652,34 @@ async def test_pruned_search_equals_the_exhaustive_one_through_writes_removals_a
         assert await _stored_bounds_hold(pool, exact=True)
         await same_answers("bounds filled in")
         assert pruned_reads.postings < exhaustive_reads.postings  # it did skip postings
+
+
+async def test_a_pruned_search_checks_no_chunk_against_the_filters_twice(
+    private_postgres: LocalPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The threshold's check of the best partial scores and the leg's check of its best chunks share what they
+    learnt: no chunk key is sent to SQL twice in a search, and the answers are the exhaustive ones."""
+    monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)
+    monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
+    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
+    monkeypatch.setattr(pruning, "SKIP_FROM_SHARE", 0.0)
+    rng = random.Random(41)
+    async with _fresh_pool(private_postgres, "bm25_checked_once") as pool:
+        await _stored(pool, 41, 120)
+        scoring = Bm25Scoring(0.9, 0.4, 1.0, 0.0, await CorpusStats().get(pool))
+        checked_twice_in_a_search = 0
+        for _ in range(20):
+            query = " ".join(rng.sample(WORDS, rng.randint(6, 20)))
+            filters = SearchFilters(year_from=2012, year_to=2016)
+            recorder = _Recorder(pool)
+            got = await bm25_rank(recorder, query, 3, filters, scoring, pruning=True)  # type: ignore[arg-type]
+            assert got == await bm25_rank(pool, query, 3, filters, scoring, pruning=False), query
+            checks = [
+                args[0]
+                for sql, args in zip(recorder.statements, recorder.args, strict=True)
+                if "b.chunk_key = ANY" in sql
+            ]
+            sent = [key for keys in checks for key in keys]  # type: ignore[attr-defined]
+            assert len(sent) == len(set(sent)), query
+            checked_twice_in_a_search += len(checks) >= 2
+        assert checked_twice_in_a_search  # some searches did check in both places (the memo was needed)

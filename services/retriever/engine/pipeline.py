@@ -69,7 +69,7 @@ class SearchEngine:
         self.config = config or SearchConfig()
         self.stats = stats or CorpusStats()
         self.postings_cache = postings_cache
-        """Common terms' posting blocks held in memory for the lexical leg (None: every search reads them)."""
+        """Common terms' postings held in memory for the lexical leg (None: every search reads them)."""
         self.doc_values = doc_values
         """Chunks' filter columns held in memory for the lexical leg under broad filters (None: checked in SQL)."""
         self.memo = memo

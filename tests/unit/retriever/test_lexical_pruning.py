@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, ReadBlock, encode_block
+from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, TermView, encode_block
 from services.retriever.engine.lexical.postings import (
     BlockRef,
     Bm25Scoring,
@@ -20,6 +20,7 @@ from services.retriever.engine.lexical.postings import (
     TermPostings,
     block_upper_bounds,
     bm25_scores,
+    by_term_id,
     posting_impacts,
     term_weight,
 )
@@ -101,9 +102,9 @@ def _top(scores: np.ndarray, passing: np.ndarray, k: int) -> list[tuple[int, flo
     return [(int(keys[i]), float(scores[keys[i]])) for i in order]
 
 
-#: How a non-essential term's blocks are read (``lookup_share``, ``block_cost``): by the cost model, always
-#: looked up key by key, or looked up or masked block by block.
-LOOKUPS = {"model": (None, None), "always": (0, 0), "mixed": (1, 0)}
+#: How the remaining chunks are found in a non-essential term (``lookup_share``): by the cost model, always by
+#: binary search, or by search or by a pass of their mask, whichever the counts say.
+LOOKUPS: dict[str, int | None] = {"model": None, "always": 0, "mixed": 1}
 
 
 def _pruned(
@@ -120,9 +121,12 @@ def _pruned(
 ) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
-    async def read(refs: Sequence[BlockRef]) -> dict[int, ReadBlock]:
+    async def read(refs: Sequence[BlockRef]) -> dict[int, TermView]:
         reads.extend(r.n for r in refs)
-        return {r.block_id: ReadBlock(c.blobs[r.block_id]) for r in refs}
+        return {
+            t: TermView.of({(r.block_id, r.version): c.blobs[r.block_id] for r in mine})
+            for t, mine in by_term_id(refs).items()
+        }
 
     async def check(keys: np.ndarray) -> np.ndarray:
         return keys[np.isin(keys, passing)]
@@ -140,8 +144,7 @@ def _pruned(
             seed_postings=0,
             seed_share=seed,
             prune_from=prune_from,
-            lookup_share=LOOKUPS[lookups][0],
-            block_cost=LOOKUPS[lookups][1],
+            lookup_share=LOOKUPS[lookups],
             probe_blocks=probe_blocks,
             skip_from_share=skip_from,
         )
@@ -288,7 +291,7 @@ def test_a_block_bound_covers_every_posting_whatever_the_parameters() -> None:
 def test_a_block_merged_away_mid_search_is_reported() -> None:
     c = _corpus(np.random.default_rng(11))
 
-    async def read(refs: Sequence[BlockRef]) -> dict[int, ReadBlock]:
+    async def read(refs: Sequence[BlockRef]) -> dict[int, TermView]:
         return {}
 
     try:
@@ -318,12 +321,44 @@ def test_a_terms_bound_over_each_candidate_is_its_largest_covering_blocks() -> N
         assert np.array_equal(_covering_bound(term, candidates), expected), trial
 
 
-def test_a_read_block_decodes_its_keys_once_in_order() -> None:
-    postings = np.zeros(12, dtype=POSTING)
-    postings["key"] = np.arange(100, 112) * 7
-    block = ReadBlock(postings.tobytes())
-    assert len(block) == 12
-    keys = block.keys
-    assert keys.dtype == np.int32 and keys.flags.c_contiguous and keys.tolist() == postings["key"].tolist()
-    assert block.keys is keys  # decoded once
-    assert (block.packed == postings).all()
+def test_a_term_view_holds_its_blocks_in_key_order_and_its_saturation_per_scoring() -> None:
+    """Blocks joined out of key order (a merged block's range overlapping another's) are held in key order, each
+    posting with its own record; the saturation is computed once per scoring and again when it changes."""
+    first, second = np.zeros(3, dtype=POSTING), np.zeros(2, dtype=POSTING)
+    first["key"], first["tf_text"], first["len_text"] = (5, 9, 40), (1, 2, 3), 100
+    second["key"], second["tf_text"], second["len_text"] = (2, 7), (4, 5), 100
+    view = TermView.of({(1, "v"): first.tobytes(), (2, "v"): second.tobytes()})
+    assert view.blocks == {(1, "v"), (2, "v")} and len(view) == 5 and view.held_bytes == 5 * (POSTING.itemsize + 8)
+    assert view.keys.dtype == np.int32 and view.keys.tolist() == [2, 5, 7, 9, 40]
+    assert view.packed["tf_text"].tolist() == [4, 1, 5, 2, 3]  # each key with its own posting
+    assert view.find(np.array([1, 5, 9, 10, 40], dtype=np.int64)).tolist() == [1, 3, 4]
+    calls: list[str] = []
+
+    def compute(packed: np.ndarray) -> np.ndarray:
+        calls.append("computed")
+        return packed["tf_text"].astype(np.float32)
+
+    held = view.saturation(("k1", 0.9), compute)
+    assert view.saturation(("k1", 0.9), compute) is held and len(calls) == 1
+    view.saturation(("k1", 1.2), compute)
+    assert len(calls) == 2
+    joined = view.merged(TermView.of({(3, "v"): _postings(np.array([3, 41]), 1).tobytes()}))
+    assert joined.keys.tolist() == [2, 3, 5, 7, 9, 40, 41] and len(joined.blocks) == 3
+
+
+def test_chunks_falling_below_the_threshold_after_one_term_are_not_looked_up_in_the_next() -> None:
+    """400 chunks tie on the rare term (tf 3) and so all remain after the block bounds; looked up in the common
+    term of the higher bound first, all but the 10 that hold it four times fall below the threshold, so the
+    second common term is searched for those 10 alone (without the step between terms: for all 400)."""
+    chunks = 40_000
+    rare = _postings(np.arange(4000), np.where(np.arange(4000) < 400, 3, 1))
+    first_keys = np.union1d(np.arange(0, chunks, 2), np.arange(10))
+    first = _postings(first_keys, np.where(first_keys < 10, 4, 1))
+    second = _postings(np.arange(chunks), np.where(np.arange(chunks) < 10, 3, 1))
+    c = _blocked(chunks, [(rare, 8192), (first, 8192), (second, 8192)])
+    everyone = np.arange(chunks)
+    scores, read, scored = _pruned(c, 10, everyone, known=False)
+    assert _top(scores, everyone, 10) == _top(_exhaustive(c), everyone, 10)
+    in_first = int(np.isin(np.arange(400), first_keys).sum())  # the 400 found in the first common term
+    assert scored == 4000 + in_first + 10
+    assert read == 4000 + 8192 + 8192  # each common term's first block: the only one holding a remaining chunk

@@ -1,35 +1,50 @@
-"""The retriever's cache of common terms' posting blocks: what it keeps, what it lets go, what it counts."""
+"""The retriever's cache of common terms' postings: what it keeps, what it lets go, what it counts."""
 
 from __future__ import annotations
 
-from services.retriever.engine.lexical.blocks import POSTING
+import numpy as np
+
+from services.retriever.engine.lexical.blocks import POSTING, TermView
 from services.retriever.engine.lexical.postings_cache import MIN_POSTINGS, PostingsCache
 from shared.settings import RetrievalSettings
 
-
-def _block(postings: int) -> bytes:
-    return bytes(postings * POSTING.itemsize)
-
-
-def test_least_recently_used_blocks_leave_first_within_the_byte_bound() -> None:
-    cache = PostingsCache(3 * 10 * POSTING.itemsize, min_postings=10, posting_bytes=POSTING.itemsize)
-    for block in (1, 2, 3):
-        cache.put((block, "v"), _block(10))
-    assert cache.get((1, "v")) is not None  # 1 is now the most recently used
-    cache.put((4, "v"), _block(10))
-    assert cache.get((2, "v")) is None and cache.get((1, "v")) is not None and cache.get((4, "v")) is not None
-    assert cache.bytes_held == 3 * 10 * POSTING.itemsize
-    assert (cache.counts.hits, cache.counts.misses) == (3, 1)
+#: What a held view is charged a posting: its 11 packed bytes, its 4-byte key and its 4-byte saturation.
+HELD = POSTING.itemsize + 8
 
 
-def test_small_and_oversized_blocks_are_not_kept_and_versions_are_distinct() -> None:
-    cache = PostingsCache(100 * POSTING.itemsize, min_postings=10, posting_bytes=POSTING.itemsize)
+def _view(postings: int, block: int = 1) -> TermView:
+    packed = np.zeros(postings, dtype=POSTING)
+    packed["key"] = np.arange(postings)
+    return TermView.of({(block, "v"): packed.tobytes()})
+
+
+def test_least_recently_used_terms_leave_first_within_the_byte_bound() -> None:
+    cache = PostingsCache(3 * 10 * HELD, min_postings=10)
+    for term in (1, 2, 3):
+        cache.put(term, _view(10))
+    assert cache.get(1) is not None  # 1 is now the most recently used
+    cache.put(4, _view(10))
+    assert cache.get(2) is None and cache.get(1) is not None and cache.get(4) is not None
+    assert cache.bytes_held == 3 * 10 * HELD and len(cache) == 3
+
+
+def test_small_and_oversized_terms_are_not_kept() -> None:
+    cache = PostingsCache(100 * HELD, min_postings=10)
     assert not cache.wants(9) and cache.wants(10)
-    cache.put((1, "v"), _block(9))
-    cache.put((2, "v"), _block(101))
+    cache.put(1, _view(9))
+    cache.put(2, _view(101))
     assert len(cache) == 0
-    cache.put((3, "100"), _block(10))
-    assert cache.get((3, "100")) is not None and cache.get((3, "101")) is None  # same id, another row version
+    cache.put(3, _view(10, block=7))
+    held = cache.get(3)
+    assert held is not None and held.blocks == {(7, "v")}  # the caller compares the blocks with its listing
+
+
+def test_hits_and_misses_are_counted() -> None:
+    cache = PostingsCache(1 << 20, min_postings=1)
+    cache.count(hit=True)
+    cache.count(hit=False)
+    cache.count(hit=False)
+    assert (cache.counts.hits, cache.counts.misses) == (1, 2)
 
 
 def test_settings_size_the_cache_and_zero_turns_it_off() -> None:

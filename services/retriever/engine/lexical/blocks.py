@@ -11,6 +11,7 @@ would tie the stored index to one set of parameters."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,32 +59,70 @@ def pack_postings(
     return out
 
 
-class ReadBlock:
-    """A block's packed postings as a search read them (from the store or the retriever's cache), with its chunk
-    keys decoded on first use (:attr:`keys`): a native, contiguous copy a search binary-searches for the few
-    chunks it still needs from a common term (one conversion of the packed keys, big-endian and 11 bytes apart).
-    It lives as long as the search: the cache keeps the packed bytes only."""
+#: A block's identity: its id and the row version that wrote it (``xmin``). A block is **immutable**
+#: (``bm25_blocks``: compaction writes merged postings as new blocks and deletes the old ones; nothing updates a
+#: block in place), so the pair names one content for good, even in a database whose identity sequence was reset.
+BlockKey = tuple[int, str]
 
-    __slots__ = ("_keys", "postings")
 
-    def __init__(self, postings: bytes) -> None:
-        self.postings = postings
-        self._keys: np.ndarray | None = None
+class TermView:
+    """One term's postings held in memory: those of the blocks ``blocks`` (all of the term's, or the ones a search
+    asked for), in chunk-key order, as packed records (:attr:`packed`) with their keys decoded (:attr:`keys`,
+    native ``int32``), and their BM25F saturation for the scoring last asked for (:meth:`saturation`).
+
+    A term's chunks are each in one of its blocks, once, so key order changes no chunk's sum. A search finds the
+    chunks it still needs in a common term with one binary search of :attr:`keys`, and scores postings by
+    multiplying the held saturations by the term's weight: the retriever's cache
+    (:class:`~services.retriever.engine.lexical.postings_cache.PostingsCache`) keeps common terms' views, so
+    neither the decoding nor the saturation is redone by each search."""
+
+    __slots__ = ("_saturation", "blocks", "keys", "packed")
+
+    def __init__(self, blocks: frozenset[BlockKey], packed: np.ndarray) -> None:
+        keys = packed["key"].astype(np.int32)
+        if len(keys) > 1 and bool((keys[1:] < keys[:-1]).any()):  # blocks out of key order, or overlapping
+            order = np.argsort(keys, kind="stable")  # (runs already sorted: a merge, not a full sort)
+            keys, packed = keys[order], np.take(packed, order)  # (indexing records is ~15x slower than take)
+        self.blocks = blocks
+        self.keys = keys
+        self.packed = packed
+        self._saturation: tuple[Hashable, np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, blocks: Mapping[BlockKey, bytes]) -> TermView:
+        """A view of the packed blocks ``blocks`` (of one term; given in key order, the usual case of blocks whose
+        ranges do not overlap, they are joined without sorting)."""
+        return cls(frozenset(blocks), np.frombuffer(b"".join(blocks.values()), dtype=POSTING))
+
+    def merged(self, other: TermView) -> TermView:
+        """This view and ``other`` (other blocks of the same term) as one."""
+        return TermView(self.blocks | other.blocks, np.concatenate((self.packed, other.packed)))
+
+    def saturation(self, signature: Hashable, compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``compute(self.packed)``, kept for the next call with the same ``signature`` (the scoring parameters
+        and corpus counts it depends on): computed again only when they change."""
+        if self._saturation is None or self._saturation[0] != signature:
+            self._saturation = (signature, compute(self.packed))
+        return self._saturation[1]
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """Positions in :attr:`keys` of those of ``keys`` (sorted) that this view holds, in order."""
+        if not len(self.keys) or not len(keys):
+            return np.zeros(0, dtype=np.intp)
+        needles = keys.astype(self.keys.dtype, copy=False)  # (mixed types would copy the view's keys each time)
+        at = np.searchsorted(self.keys, needles)
+        np.minimum(at, len(self.keys) - 1, out=at)
+        found: np.ndarray = at[self.keys[at] == needles]
+        return found
 
     @property
-    def packed(self) -> np.ndarray:
-        """The postings as :data:`POSTING` records (a view of :attr:`postings`, no copy)."""
-        return np.frombuffer(self.postings, dtype=POSTING)
-
-    @property
-    def keys(self) -> np.ndarray:
-        """The postings' chunk keys in order (``int32``), decoded once."""
-        if self._keys is None:
-            self._keys = self.packed["key"].astype(np.int32)
-        return self._keys
+    def held_bytes(self) -> int:
+        """What the view takes in memory with a saturation held: 11 packed bytes, a 4-byte key and a 4-byte
+        saturation a posting."""
+        return len(self) * (POSTING.itemsize + 8)
 
     def __len__(self) -> int:
-        return len(self.postings) // POSTING.itemsize
+        return len(self.keys)
 
 
 #: The bound columns of ``bm25_blocks``, in :class:`BlockBounds` order (migration ``260_bm25_block_bounds.sql``).

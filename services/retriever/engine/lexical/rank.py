@@ -4,9 +4,9 @@ passes sized by the pass rate (or the filter resolved first, or failing chunks d
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import asyncpg
 import numpy as np
@@ -15,19 +15,23 @@ from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower
 from services.retriever.engine.filters.fields import FilterClause, filter_clause
 from services.retriever.engine.filters.passing import PassingSet, filter_first_max, passing_chunks
-from services.retriever.engine.lexical.blocks import ReadBlock
+from services.retriever.engine.lexical.blocks import TermView
 from services.retriever.engine.lexical.postings import (
     BlockRef,
+    BlockVanished,
     Bm25Scoring,
     best_keys,
     bm25_scores,
+    by_term_id,
     dead_keys,
     query_blocks,
-    read_blocks,
+    read_terms,
     term_postings,
+    term_weight,
+    view_scores,
 )
 from services.retriever.engine.lexical.postings_cache import PostingsCache
-from services.retriever.engine.lexical.pruning import BlockVanished, pruned_scores
+from services.retriever.engine.lexical.pruning import pruned_scores
 from services.retriever.engine.lexical.stats import CorpusStats
 from services.retriever.engine.scored import Scored
 from shared.models import SearchFilters
@@ -165,7 +169,7 @@ async def bm25_rank(
     filters in passes sized by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter
     that passes at most ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the
     scores of those alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`),
-    is used as it is; ``cache``: common terms' blocks held in memory (:class:`PostingsCache`). ``doc_values`` (current,
+    is used as it is; ``cache``: common terms held in memory (:class:`PostingsCache`). ``doc_values`` (current,
     :class:`~services.retriever.engine.doc_values.follower.DocValuesFollower`): chunks that fail the filter for certain
     are dropped before the best are checked, and a filter they hold whole is not resolved first (dropping its
     failing chunks does the same, without reading them). ``filters`` may come as their clause
@@ -176,25 +180,31 @@ async def bm25_rank(
         clause = filters if isinstance(filters, FilterClause) else filter_clause(filters)
         where, fparams = clause.where[2], clause.params
         held = doc_values is not None and clause.held_whole
+        checked: dict[int, str | None] = {}  # key -> its chunk id if it passes the filters, None if not
+
+        async def resolve(keys: list[int]) -> list[tuple[int, str]]:
+            """The keys of ``keys`` that pass the filters, with their chunk ids: those checked before in this
+            search (a pruned search's threshold checks the best partial scores, mostly the final best) from
+            ``checked``, the others in SQL (and remembered)."""
+            unknown = [key for key in keys if key not in checked]
+            if unknown:
+                rows = await conn.fetch(_RESOLVE_SQL.format(where=where), unknown, *fparams)
+                checked.update(dict.fromkeys(unknown))
+                checked.update((int(r["chunk_key"]), str(r["chunk_id"])) for r in rows)
+            return [(key, chunk_id) for key in keys if (chunk_id := checked[key]) is not None]
+
+        refs = await query_blocks(conn, query)
+        if not refs:
+            return []
+        dead = await dead_keys(conn)
+        if passing is None and filter_first_max > 0 and not held:
+            passing = await passing_chunks(conn, clause, filter_first_max)
         if pruning:
-            refs = await query_blocks(conn, query)
-            if not refs:
-                return []
-            dead = await dead_keys(conn)
-            if passing is None and filter_first_max > 0 and not held:
-                passing = await passing_chunks(conn, clause, filter_first_max)
             scores = await _pruned(
-                conn, query, refs, k, clause.filters, scoring, dead, where, fparams, passing, cache, doc_values, tally
+                conn, query, refs, k, clause.filters, scoring, dead, resolve, passing, cache, doc_values, tally
             )
         else:
-            postings = await term_postings(conn, query, cache)
-            if not len(postings):
-                return []
-            if tally is not None:
-                tally.add(len(postings))
-            scores = bm25_scores(postings, scoring, await dead_keys(conn))
-            if passing is None and filter_first_max > 0 and not held:
-                passing = await passing_chunks(conn, clause, filter_first_max)
+            scores = await _every_posting(conn, query, refs, scoring, dead, cache, tally)
         if passing is not None and passing.chunks is not None:
             ids = passing.chunks
             keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
@@ -214,8 +224,7 @@ async def bm25_rank(
             batch = ranked[resolved:]
             if not len(batch):
                 break
-            rows = await conn.fetch(_RESOLVE_SQL.format(where=where), batch.astype(np.int32).tolist(), *fparams)
-            hits.extend(Scored(str(r["chunk_id"]), float(scores[r["chunk_key"]])) for r in rows)
+            hits.extend(Scored(chunk_id, float(scores[key])) for key, chunk_id in await resolve(batch.tolist()))
             resolved = len(ranked)
             if len(hits) >= k:
                 break
@@ -245,23 +254,23 @@ async def _pruned(
     filters: SearchFilters,
     scoring: Bm25Scoring,
     dead: np.ndarray,
-    where: str,
-    fparams: list[Any],
+    resolve: Callable[[list[int]], Awaitable[list[tuple[int, str]]]],
     passing: PassingSet | None,
     cache: PostingsCache | None,
     doc_values: DocValues | None,
     tally: PostingsTally | None,
 ) -> np.ndarray:
     """The pruned scores: chunks known to pass are a resolved filter's, else the best partial scores checked
-    against ``where`` (the SQL check the candidates go through anyway). A block merged away while the search
-    ran: the exhaustive pass, which reads again."""
+    against the filters by ``resolve`` (the check the candidates go through anyway, which remembers them). A block
+    merged away while the search ran: the exhaustive pass, which reads again."""
 
-    async def read(wanted: Sequence[BlockRef]) -> dict[int, ReadBlock]:
-        return await read_blocks(conn, wanted, cache) if wanted else {}
+    listed = by_term_id(refs)
+
+    async def read(wanted: Sequence[BlockRef]) -> dict[int, TermView]:
+        return await read_terms(conn, wanted, cache, listed=listed) if wanted else {}
 
     async def check(keys: np.ndarray) -> np.ndarray:
-        rows = await conn.fetch(_RESOLVE_SQL.format(where=where), keys.astype(np.int32).tolist(), *fparams)
-        return np.fromiter((r["chunk_key"] for r in rows), dtype=np.int64, count=len(rows))
+        return np.array([key for key, _ in await resolve(keys.tolist())], dtype=np.int64)
 
     known = None
     if passing is not None and passing.chunks is not None:
@@ -278,10 +287,45 @@ async def _pruned(
             refs, scoring, dead, k, read, passing=known, check=check, may_pass=may_pass, probe=FIRST_PASS
         )
     except BlockVanished:
-        postings = await term_postings(conn, query, cache)
-        if tally is not None:
-            tally.add(len(postings))
-        return bm25_scores(postings, scoring, dead)
+        return await _read_again(conn, query, scoring, dead, tally)
     if tally is not None:
         tally.add(pruned.postings_read, pruned.postings_scored)
     return pruned.scores
+
+
+async def _every_posting(
+    conn: asyncpg.Connection,
+    query: str,
+    refs: list[BlockRef],
+    scoring: Bm25Scoring,
+    dead: np.ndarray,
+    cache: PostingsCache | None,
+    tally: PostingsTally | None,
+) -> np.ndarray:
+    """The exhaustive scores: every posting of the query's terms (``refs``), the terms held in ``cache`` from
+    memory. A block merged away between the listing and the read: read again in one statement."""
+    try:
+        views = await read_terms(conn, refs, cache)
+    except BlockVanished:
+        return await _read_again(conn, query, scoring, dead, tally)
+    terms = sorted(views.items())
+    weights = {ref.term_id: term_weight(scoring, ref.df) for ref in refs}
+    if tally is not None:
+        tally.add(sum(len(view) for _, view in terms))
+    return view_scores([(view, weights[term_id]) for term_id, view in terms], scoring, _key_space(refs), dead)
+
+
+async def _read_again(
+    conn: asyncpg.Connection, query: str, scoring: Bm25Scoring, dead: np.ndarray, tally: PostingsTally | None
+) -> np.ndarray:
+    """Every posting of ``query``'s terms read in one statement (the listing and the postings of one moment: a
+    block merged away between a search's listing and its read (compaction) cannot be missed), scored."""
+    postings = await term_postings(conn, query)
+    if tally is not None:
+        tally.add(len(postings))
+    return bm25_scores(postings, scoring, dead)
+
+
+def _key_space(refs: Sequence[BlockRef]) -> int:
+    """One more than the largest key the blocks ``refs`` hold."""
+    return max(ref.max_key for ref in refs) + 1
