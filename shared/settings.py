@@ -526,14 +526,14 @@ class RetrievalSettings(BaseSettings):
     bm25_title_weight: float = Field(1.0, ge=0, description="BM25F weight of a title term (text terms weigh 1).")
     bm25_section_weight: float = Field(0.0, ge=0, description="BM25F weight of a section-heading term.")
     bm25_cache_mb: int = Field(
-        256,
+        768,
         ge=0,
         description=(
             "Memory each retriever keeps for common terms' postings, decoded and with their BM25 saturations "
             "(19 bytes a posting; least recently used terms out first; 0: none). A lexical search reads from the "
             "database only the terms not held (and of a held term only the blocks written since): at 10^6 chunks "
-            "the common terms are most of a query's postings. Size it to the common terms the searches touch: "
-            "~1.2 GB at 3x10^6 chunks (see docs/scaling.md)."
+            "the common terms are most of a query's postings. Size it to the common terms the searches touch "
+            "(~0.4 KB a chunk: ~400 MB at 10^6 chunks, ~1.2 GB at 3x10^6; see docs/scaling.md)."
         ),
     )
     doc_values: bool = Field(
