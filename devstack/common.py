@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from pathlib import Path
 
 import psutil
@@ -77,20 +78,39 @@ def tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+#: Every port :func:`free_ports` has handed out in this process: never handed out again.
+_HANDED_OUT: set[int] = set()
+_HANDING_OUT = threading.Lock()
+
+#: Sockets opened while looking for ports not handed out before, at most (a range of ~28,000 ports).
+_MAX_TRIES = 10_000
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 now (all held open together while they are chosen)."""
+    """``count`` distinct TCP ports free on 127.0.0.1 now (all held open together while they are chosen), none
+    that this process handed out before. A port chosen is released for its user to bind later; until then the
+    kernel may give it to the next caller again, so two separate calls could return the same port (two services
+    of a test stack once did: the second could not bind it, and its readiness probe was answered by the first)."""
     sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    chosen: list[int] = []
+    with _HANDING_OUT:
+        try:
+            while len(chosen) < count:
+                if len(sockets) >= count + _MAX_TRIES:
+                    raise DevstackError(f"no {count} free ports left on 127.0.0.1 that this process has not used")
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind(("127.0.0.1", 0))
+                sockets.append(sock)  # held open, even when refused: the kernel then gives another
+                port = int(sock.getsockname()[1])
+                if port not in _HANDED_OUT and port not in chosen:
+                    chosen.append(port)
+            _HANDED_OUT.update(chosen)
+            return chosen
+        finally:
+            for sock in sockets:
+                sock.close()
 
 
 def free_port() -> int:
-    """One TCP port free on 127.0.0.1 now."""
+    """One TCP port free on 127.0.0.1 now, never one this process handed out before (:func:`free_ports`)."""
     return free_ports(1)[0]

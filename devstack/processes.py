@@ -129,6 +129,12 @@ class ServiceStack:
         unknown = [n for n in self.services if n not in DEFAULT_PORTS]
         if unknown:
             raise ValueError(f"unknown services {unknown}; known: {', '.join(SERVICES)}")
+        by_port: dict[int, list[str]] = {}
+        for name in self.services:
+            by_port.setdefault(self.port_of(name), []).append(name)
+        shared = {port: names for port, names in by_port.items() if len(names) > 1}
+        if shared:  # one would fail to bind, and the other would answer its readiness probe for it
+            raise ValueError(f"services share a port: {shared}")
         for name in self.services:
             env = dict(self.env)
             port = self.port_of(name)

@@ -5,6 +5,7 @@ tests/integration/test_devstack_processes.py).
 from __future__ import annotations
 
 import re
+import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -111,3 +112,53 @@ def test_cli_status_of_an_empty_stack_says_stopped(tmp_path: Path, capsys: pytes
 def test_cli_stop_when_nothing_runs_is_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert devstack_main(["all", "stop", "--dir", str(tmp_path)]) == 0
     assert "was not running" in capsys.readouterr().out
+
+
+class _Kernel:
+    """Sockets whose ``bind(0)`` gets ports from a fixed sequence, as a kernel may give a just-released port again."""
+
+    AF_INET = socket.AF_INET
+    SOCK_STREAM = socket.SOCK_STREAM
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = iter(ports)
+
+    def socket(self, *args: object) -> _Kernel._Socket:
+        return _Kernel._Socket(next(self.ports))
+
+    class _Socket:
+        def __init__(self, port: int) -> None:
+            self.port = port
+
+        def bind(self, address: tuple[str, int]) -> None:
+            pass
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+        def close(self) -> None:
+            pass
+
+
+def test_a_port_handed_out_is_not_handed_out_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that gives a released port to the next caller (two services of a test stack once got one port):
+    the second caller gets another."""
+    from devstack import common
+
+    monkeypatch.setattr(common, "_HANDED_OUT", set())
+    monkeypatch.setattr(common, "socket", _Kernel([5000, 5000, 5001, 5001, 5000, 5002, 5003]))
+    assert common.free_port() == 5000
+    assert common.free_port() == 5001  # 5000 again from the kernel: refused
+    assert common.free_ports(2) == [5002, 5003]  # 5001 and 5000 refused, a repeat within the call too
+
+
+def test_services_given_one_port_are_refused(tmp_path: Path) -> None:
+    from devstack.processes import ServiceStack
+
+    with pytest.raises(ValueError, match="share a port"):
+        ServiceStack(
+            log_dir=tmp_path,
+            env={},
+            services=("embedder", "synthesizer"),
+            ports={"embedder": 53245, "synthesizer": 53245},
+        )
