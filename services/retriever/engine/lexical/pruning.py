@@ -238,11 +238,7 @@ async def pruned_scores(
         # Too many chunks left for lookups to pay: the non-essential terms scored in full as well, one sum.
         await _score_full(optional, scoring, read_once, full)
         scored += skippable
-        parts = [part for _, part in sorted(full.items())]
-        scores = np.bincount(
-            np.concatenate([keys for keys, _ in parts]), weights=np.concatenate([v for _, v in parts]), minlength=size
-        )
-        scores[dead[dead < size]] = 0.0
+        scores = _partial((part for _, part in sorted(full.items())), size, dead)  # every term: the full sums
         return PrunedScores(scores, read_postings(), threshold, scored)
     looked_up, survivors = await _look_up(optional, candidates, partial, alive, cutoff, scoring, read_once, share)
     scored += sum(len(keys) for keys, _ in looked_up.values())
