@@ -334,7 +334,7 @@ def view_scores(
     scores = np.zeros(max([size, *(int(view.keys[-1]) + 1 for view, _ in views if len(view)), 0]))
     for view, weight in views:
         # A term holds a chunk once: adding term by term sums each chunk's contributions in term order, as
-        # bincount over them all does (~15 % faster at 2 M postings, without the joined copies).
+        # bincount over them all does (4-16 % faster at 2 M postings, without the joined copies).
         scores[view.keys] += view_saturation(view, scoring) * weight
     scores[dead[dead < len(scores)]] = 0.0
     return scores
