@@ -572,6 +572,17 @@ class RetrievalSettings(BaseSettings):
             "measured up to 3x10^6 chunks on 2 cores, pruning still costs more CPU than it saves (docs/benchmarks.md)."
         ),
     )
+    bm25_scoring_threads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description=(
+            "Threads one lexical search's sum over many postings (from 262,144) is split across, by chunk key "
+            "range: the same scores, sooner (at 3x10^6 chunks a question's ~2 M postings ~25 ms on one core, "
+            "~13-15 on two; docs/benchmarks.md). Set it to the cores a retriever is given; 1: on the event loop "
+            "alone. It shortens a search, not the searches a second many concurrent clients get."
+        ),
+    )
     bm25_compact_every_s: float = Field(
         5.0,
         gt=0,

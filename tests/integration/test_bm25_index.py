@@ -683,3 +683,50 @@ async def test_a_pruned_search_checks_no_chunk_against_the_filters_twice(
             assert len(sent) == len(set(sent)), query
             checked_twice_in_a_search += len(checks) >= 2
         assert checked_twice_in_a_search  # some searches did check in both places (the memo was needed)
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+async def test_under_the_default_filters_a_search_checks_about_k_candidates(
+    private_postgres: LocalPostgres, monkeypatch: pytest.MonkeyPatch, pruned: bool
+) -> None:
+    """Few chunks fail the default filters (retracted papers, priority 0): the first check pass is ``k`` and a
+    margin, not :data:`~services.retriever.engine.lexical.rank.FIRST_PASS` (each candidate checked costs random
+    reads); when enough of the best do fail, the next pass finds the rest, and the answers are the reference's
+    without the retracted chunks. Pruned (every step forced on) or exhaustive."""
+    if pruned:
+        for knob, value in [("SEED_POSTINGS", 0), ("SEED_SHARE", 0.0), ("PRUNE_FROM_POSTINGS", 0)]:
+            monkeypatch.setattr(pruning, knob, value)
+    async with _fresh_pool(private_postgres, f"bm25_few_checked_{int(pruned)}") as pool:
+        await _stored(pool, 43, N_DOCS)
+        query = "patients trial cohort aspirin statin"
+        p = Bm25Params()
+        scoring = Bm25Scoring(p.k1, p.b, p.title_weight, p.section_weight, await CorpusStats().get(pool))
+        k = 10
+        expected = [c for c, _ in await _reference(pool, query, p)]
+        assert len(expected) > lexical_rank.FIRST_PASS
+        first = math.ceil(k * lexical_rank.PASS_MARGIN)
+        for retract in (0, first - k + 2):  # none; then enough of the best that the first pass finds < k
+            await pool.execute(
+                "UPDATE documents SET retracted = true WHERE document_id IN "
+                "(SELECT document_id FROM chunks WHERE chunk_id = ANY ($1::text[]))",
+                expected[:retract],
+            )
+            gone = set(
+                await pool.fetchval(
+                    "SELECT coalesce(array_agg(chunk_id), '{}') FROM chunks JOIN documents USING (document_id) "
+                    "WHERE retracted"
+                )
+            )
+            recorder = _Recorder(pool)
+            hits = await bm25_rank(recorder, query, k, SearchFilters(), scoring, pruning=pruned)  # type: ignore[arg-type]
+            assert [h.chunk_id for h in hits] == [c for c in expected if c not in gone][:k], retract
+            checks = [
+                len(args[0])  # type: ignore[arg-type]
+                for sql, args in zip(recorder.statements, recorder.args, strict=True)
+                if "b.chunk_key = ANY" in sql
+            ]
+            assert checks[0] == first, checks
+            if retract:
+                assert len(checks) >= 2 and len(gone) >= retract, checks
+            else:
+                assert sum(checks) <= 2 * first, checks

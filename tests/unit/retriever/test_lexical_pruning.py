@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.retriever.engine.lexical import postings
 from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, TermView, encode_block
 from services.retriever.engine.lexical.postings import (
     BlockRef,
@@ -23,6 +25,7 @@ from services.retriever.engine.lexical.postings import (
     by_term_id,
     posting_impacts,
     term_weight,
+    view_scores,
 )
 from services.retriever.engine.lexical.pruning import BlockVanished, _covering_bound, _Term, pruned_scores
 
@@ -128,8 +131,15 @@ def _pruned(
             for t, mine in by_term_id(refs).items()
         }
 
-    async def check(keys: np.ndarray) -> np.ndarray:
-        return keys[np.isin(keys, passing)]
+    async def check(keys: np.ndarray, wanted: int) -> np.ndarray:
+        # In passes of three, stopping once ``wanted`` pass (the leg's are sized by its pass rate).
+        passed: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        for start in range(0, len(keys), 3):
+            batch = keys[start : start + 3]
+            passed.append(batch[np.isin(batch, passing)])
+            if sum(map(len, passed)) >= wanted:
+                break
+        return np.concatenate(passed)
 
     got = asyncio.run(
         pruned_scores(
@@ -344,6 +354,32 @@ def test_a_term_view_holds_its_blocks_in_key_order_and_its_saturation_per_scorin
     assert len(calls) == 2
     joined = view.merged(TermView.of({(3, "v"): _postings(np.array([3, 41]), 1).tobytes()}))
     assert joined.keys.tolist() == [2, 3, 5, 7, 9, 40, 41] and len(joined.blocks) == 3
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_sums_split_across_threads_by_key_range_are_the_same_bits(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exhaustive pass's sums split by key range across threads are those of one thread, bit for bit (each
+    chunk's contributions in term order), removed chunks at 0, keys at range edges and empty ranges included."""
+    monkeypatch.setattr(postings, "SPLIT_FROM_POSTINGS", 0)
+    rng = np.random.default_rng(threads)
+    scoring = Bm25Scoring(0.9, 0.4, 2.0, 0.5, CorpusCounts(1000, 4.0, 2.0, 20.0))
+    views = []
+    for term in range(12):
+        keys = np.sort(rng.choice(1000, int(rng.integers(1, 600)), replace=False))
+        if term == 0:
+            keys = np.union1d(keys, [1000 * i // threads for i in range(threads)] + [999])  # on the cuts
+        packed = _postings(keys, rng.integers(1, 9, len(keys)), 0)
+        packed["len_text"] = rng.integers(1, 255, len(keys))
+        packed["tf_title"] = rng.integers(0, 3, len(keys))
+        views.append((TermView.of({(term, "v"): packed.tobytes()}), np.float32(rng.uniform(0.1, 5))))
+    dead = np.array([3, 500, 999, 5000], dtype=np.int64)
+    one = view_scores(views, scoring, 1000, dead)
+    split = view_scores(views, scoring, 1000, dead, threads=threads)
+    assert one.tobytes() == split.tobytes()
+    assert one[3] == one[999] == 0 and np.count_nonzero(one) > 900
+    assert view_scores(views[:0], scoring, 1000, dead, threads=threads).tobytes() == np.zeros(1000).tobytes()
 
 
 def test_chunks_falling_below_the_threshold_after_one_term_are_not_looked_up_in_the_next() -> None:

@@ -194,6 +194,15 @@ def test_the_first_filter_pass_is_sized_by_the_planners_share() -> None:
     assert next_pass(100, 0, 0, share=1e-6) == FIRST_PASS_MAX_GROWTH * 256
 
 
+def test_when_few_candidates_fail_the_first_pass_is_k_and_the_margin() -> None:
+    # The default filters alone (or the doc values dropped every chunk certain to fail): not 256 for 20 wanted.
+    assert next_pass(20, 0, 0, few_fail=True) == math.ceil(20 * PASS_MARGIN) == 25
+    assert next_pass(20, 0, 0, share=0.01, few_fail=True) == 25  # (the planner's share is not asked then)
+    assert next_pass(1_000, 0, 0, few_fail=True) == 1_250
+    # Some of them failed after all: the next pass follows the rate seen, as for any filter.
+    assert next_pass(20, 17, 25, few_fail=True) == next_pass(20, 17, 25) == 25 + 256
+
+
 def test_later_passes_follow_the_rate_seen_so_far() -> None:
     # 14 of the first 256 passed (5.5 %): the 86 missing need ~1,570 more, with the margin ~1,970.
     assert next_pass(100, 14, 256) == 256 + math.ceil(86 * 256 / 14 * PASS_MARGIN)

@@ -9,10 +9,11 @@ posting of every query term, this one:
 2. scores the *seed* terms in full: those of the highest bounds (the rare terms, few postings) up to a
    share of the query's postings;
 3. takes a threshold ``theta``: the ``k``-th best *full* score among the chunks of the best partial scores
-   known to pass the filters (a resolved filter's chunks, or the best partial scores checked against the
-   filters in SQL), their other terms' postings looked up (as many terms as a budget of blocks allows, highest
-   bounds first: the others left out, a lower score); the ``k``-th best score among all passing chunks is at
-   least ``theta``. (The partial scores alone, the rare terms', would give a threshold far below the final
+   known to pass the filters, their other terms' postings looked up (as many terms as a budget of blocks
+   allows, highest bounds first: the others left out, a lower score); the ``k``-th best score among all passing
+   chunks is at least ``theta``. Known to pass: a resolved filter's chunks, or those the filters' check in SQL
+   lets through, asked best full score first until ``k`` pass (the same ``theta`` as checking all of them,
+   fewer random reads). (The partial scores alone, the rare terms', would give a threshold far below the final
    one: a common term's bound would seldom fit under it);
 4. splits the other terms: the lowest-bound ones whose bounds sum below ``theta`` are *non-essential* (a chunk
    that holds none of the other terms cannot reach ``theta``), the rest are scored in full;
@@ -61,8 +62,9 @@ __all__ = ["BlockVanished", "PrunedScores", "ReadTerms", "pruned_scores"]
 #: the term's when it is held in memory); raises :class:`BlockVanished` for a block merged away.
 ReadTerms = Callable[[Sequence[BlockRef]], Awaitable[Mapping[int, TermView]]]
 
-#: Checks candidate keys (best first) against the filters: those that pass.
-CheckKeys = Callable[[np.ndarray], Awaitable[np.ndarray]]
+#: Checks candidate keys (best first) against the filters in that order until the number given pass (all of them,
+#: if fewer do): those found to pass.
+CheckKeys = Callable[[np.ndarray, int], Awaitable[np.ndarray]]
 
 #: The seed terms hold at least this many postings (or all the query's, if fewer)...
 SEED_POSTINGS = 16_384
@@ -143,6 +145,7 @@ async def pruned_scores(
     lookup_share: int | None = None,
     probe_blocks: int | None = None,
     skip_from_share: float | None = None,
+    threads: int = 1,
 ) -> PrunedScores:
     """BM25F scores of the chunks that can be among the ``k`` best passing the filters (see the module).
 
@@ -154,7 +157,8 @@ async def pruned_scores(
     (default :data:`PRUNE_FROM_POSTINGS`) is scored whole. ``lookup_share`` (default :data:`LOOKUP_SHARE`)
     chooses between searching a term for the remaining chunks and a pass over its keys, and whether skipping
     pays at all (with ``skip_from_share``, default :data:`SKIP_FROM_SHARE`); ``probe_blocks`` bounds the terms
-    the threshold's full scores look their chunks up in (:data:`PROBE_BLOCKS`)."""
+    the threshold's full scores look their chunks up in (:data:`PROBE_BLOCKS`); ``threads``: what a pass over
+    every posting is split across (:func:`~services.retriever.engine.lexical.postings.view_scores`)."""
     share = LOOKUP_SHARE if lookup_share is None else lookup_share
     probe_budget = PROBE_BLOCKS if probe_blocks is None else probe_blocks
     skip_from = SKIP_FROM_SHARE if skip_from_share is None else skip_from_share
@@ -180,7 +184,7 @@ async def pruned_scores(
 
     if total < (PRUNE_FROM_POSTINGS if prune_from is None else prune_from):
         # Too few postings for skipping to pay for its extra steps: all scored at once, as exhaustively.
-        scores = _every_posting(terms, await read_once(refs), scoring, size, dead)
+        scores = _every_posting(terms, await read_once(refs), scoring, size, dead, threads)
         return PrunedScores(scores, read_postings(), 0.0, total)
     # Highest bound first (rare terms), fewest postings first among equals.
     by_upper = sorted(terms, key=lambda t: (-t.upper, t.postings))
@@ -202,10 +206,14 @@ async def pruned_scores(
     threshold = 0.0
     rest = [t for t in by_upper if t.term_id not in full]
     if rest:
-        best = await _best_passing(partial, k, passing, check, may_pass, probe)
+        best = _threshold_candidates(partial, k, passing, check is not None, may_pass, probe)
         if len(best) >= k:
             probed = await _full_scores(best, partial, _probed(rest, probe_budget), scoring, read_once)
-            threshold = float(np.partition(probed, len(probed) - k)[len(probed) - k])
+            if passing is None and check is not None:  # best full score first, until k pass
+                passed = np.sort(await check(best[np.argsort(-probed, kind="stable")], k))
+                probed = probed[np.searchsorted(best, passed)]
+            if len(probed) >= k:
+                threshold = float(np.partition(probed, len(probed) - k)[len(probed) - k])
     cutoff = threshold * (1 - THRESHOLD_SLACK)
     # Non-essential: from the lowest bound up, while the bounds together stay below the threshold.
     optional: list[_Term] = []
@@ -222,7 +230,7 @@ async def pruned_scores(
         int(np.count_nonzero(partial >= cutoff - summed)), optional, share, skippable
     ):
         # Too little to skip: every posting scored in one pass, as exhaustively (no per-term sums to join).
-        scores = _every_posting(terms, await read_once(refs), scoring, size, dead)
+        scores = _every_posting(terms, await read_once(refs), scoring, size, dead, threads)
         return PrunedScores(scores, read_postings(), 0.0, total)
     optional_ids = {t.term_id for t in optional}
     essential = [t for t in rest if t.term_id not in optional_ids]
@@ -302,11 +310,16 @@ async def _look_up(
 
 
 def _every_posting(
-    terms: Sequence[_Term], views: Mapping[int, TermView], scoring: Bm25Scoring, size: int, dead: np.ndarray
+    terms: Sequence[_Term],
+    views: Mapping[int, TermView],
+    scoring: Bm25Scoring,
+    size: int,
+    dead: np.ndarray,
+    threads: int,
 ) -> np.ndarray:
     """The exhaustive pass's scores (every posting of every term, summed in term order) from ``views``."""
     in_order = sorted(terms, key=lambda t: t.term_id)
-    return view_scores([(views[t.term_id], t.weight) for t in in_order], scoring, size, dead)
+    return view_scores([(views[t.term_id], t.weight) for t in in_order], scoring, size, dead, threads=threads)
 
 
 def _terms(refs: Sequence[BlockRef], scoring: Bm25Scoring) -> list[_Term]:
@@ -347,34 +360,28 @@ def _partial(parts: Iterable[_Part], size: int, dead: np.ndarray) -> np.ndarray:
     return partial
 
 
-async def _best_passing(
+def _threshold_candidates(
     partial: np.ndarray,
     k: int,
     passing: np.ndarray | None,
-    check: CheckKeys | None,
+    checked: bool,
     may_pass: Callable[[int], np.ndarray] | None,
     probe: int,
 ) -> np.ndarray:
-    """Keys of chunks known to pass, of the best partial scores (up to ``max(probe, 2 * k)``, all positive):
-    among a resolved filter's chunks (``passing``), or the best partial scores that ``check`` lets through;
-    none without either."""
+    """Keys (sorted) of the best partial scores (up to ``max(probe, 2 * k)``, all positive) the threshold is
+    taken among: of a resolved filter's chunks (``passing``: they pass), or of all that may pass (``may_pass``,
+    the doc values' mask, when given), to be ``checked``; none without either."""
     count = max(probe, 2 * k)
-    known: np.ndarray
     if passing is not None:
         known = passing[passing < len(partial)]
         known = known[partial[known] > 0]
         if len(known) > count:
             known = known[np.argpartition(-partial[known], count - 1)[:count]]
-        return known
-    if check is None:
+        return np.sort(known)
+    if not checked:
         return np.zeros(0, dtype=np.int64)
     ranked = partial if may_pass is None else partial * may_pass(len(partial))
-    candidates = best_keys(ranked, count)
-    if not len(candidates):
-        return candidates
-    known = np.asarray(await check(candidates), dtype=np.int64)
-    passed: np.ndarray = known[partial[known] > 0]
-    return passed
+    return np.sort(best_keys(ranked, count))
 
 
 def _probed(rest: Sequence[_Term], blocks: int) -> list[_Term]:
@@ -395,8 +402,8 @@ async def _full_scores(
 ) -> np.ndarray:
     """The scores of ``keys`` over the terms scored so far (``partial``) and ``rest`` (all other terms, or some:
     then a lower bound of their full scores): each key's posting in each of those terms, found by binary search in
-    the blocks whose range holds it. Summed in another order than the final scores (the threshold's slack covers
-    it)."""
+    the blocks whose range holds it, in key order. Summed in another order than the final scores (the threshold's
+    slack covers it)."""
     ordered = np.sort(keys)
     wanted = [(t, refs) for t in rest if (refs := _blocks_holding(t, ordered))]
     full: np.ndarray = partial[ordered].astype(np.float64)

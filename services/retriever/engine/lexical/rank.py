@@ -49,11 +49,14 @@ class Bm25Params:
     title_weight: float = 1.0
     section_weight: float = 0.0
     pruning: bool = False  # skip what cannot reach the top k (exact either way); False: score every posting
+    threads: int = 1  # threads a search's sums over many postings are split across (the same sums)
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings) -> Bm25Params:
         """The BM25 parameters of the retrieval settings."""
-        return cls(s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_pruning)
+        return cls(
+            s.bm25_k1, s.bm25_b, s.bm25_title_weight, s.bm25_section_weight, s.bm25_pruning, s.bm25_scoring_threads
+        )
 
 
 async def bm25_search(
@@ -94,6 +97,7 @@ async def bm25_search(
         cache=cache,
         doc_values=values,
         pruning=params.pruning,
+        threads=params.threads,
         tally=tally,
     )
 
@@ -123,9 +127,15 @@ PASS_MARGIN = 1.25
 FIRST_PASS_MAX_GROWTH = 4
 
 
-def next_pass(k: int, found: int, resolved: int, *, share: float | None = None) -> int:
+def next_pass(k: int, found: int, resolved: int, *, share: float | None = None, few_fail: bool = False) -> int:
     """How many of the best candidates to have resolved through the filters after the next pass, when
     ``resolved`` were and ``found`` of them passed, ``k`` wanted (``found < k``).
+
+    ``few_fail``: the filters are the defaults alone (retracted papers and priority 0 out), or the doc values
+    dropped every chunk certain to fail: nearly every candidate passes, so the first pass is ``k`` and the
+    margin (``PASS_MARGIN``), a round trip more in the rare search whose best are found to fail. Each candidate
+    checked is a few random reads (chunk, document): at 3x10^6 chunks, 256 candidates not in memory took ~99 ms
+    and 20 took ~9.5 (``bench/filter_check_cost.py``), so a pass of 256 for 20 wanted was most of a search's time.
 
     Sized by a pass rate, so that one more pass usually finds the rest: the rate seen so far, or before the
     first pass the planner's expected ``share`` of chunks passing (``None``: unknown); ``PASS_MARGIN`` times
@@ -139,6 +149,8 @@ def next_pass(k: int, found: int, resolved: int, *, share: float | None = None) 
     average and up to 16,384 (a third pass) (docs/benchmarks.md)."""
     missing = k - found
     if resolved == 0:
+        if few_fail:
+            return math.ceil(k * PASS_MARGIN)
         base = max(FIRST_PASS, 2 * k)
         if share is None or share <= 0:
             return base
@@ -160,13 +172,16 @@ async def bm25_rank(
     cache: PostingsCache | None = None,
     doc_values: DocValues | None = None,
     pruning: bool = False,
+    threads: int = 1,
     tally: PostingsTally | None = None,
 ) -> list[Scored]:
     """The ``k`` best chunks by BM25 that pass ``filters``, best first (ties: chunk id). The query's terms are
     scored exactly, every posting of them (``pruning`` False) or all but those that cannot reach the ``k`` best
     passing chunks (:func:`~services.retriever.engine.lexical.pruning.pruned_scores`: the same scores for
-    every chunk that can); ``tally`` counts the postings read. The best chunks are then checked against the
-    filters in passes sized by the pass rate (:func:`next_pass`) until ``k`` pass or none is left. A filter
+    every chunk that can), sums over many postings split across ``threads`` (the same sums,
+    :func:`~services.retriever.engine.lexical.postings.view_scores`); ``tally`` counts the postings read. The best
+    chunks are then checked against the filters in passes sized by the pass rate (:func:`next_pass`) until ``k``
+    pass or none is left. A filter
     that passes at most ``filter_first_max`` (> 0) chunks is resolved first instead (its chunks' keys, then the
     scores of those alone); ``passing``, when the caller resolved the filter already (:func:`passing_chunks`),
     is used as it is; ``cache``: common terms held in memory (:class:`PostingsCache`). ``doc_values`` (current,
@@ -199,28 +214,42 @@ async def bm25_rank(
         dead = await dead_keys(conn)
         if passing is None and filter_first_max > 0 and not held:
             passing = await passing_chunks(conn, clause, filter_first_max)
+        share = None
+        if passing is not None and passing.planned is not None and not held:
+            share = passing.planned / max(scoring.counts.chunks, 1)
+        sizing = _PassSizing(share, few_fail=not clause.restrictive or held)
         if pruning:
             scores = await _pruned(
-                conn, query, refs, k, clause.filters, scoring, dead, resolve, passing, cache, doc_values, tally
+                conn,
+                query,
+                refs,
+                k,
+                clause.filters,
+                scoring,
+                dead,
+                resolve,
+                sizing,
+                passing,
+                cache,
+                doc_values,
+                threads,
+                tally,
             )
         else:
-            scores = await _every_posting(conn, query, refs, scoring, dead, cache, tally)
+            scores = await _every_posting(conn, query, refs, scoring, dead, cache, threads, tally)
         if passing is not None and passing.chunks is not None:
             ids = passing.chunks
             keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
             keys = keys[keys < len(scores)]
             hits = [Scored(ids[int(key)], float(scores[key])) for key in keys if scores[key] > 0]
             return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
-        share = None
         if doc_values is not None:
             scores *= doc_values.may_pass(len(scores), clause.filters)
-        if passing is not None and passing.planned is not None and not held:
-            share = passing.planned / max(scoring.counts.chunks, 1)
         hits = []
         resolved = 0
         while True:
             # The best candidates in one fixed order, as many as the pass wants, ties at the end included.
-            ranked = best_keys(scores, next_pass(k, len(hits), resolved, share=share))
+            ranked = best_keys(scores, sizing.next(k, len(hits), resolved))
             batch = ranked[resolved:]
             if not len(batch):
                 break
@@ -229,6 +258,18 @@ async def bm25_rank(
             if len(hits) >= k:
                 break
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+
+
+@dataclass(frozen=True)
+class _PassSizing:
+    """How one search sizes its check passes (:func:`next_pass`): the planner's share of chunks passing, and
+    whether few candidates fail."""
+
+    share: float | None
+    few_fail: bool
+
+    def next(self, k: int, found: int, resolved: int) -> int:
+        return next_pass(k, found, resolved, share=self.share, few_fail=self.few_fail)
 
 
 @dataclass
@@ -255,22 +296,31 @@ async def _pruned(
     scoring: Bm25Scoring,
     dead: np.ndarray,
     resolve: Callable[[list[int]], Awaitable[list[tuple[int, str]]]],
+    sizing: _PassSizing,
     passing: PassingSet | None,
     cache: PostingsCache | None,
     doc_values: DocValues | None,
+    threads: int,
     tally: PostingsTally | None,
 ) -> np.ndarray:
-    """The pruned scores: chunks known to pass are a resolved filter's, else the best partial scores checked
-    against the filters by ``resolve`` (the check the candidates go through anyway, which remembers them). A block
-    merged away while the search ran: the exhaustive pass, which reads again."""
+    """The pruned scores: chunks known to pass are a resolved filter's, else the threshold's candidates checked
+    against the filters by ``resolve``, best first in passes sized as the leg's own (``sizing``) until ``k``
+    pass (the check the best candidates go through anyway, which remembers them). A block merged away while the
+    search ran: the exhaustive pass, which reads again."""
 
     listed = by_term_id(refs)
 
     async def read(wanted: Sequence[BlockRef]) -> dict[int, TermView]:
         return await read_terms(conn, wanted, cache, listed=listed) if wanted else {}
 
-    async def check(keys: np.ndarray) -> np.ndarray:
-        return np.array([key for key, _ in await resolve(keys.tolist())], dtype=np.int64)
+    async def check(keys: np.ndarray, wanted: int) -> np.ndarray:
+        passed: list[int] = []
+        resolved = 0
+        while len(passed) < wanted and resolved < len(keys):
+            upto = sizing.next(wanted, len(passed), resolved)
+            passed.extend(key for key, _ in await resolve(keys[resolved:upto].tolist()))
+            resolved = upto
+        return np.array(passed, dtype=np.int64)
 
     known = None
     if passing is not None and passing.chunks is not None:
@@ -284,7 +334,16 @@ async def _pruned(
 
     try:
         pruned = await pruned_scores(
-            refs, scoring, dead, k, read, passing=known, check=check, may_pass=may_pass, probe=FIRST_PASS
+            refs,
+            scoring,
+            dead,
+            k,
+            read,
+            passing=known,
+            check=check,
+            may_pass=may_pass,
+            probe=FIRST_PASS,
+            threads=threads,
         )
     except BlockVanished:
         return await _read_again(conn, query, scoring, dead, tally)
@@ -300,10 +359,12 @@ async def _every_posting(
     scoring: Bm25Scoring,
     dead: np.ndarray,
     cache: PostingsCache | None,
+    threads: int,
     tally: PostingsTally | None,
 ) -> np.ndarray:
     """The exhaustive scores: every posting of the query's terms (``refs``), the terms held in ``cache`` from
-    memory. A block merged away between the listing and the read: read again in one statement."""
+    memory, summed on ``threads``. A block merged away between the listing and the read: read again in one
+    statement."""
     try:
         views = await read_terms(conn, refs, cache)
     except BlockVanished:
@@ -312,7 +373,8 @@ async def _every_posting(
     weights = {ref.term_id: term_weight(scoring, ref.df) for ref in refs}
     if tally is not None:
         tally.add(sum(len(view) for _, view in terms))
-    return view_scores([(view, weights[term_id]) for term_id, view in terms], scoring, _key_space(refs), dead)
+    views_weighed = [(view, weights[term_id]) for term_id, view in terms]
+    return view_scores(views_weighed, scoring, _key_space(refs), dead, threads=threads)
 
 
 async def _read_again(

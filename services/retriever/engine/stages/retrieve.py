@@ -56,6 +56,7 @@ def lexical_leg(engine: EngineParts, s: Search) -> Awaitable[list[Scored]]:
         cache=engine.postings_cache,
         doc_values=s.plan.doc_values,
         pruning=p.pruning,
+        threads=p.threads,
     )
     if engine.memo is None:
         return rank()
