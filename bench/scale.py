@@ -41,7 +41,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -483,7 +483,13 @@ def _summary(r: Any) -> dict[str, Any]:
 
 
 async def in_process(
-    pool: Any, index: Any, encoder: QueryEncoder, queries: list[str], clients_list: list[int], duration: float
+    pool: Any,
+    index: Any,
+    encoder: QueryEncoder,
+    queries: list[str],
+    clients_list: list[int],
+    duration: float,
+    modes: Sequence[str] = MODES,
 ) -> dict[str, dict[str, Any]]:
     from services.retriever.engine import CorpusStats, SearchEngine, live_probes
     from services.retriever.engine.lexical.postings_cache import PostingsCache
@@ -502,7 +508,7 @@ async def in_process(
         postings_cache=cache,
     )
     out: dict[str, dict[str, Any]] = {}
-    for mode in MODES:
+    for mode in modes:
 
         async def call(query: str, mode: str = mode) -> None:
             vector = None if mode == "lexical" else await asyncio.to_thread(encoder.encode, query)
@@ -557,6 +563,7 @@ async def filtered(
     queries: list[str],
     duration: float,
     values: Any = None,
+    modes: Sequence[str] = MODES,
 ) -> dict[str, dict[str, Any]]:
     from services.retriever.engine import CorpusStats, SearchEngine, live_probes
     from services.retriever.engine.lexical.postings_cache import PostingsCache
@@ -582,7 +589,7 @@ async def filtered(
             *_filter_args(filters),
         )
         out[label] = {"filter": spec, "matching_chunks": int(matching)}
-        for mode in MODES:
+        for mode in modes:
             hits: list[int] = []
 
             async def call(query: str, mode: str = mode, hits: list[int] = hits, filters: Any = filters) -> None:
@@ -599,7 +606,7 @@ async def filtered(
             out[label][mode] = {**_summary(r), "mean_hits": round(sum(hits) / max(1, len(hits)), 2)}
         print(
             f"    filter {label:<18} ({matching} chunks): "
-            + "  ".join(f"{m} p50 {out[label][m]['p50_ms']} p95 {out[label][m]['p95_ms']}" for m in MODES),
+            + "  ".join(f"{m} p50 {out[label][m]['p50_ms']} p95 {out[label][m]['p95_ms']}" for m in modes),
             flush=True,
         )
     return out
@@ -624,13 +631,15 @@ def _fmt(s: dict[str, Any]) -> str:
     )
 
 
-async def through_gateway(url: str, queries: list[str], clients_list: list[int], duration: float) -> dict[str, Any]:
+async def through_gateway(
+    url: str, queries: list[str], clients_list: list[int], duration: float, modes: Sequence[str] = MODES
+) -> dict[str, Any]:
     import httpx
 
     out: dict[str, dict[str, Any]] = {}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(base_url=url, timeout=60.0, limits=limits) as http:
-        for mode in MODES:
+        for mode in modes:
 
             async def call(query: str, mode: str = mode) -> None:
                 r = await http.post("/v1/search", json={"query": query, "mode": mode, "top_k": 20, "top_n": 10})
@@ -728,11 +737,19 @@ def rss_mb(stack: Any) -> float | None:
 
 
 async def grow(
-    url: str, gen: Generator, model: str, dim: int, target_chunks: int, batch_docs: int, bulk: bool
+    url: str,
+    gen: Generator,
+    model: str,
+    dim: int,
+    target_chunks: int,
+    batch_docs: int,
+    bulk: bool,
+    vector_index: bool = True,
 ) -> dict[str, Any]:
     """Bulk-load documents until the store holds ``target_chunks`` generated chunks (``bulk``: with the vector
     table's HNSW or IVFFlat index dropped during the load and built once after it, as the retriever's
-    maintenance builds it: ``EVIDENTIA_DATABASE_VECTOR_INDEX``), then compact the lexical index's blocks."""
+    maintenance builds it: ``EVIDENTIA_DATABASE_VECTOR_INDEX``; not at all without ``vector_index``, when only
+    lexical searches are measured), then compact the lexical index's blocks."""
     from services.retriever.engine import maintain_ann_index
     from services.retriever.engine.lexical.compaction import compact
     from services.retriever.engine.vector.ann_index import ann_indexes
@@ -766,10 +783,11 @@ async def grow(
         added = 2 * (j - have)
         built: dict[str, Any] = {}
         await pool.execute("ANALYZE " + index.table_name)  # the row count that sizes IVFFlat lists
-        t = time.perf_counter()
-        done = await maintain_ann_index(pool, index, db, maintenance_work_mem="1GB")
-        built["vector_index_build_s"] = round(time.perf_counter() - t, 1)
-        built["vector_index_built"] = done.build if done else None
+        if vector_index:
+            t = time.perf_counter()
+            done = await maintain_ann_index(pool, index, db, maintenance_work_mem="1GB")
+            built["vector_index_build_s"] = round(time.perf_counter() - t, 1)
+            built["vector_index_built"] = done.build if done else None
         t = time.perf_counter()
         report = await compact(pool)  # what the retriever does in the background: merge the load's blocks
         built["lexical_compaction_s"] = round(time.perf_counter() - t, 1)
@@ -831,9 +849,15 @@ async def measure(
         if args.lexical_only:
             return out
         encoder = QueryEncoder(gen.basis)
-        out["in_process"] = await in_process(pool, index, encoder, queries, args.clients_list, args.duration)
+        out["in_process"] = await in_process(
+            pool, index, encoder, queries, args.clients_list, args.duration, args.modes_list
+        )
         follower, out["doc_values"] = await doc_values(pool)
-        out["filters"] = await filtered(pool, index, encoder, gen.source, queries, args.filter_duration, follower)
+        out["filters"] = await filtered(
+            pool, index, encoder, gen.source, queries, args.filter_duration, follower, args.modes_list
+        )
+        if not args.vector_modes:  # no vector index: the write paths' figures would not be a deployment's
+            return out
         if args.prewarm:
             out["prewarm"] = await prewarm_graph(pool, index)
             print(f"    prewarm: {out['prewarm']}", flush=True)
@@ -894,7 +918,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with database(root, pg_settings) as url:
                 for n in args.chunks_list:
                     print(f"size {n}: building", flush=True)
-                    built = asyncio.run(grow(url, gen, model, basis.shape[1], n, args.batch_docs, not args.incremental))
+                    built = asyncio.run(
+                        grow(
+                            url,
+                            gen,
+                            model,
+                            basis.shape[1],
+                            n,
+                            args.batch_docs,
+                            not args.incremental,
+                            vector_index=args.vector_modes,
+                        )
+                    )
                     print(f"  built: {built}", flush=True)
                     size = asyncio.run(measure(url, gen, model, basis.shape[1], built["next_doc"], args))
                     size["build"] = built
@@ -906,7 +941,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             with services(root, url, env_extra) as (gw, stack):
                                 size["gateway"] = asyncio.run(
                                     through_gateway(
-                                        gw, gen.source.queries[: args.queries], args.clients_list, args.duration
+                                        gw,
+                                        gen.source.queries[: args.queries],
+                                        args.clients_list,
+                                        args.duration,
+                                        args.modes_list,
                                     )
                                 )
                                 size["retriever_rss_mb"] = rss_mb(stack)
@@ -923,9 +962,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             "path": "gateway" if "gateway" in size else "in-process",
                             "clients": int(first),
                         }
-                        for m in MODES
+                        for m in args.modes_list
                     }
-                    size["write_chunks_per_s"] = size["write_bulk"]["write_chunks_per_s"]
+                    if "write_bulk" in size:
+                        size["write_chunks_per_s"] = size["write_bulk"]["write_chunks_per_s"]
                     result["sizes"].append(size)
                     print(f"  size {n}: modes {size['modes']}  bytes/chunk {size['bytes_per_chunk']}", flush=True)
     finally:
@@ -995,9 +1035,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="Measure only the lexical rows at each size (no other modes, filters, writes or gateway).",
     )
+    p.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="Search modes measured in process, under the filters and through the gateway (default all). Without "
+        "dense and hybrid no vector index is built and the write paths are not measured: `--modes lexical` gives "
+        "the lexical rows on a store built without the HNSW build's hours.",
+    )
     p.add_argument("--json", action="store_true", help="Print one JSON object at the end.")
     p.add_argument("--json-out", type=Path, default=None, help="Also write the JSON here.")
-    p.add_argument("--report", type=Path, default=None, help="Print the targets met by a saved --json-out file.")
+    p.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="Print the targets met by saved --json-out files (the sizes of several runs taken together).",
+    )
     args = p.parse_args(argv)
     global OFFLINE_MODEL
     OFFLINE_MODEL = args.offline_model
@@ -1005,6 +1058,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.no_gateway = True
     args.chunks_list = sorted(int(c) for c in args.chunks.split(",") if c.strip())
     args.clients_list = [int(c) for c in args.clients.split(",") if c.strip()]
+    args.modes_list = [m for m in MODES if m in {c.strip() for c in args.modes.split(",")}]
+    unknown = {c.strip() for c in args.modes.split(",") if c.strip()} - set(MODES)
+    if unknown or not args.modes_list:
+        p.error(f"--modes: one or more of {', '.join(MODES)} (not {', '.join(sorted(unknown)) or 'none'})")
+    args.vector_modes = any(m != "lexical" for m in args.modes_list)
     return args
 
 
@@ -1024,12 +1082,12 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     at_1m, at_100k = _size_near(result, 1_000_000), _size_near(result, 100_000)
 
     def p95(size: dict[str, Any] | None, mode: str) -> float | None:
-        return None if size is None else float(size["modes"][mode]["p95_ms"])
+        return None if size is None or mode not in size.get("modes", {}) else float(size["modes"][mode]["p95_ms"])
 
     rps = None
     if at_100k is not None:
         path = at_100k.get("gateway") or at_100k["in_process"]
-        cell = path["hybrid"].get("8")
+        cell = path.get("hybrid", {}).get("8")
         rps = None if cell is None or cell["errors"] else float(cell["rps"])
     measured = {
         "hybrid_p95_ms_at_1m": p95(at_1m, "hybrid"),
@@ -1040,7 +1098,9 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "bytes_per_chunk": max(
             (float(s["bytes_per_chunk"]) for s in result["sizes"] if s["chunks"] >= 90_000), default=None
         ),
-        "write_chunks_per_s": min((float(s["write_chunks_per_s"]) for s in result["sizes"]), default=None),
+        "write_chunks_per_s": min(
+            (float(s["write_chunks_per_s"]) for s in result["sizes"] if "write_chunks_per_s" in s), default=None
+        ),
         "rps_8_clients_at_100k": rps,
     }
     out = {}
@@ -1060,11 +1120,11 @@ def verdicts_pruning(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     at_1m, at_3m = _size_near(result, 1_000_000), _size_near(result, 3_000_000)
 
     def p95(size: dict[str, Any] | None, mode: str) -> float | None:
-        return None if size is None or "modes" not in size else float(size["modes"][mode]["p95_ms"])
+        return None if size is None or mode not in size.get("modes", {}) else float(size["modes"][mode]["p95_ms"])
 
     rps, errors = None, 0
     if at_3m is not None and ("gateway" in at_3m or "in_process" in at_3m):
-        cell = (at_3m.get("gateway") or at_3m["in_process"])["hybrid"].get("8")
+        cell = (at_3m.get("gateway") or at_3m["in_process"]).get("hybrid", {}).get("8")
         if cell is not None:
             rps, errors = float(cell["rps"]), int(cell["errors"])
     lexical_1m, lexical_3m = p95(at_1m, "lexical"), p95(at_3m, "lexical")
@@ -1098,7 +1158,8 @@ def print_verdicts(table: dict[str, dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report:
-        result = json.loads(args.report.read_text())
+        runs = [json.loads(path.read_text()) for path in args.report]
+        result = {**runs[0], "sizes": sorted((s for r in runs for s in r["sizes"]), key=lambda s: s["chunks"])}
         result["targets_met"] = verdicts(result)
         result["pruning_targets_met"] = verdicts_pruning(result)
         print_verdicts(result["targets_met"])

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -79,3 +81,48 @@ def test_issue_38_targets_are_judged_from_the_sizes_measured() -> None:
         "lexical_p95_growth_1m_to_3m",
         "rps_8_clients_at_3m",
     }
+
+
+def _lexical_size(chunks: int, lexical: float, rps: float) -> dict:
+    """A size measured with ``--modes lexical``: no hybrid row, no write paths."""
+    return {
+        "chunks": chunks,
+        "bytes_per_chunk": 6000.0,
+        "modes": {"lexical": {"p95_ms": lexical}},
+        "gateway": {"lexical": {"1": {"rps": 20.0, "errors": 0}, "8": {"rps": rps, "errors": 0}}},
+    }
+
+
+def test_sizes_measured_in_some_modes_judge_only_what_they_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scale = _scale()
+    args = scale.parse_args(["--modes", "lexical"])
+    assert args.modes_list == ["lexical"] and not args.vector_modes
+    assert scale.parse_args(["--modes", "hybrid,lexical"]).modes_list == ["lexical", "hybrid"]
+    assert scale.parse_args([]).vector_modes
+    for bad in ("lexcal", ","):
+        try:
+            scale.parse_args(["--modes", bad])
+        except SystemExit as exc:
+            assert exc.code == 2
+        else:
+            raise AssertionError(f"--modes {bad!r} was accepted")
+    sizes = [_lexical_size(1_000_000, 30.0, 40.0), _lexical_size(3_000_000, 50.0, 25.0)]
+    judged = scale.verdicts_pruning({"sizes": sizes})
+    assert judged["lexical_p95_ms_at_3m"]["met"] is True
+    assert judged["lexical_p95_growth_1m_to_3m"]["measured"] == round(50.0 / 30.0, 3)
+    assert judged["lexical_p95_growth_1m_to_3m"]["met"] is False
+    assert judged["hybrid_p95_ms_at_3m"]["met"] is None and judged["rps_8_clients_at_3m"]["met"] is None
+    issue_14 = scale.verdicts({"sizes": sizes})
+    assert issue_14["write_chunks_per_s"]["measured"] is None and issue_14["hybrid_p95_ms_at_1m"]["met"] is None
+    assert issue_14["lexical_p95_ms_at_1m"]["met"] is True
+    # Two runs' files (one store each) judged together: the growth needs both sizes.
+    files = []
+    for i, size in enumerate(reversed(sizes)):
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps({"sizes": [size], "targets": scale.TARGETS}))
+        files.append(str(path))
+    assert scale.main(["--report", *files]) == 0
+    printed = capsys.readouterr().out
+    assert "lexical_p95_growth_1m_to_3m" in printed and "1.667  NOT met" in printed
