@@ -24,7 +24,13 @@ from services.retriever.engine.lexical import pruning
 from services.retriever.engine.lexical import rank as lexical_rank
 from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING, BlockBounds
 from services.retriever.engine.lexical.compaction import compact
-from services.retriever.engine.lexical.postings import Bm25Scoring, query_blocks, read_terms, term_postings
+from services.retriever.engine.lexical.postings import (
+    Bm25Scoring,
+    KeyScores,
+    query_blocks,
+    read_terms,
+    term_postings,
+)
 from services.retriever.engine.lexical.postings_cache import PostingsCache
 from services.retriever.engine.lexical.rank import Bm25Params, PostingsTally, bm25_rank, bm25_search
 from services.retriever.engine.lexical.stats import CorpusStats
@@ -257,13 +263,13 @@ async def test_passes_sized_by_a_share_are_exact_whether_the_share_is_right_or_w
         "SELECT count(*) FROM chunks c JOIN documents d USING (document_id) WHERE d.year = $1", RARE_YEAR
     )
     passes: list[int] = []
-    real_best_keys = lexical_rank.best_keys
+    real_best = KeyScores.best
 
-    def counted(scores: np.ndarray, count: int) -> np.ndarray:
+    def counted(scores: KeyScores, count: int) -> np.ndarray:
         passes.append(count)
-        return real_best_keys(scores, count)
+        return real_best(scores, count)
 
-    monkeypatch.setattr(lexical_rank, "best_keys", counted)  # where the lexical leg looks it up
+    monkeypatch.setattr(KeyScores, "best", counted)  # each pass's candidates
     for planned in (float(passing_rare), float(counts.chunks), 1.0):
         passes.clear()
         hits = await bm25_rank(store, query, 5, filters, scoring, passing=PassingSet(None, planned))

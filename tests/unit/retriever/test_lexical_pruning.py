@@ -121,6 +121,7 @@ def _pruned(
     prune_from: int = 0,
     probe_blocks: int = 256,
     skip_from: float = 0.0,
+    dense_share: float | None = None,
 ) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
@@ -157,10 +158,18 @@ def _pruned(
             lookup_share=LOOKUPS[lookups],
             probe_blocks=probe_blocks,
             skip_from_share=skip_from,
+            dense_sums_share=dense_share,
         )
     )
     assert got.postings_read == sum(reads) and got.postings_scored <= got.postings_read
-    return got.scores, got.postings_read, got.postings_scored
+    scores = got.scores.values
+    if got.scores.keys is not None:  # the remaining chunks' scores alone: every other key scores 0
+        assert got.threshold > 0 and np.all(np.diff(got.scores.keys) > 0)
+        scores = np.zeros(c.chunks)
+        scores[got.scores.keys] = got.scores.values
+    keys = np.arange(c.chunks + 2)
+    assert got.scores.at(keys).tobytes() == np.concatenate((scores, np.zeros(c.chunks + 2 - len(scores)))).tobytes()
+    return scores, got.postings_read, got.postings_scored
 
 
 @settings(max_examples=200, deadline=None)
@@ -174,6 +183,7 @@ def _pruned(
     st.sampled_from([0, 0, 0, 1000, 10**9]),
     st.sampled_from([256, 256, 3, 0]),
     st.sampled_from([0.0, 0.0, 0.25]),
+    st.sampled_from([None, 0.0, 1e9]),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
     seed: int,
@@ -185,9 +195,11 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
     prune_from: int,
     probe: int,
     skip_from: float,
+    dense_share: float | None,
 ) -> None:
     """(``probe``: the threshold's chunks looked up in all, some or none of the other terms' blocks;
-    ``skip_from``: 0, skip whenever lookups pay, or the default share.)"""
+    ``skip_from``: 0, skip whenever lookups pay, or the default share; ``dense_share``: the partial sums by
+    the cost model, always by bincount, always by sorting.)"""
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
@@ -202,6 +214,7 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
         prune_from=prune_from,
         probe_blocks=probe,
         skip_from=skip_from,
+        dense_share=dense_share,
     )
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 

@@ -384,6 +384,48 @@ def _splitter(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="bm25-split")
 
 
+@dataclass(frozen=True)
+class KeyScores:
+    """A search's scores by chunk key: of every key (``keys`` None: key ``i`` scores ``values[i]``), or of some
+    keys alone (``keys`` sorted and distinct, ``values`` theirs; every other key scores 0: what a pruned search
+    returns, without arrays as long as the corpus)."""
+
+    values: np.ndarray
+    keys: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        """One more than the largest key held (0 when none is)."""
+        if self.keys is None:
+            return len(self.values)
+        return int(self.keys[-1]) + 1 if len(self.keys) else 0
+
+    def best(self, count: int) -> np.ndarray:
+        """:func:`best_keys` of these scores: the keys of the ``count`` best (ties at the end included), best
+        first, ties in key order; positive scores only."""
+        found = best_keys(self.values, count)
+        return found if self.keys is None else self.keys[found]
+
+    def at(self, keys: np.ndarray) -> np.ndarray:
+        """The scores of ``keys`` (0 for a key not held)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        out = np.zeros(len(keys))
+        if self.keys is None:
+            inside = keys < len(self.values)
+            out[inside] = self.values[keys[inside]]
+        elif len(self.keys):
+            at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+            held = self.keys[at] == keys
+            out[held] = self.values[at[held]]
+        return out
+
+    def times(self, mask: np.ndarray) -> KeyScores:
+        """These scores times ``mask`` (by key, at least :attr:`size` long): the doc values' verdicts."""
+        if self.keys is None:
+            return KeyScores(self.values * mask[: len(self.values)])
+        return KeyScores(self.values * mask[self.keys], self.keys)
+
+
 def best_keys(scores: np.ndarray, count: int) -> np.ndarray:
     """Keys of the ``count`` best scores (more where the last one ties), best first (ties: key order);
     only positive scores."""

@@ -39,7 +39,7 @@ contribution one multiplication.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,7 @@ from services.retriever.engine.lexical.postings import (
     BlockRef,
     BlockVanished,
     Bm25Scoring,
+    KeyScores,
     best_keys,
     block_upper_bounds,
     term_weight,
@@ -69,8 +70,13 @@ CheckKeys = Callable[[np.ndarray, int], Awaitable[np.ndarray]]
 #: The seed terms hold at least this many postings (or all the query's, if fewer)...
 SEED_POSTINGS = 16_384
 
-#: ...or this share of the query's postings, whichever is more.
+#: ...or this share of the query's postings, whichever is more...
 SEED_SHARE = 0.125
+
+#: ...but no more than this many a key of the corpus: a 200-term query's eighth (6 M postings at 3x10^6 chunks)
+#: cost tens of milliseconds to sum before the search found it could not skip (such queries seldom can), where
+#: fewer postings than chunks give the threshold its candidates as well. Time only, never the scores.
+SEED_MAX_PER_KEY = 0.25
 
 #: A query of fewer postings is scored whole: the threshold's check and the extra reads would cost more than
 #: they save.
@@ -90,6 +96,11 @@ PROBE_BLOCKS = 256
 #: final ones, so they may differ in the last bits.
 THRESHOLD_SLACK = 1e-9
 
+#: Partial sums over more postings than this share of the key space are added into an array of every key (~5 ms
+#: at 3x10^6 keys for a few hundred thousand postings) rather than found by sorting the postings' keys (~10 ns a
+#: posting): the two cost about the same there (inline timeit on the 2-core machine). Time only, never the scores.
+DENSE_SUMS_SHARE = 1 / 6
+
 #: Remaining chunks are found in a non-essential term by binary search (a search each) while they, times this,
 #: come to fewer than the term's postings; else by one pass of the remaining chunks' mask over the term's keys.
 #: Also whether skipping pays at all: a chunk looked up costs about what this many postings scored whole do (a
@@ -101,11 +112,11 @@ LOOKUP_SHARE = 4
 
 @dataclass(frozen=True)
 class PrunedScores:
-    """Scores by chunk key (exact for every chunk that can be among the best; 0 for the others), the postings
-    read to get them (from memory or the store), those of them scored, and the threshold used (0: nothing
-    skipped)."""
+    """Scores by chunk key (exact for every chunk that can be among the best; 0 for the others: of the remaining
+    chunks alone where chunks were skipped), the postings read to get them (from memory or the store), those of
+    them scored, and the threshold used (0: nothing skipped)."""
 
-    scores: np.ndarray
+    scores: KeyScores
     postings_read: int
     threshold: float
     postings_scored: int = 0
@@ -128,6 +139,47 @@ class _Term:
 _Part = tuple[np.ndarray, np.ndarray]
 
 
+@dataclass(frozen=True)
+class _Sums:
+    """Partial scores of the chunks some terms hold: their keys (sorted, distinct; removed chunks left out) and
+    sums. Only the chunks the terms hold, not an array as long as the corpus: at 3x10^6 chunks each pass over one
+    cost ~1-2 ms, and a search made about ten."""
+
+    keys: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, parts: Sequence[_Part], dead: np.ndarray, size: int, dense_share: float) -> _Sums:
+        """The sums of ``parts`` (keys below ``size``) per key, those above 0 (contributions are never negative),
+        in part order; over more than ``dense_share`` (:data:`DENSE_SUMS_SHARE`) postings a key, by bincount."""
+        if sum(len(part[0]) for part in parts) > size * dense_share:
+            # Many postings for the key space (a long query's): added part by part into an array of every key
+            # (each part holds a key once), without copying them all into one.
+            dense = np.zeros(size)
+            for part_keys, part_values in parts:
+                dense[part_keys] += part_values
+            dense[dead[dead < size]] = 0.0
+            held = np.flatnonzero(dense > 0)
+            return cls(held, dense[held])
+        keys = np.concatenate([part[0] for part in parts])
+        values = np.concatenate([part[1] for part in parts]).astype(np.float64)
+        if not len(keys):
+            return cls(keys.astype(np.int64), values)
+        # A stable sort merges the parts' sorted runs (timsort): ~2.7 ms for 257,000 keys in 7 runs, where a
+        # quicksort of them took 6.8 and of key and position packed in one integer 12 (inline timeit, numpy 2.4).
+        order = np.argsort(keys, kind="stable")
+        keys, values = keys[order].astype(np.int64), values[order]
+        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        keys, sums = keys[starts], np.add.reduceat(values, starts)
+        live = sums > 0
+        if len(dead):
+            live &= ~np.isin(keys, dead)
+        return cls(keys[live], sums[live])
+
+    def part(self) -> _Part:
+        return self.keys, self.values
+
+
 async def pruned_scores(
     refs: Sequence[BlockRef],
     scoring: Bm25Scoring,
@@ -145,6 +197,7 @@ async def pruned_scores(
     lookup_share: int | None = None,
     probe_blocks: int | None = None,
     skip_from_share: float | None = None,
+    dense_sums_share: float | None = None,
     threads: int = 1,
 ) -> PrunedScores:
     """BM25F scores of the chunks that can be among the ``k`` best passing the filters (see the module).
@@ -157,13 +210,15 @@ async def pruned_scores(
     (default :data:`PRUNE_FROM_POSTINGS`) is scored whole. ``lookup_share`` (default :data:`LOOKUP_SHARE`)
     chooses between searching a term for the remaining chunks and a pass over its keys, and whether skipping
     pays at all (with ``skip_from_share``, default :data:`SKIP_FROM_SHARE`); ``probe_blocks`` bounds the terms
-    the threshold's full scores look their chunks up in (:data:`PROBE_BLOCKS`); ``threads``: what a pass over
+    the threshold's full scores look their chunks up in (:data:`PROBE_BLOCKS`); ``dense_sums_share``: when the
+    partial sums are taken by bincount (:data:`DENSE_SUMS_SHARE`); ``threads``: what a pass over
     every posting is split across (:func:`~services.retriever.engine.lexical.postings.view_scores`)."""
     share = LOOKUP_SHARE if lookup_share is None else lookup_share
     probe_budget = PROBE_BLOCKS if probe_blocks is None else probe_blocks
     skip_from = SKIP_FROM_SHARE if skip_from_share is None else skip_from_share
+    dense_share = DENSE_SUMS_SHARE if dense_sums_share is None else dense_sums_share
     if not refs:
-        return PrunedScores(np.zeros(0), 0, 0.0)
+        return PrunedScores(KeyScores(np.zeros(0)), 0, 0.0)
     size = max(ref.max_key for ref in refs) + 1
     terms = _terms(refs, scoring)
     total = sum(t.postings for t in terms)
@@ -185,12 +240,12 @@ async def pruned_scores(
     if total < (PRUNE_FROM_POSTINGS if prune_from is None else prune_from):
         # Too few postings for skipping to pay for its extra steps: all scored at once, as exhaustively.
         scores = _every_posting(terms, await read_once(refs), scoring, size, dead, threads)
-        return PrunedScores(scores, read_postings(), 0.0, total)
+        return PrunedScores(KeyScores(scores), read_postings(), 0.0, total)
     # Highest bound first (rare terms), fewest postings first among equals.
     by_upper = sorted(terms, key=lambda t: (-t.upper, t.postings))
     budget = max(
         SEED_POSTINGS if seed_postings is None else seed_postings,
-        int(total * (SEED_SHARE if seed_share is None else seed_share)),
+        min(int(total * (SEED_SHARE if seed_share is None else seed_share)), int(size * SEED_MAX_PER_KEY)),
     )
     enough = 2 * max(probe, 2 * k)  # postings enough for the check to find k passing chunks among them
     seed: list[_Term] = []
@@ -202,13 +257,13 @@ async def pruned_scores(
         holding += t.postings
     full: dict[int, _Part] = {}  # term id -> its keys and contributions, every posting
     await _score_full(seed, scoring, read_once, full)
-    partial = _partial(full.values(), size, dead)
+    partial = _Sums.of(list(full.values()), dead, size, dense_share)
     threshold = 0.0
     rest = [t for t in by_upper if t.term_id not in full]
     if rest:
-        best = _threshold_candidates(partial, k, passing, check is not None, may_pass, probe)
+        best, best_partial = _threshold_candidates(partial, k, passing, check is not None, may_pass, probe, size)
         if len(best) >= k:
-            probed = await _full_scores(best, partial, _probed(rest, probe_budget), scoring, read_once)
+            probed = await _full_scores(best, best_partial, _probed(rest, probe_budget), scoring, read_once)
             if passing is None and check is not None:  # best full score first, until k pass
                 passed = np.sort(await check(best[np.argsort(-probed, kind="stable")], k))
                 probed = probed[np.searchsorted(best, passed)]
@@ -227,28 +282,35 @@ async def pruned_scores(
     # Chunks certain to remain (their partial score alone reaches the threshold less the non-essential terms'
     # bounds): too many for lookups to pay (a long or common-word query's)?
     if skippable < skip_from * total or not _lookups_pay(
-        int(np.count_nonzero(partial >= cutoff - summed)), optional, share, skippable
+        int(np.count_nonzero(partial.values >= cutoff - summed)), optional, share, skippable
     ):
         # Too little to skip: every posting scored in one pass, as exhaustively (no per-term sums to join).
         scores = _every_posting(terms, await read_once(refs), scoring, size, dead, threads)
-        return PrunedScores(scores, read_postings(), 0.0, total)
+        return PrunedScores(KeyScores(scores), read_postings(), 0.0, total)
     optional_ids = {t.term_id for t in optional}
     essential = [t for t in rest if t.term_id not in optional_ids]
     if essential:
         await _score_full(essential, scoring, read_once, full)
-        partial += _partial((full[t.term_id] for t in essential), size, dead)
+        partial = _Sums.of([partial.part(), *(full[t.term_id] for t in essential)], dead, size, dense_share)
     scored = sum(len(keys) for keys, _ in full.values())  # (the threshold's few lookups not counted)
     # The chunks that can still be among the best: first with every non-essential term at its bound (one
     # pass), then with the bounds of its blocks that hold them.
-    alive = partial >= cutoff - summed  # (summed < cutoff: only chunks with a partial score)
-    candidates = np.flatnonzero(alive)
-    if not _lookups_pay(len(candidates), optional, share, skippable):
-        # Too many chunks left for lookups to pay: the non-essential terms scored in full as well, one sum.
-        await _score_full(optional, scoring, read_once, full)
-        scored += skippable
-        scores = _partial((part for _, part in sorted(full.items())), size, dead)  # every term: the full sums
-        return PrunedScores(scores, read_postings(), threshold, scored)
-    looked_up, survivors = await _look_up(optional, candidates, partial, alive, cutoff, scoring, read_once, share)
+    remain = partial.values >= cutoff - summed  # (summed < cutoff: only chunks with a partial score)
+    candidates = partial.keys[remain]
+    # The essential terms' sums are spent either way: what the lookups are weighed against now is the pass over
+    # every posting that exact sums would take instead (not only the non-essential terms': per-chunk sums in term
+    # order cannot be taken from the partial ones), so lookups that cost more than the skipped postings but less
+    # than all of them still go ahead (a 200-term query that scored half its postings took both before).
+    if not _lookups_pay(len(candidates), optional, share, total):
+        # Too many chunks left even for that: every posting scored after all, as exhaustively (term by term,
+        # split across threads; a sum over one array of all of them copied a 200-term query's 47 M postings).
+        scores = _every_posting(terms, await read_once(refs), scoring, size, dead, threads)
+        return PrunedScores(KeyScores(scores), read_postings(), threshold, scored + skippable)
+    alive = np.zeros(size, dtype=bool)  # the remaining chunks by key (only their pages are written)
+    alive[candidates] = True
+    looked_up, survivors = await _look_up(
+        optional, candidates, partial.values[remain], alive, cutoff, scoring, read_once, share
+    )
     scored += sum(len(keys) for keys, _ in looked_up.values())
     # The exhaustive pass's sums for the remaining chunks: each one's contributions in term order (every term
     # holds a remaining chunk once: scattered additions into an array of the remaining chunks alone).
@@ -256,10 +318,7 @@ async def pruned_scores(
     for _, (keys, values) in sorted({**full, **looked_up}.items()):
         keep = alive[keys]
         sums[np.searchsorted(survivors, keys[keep])] += values[keep]
-    scores = np.zeros(size)
-    scores[survivors] = sums
-    scores[dead[dead < size]] = 0.0
-    return PrunedScores(scores, read_postings(), threshold, scored)
+    return PrunedScores(KeyScores(sums, survivors), read_postings(), threshold, scored)
 
 
 def _lookups_pay(chunks: int, optional: Sequence[_Term], share: int, skippable: int) -> bool:
@@ -278,12 +337,13 @@ async def _look_up(
     read: ReadTerms,
     share: int,
 ) -> tuple[dict[int, _Part], np.ndarray]:
-    """The ``candidates`` (sorted keys, ``alive`` the same as a mask: updated as chunks are dropped) looked up in
-    the ``optional`` terms, highest bound first, each term in its blocks that hold a remaining chunk; after each
-    term the chunks whose bound (partial score, the exact contributions found so far and the other terms' covering
-    bounds) falls below ``cutoff`` are dropped. The postings found, by term id, and the chunks that remain."""
+    """The ``candidates`` (sorted keys, their partial scores ``partial``; ``alive`` the same as a mask by key:
+    updated as chunks are dropped) looked up in the ``optional`` terms, highest bound first, each term in its
+    blocks that hold a remaining chunk; after each term the chunks whose bound (partial score, the exact
+    contributions found so far and the other terms' covering bounds) falls below ``cutoff`` are dropped. The
+    postings found, by term id, and the chunks that remain."""
     covers = [_covering_bound(t, candidates) for t in optional]
-    bound = partial[candidates]
+    bound = partial.astype(np.float64)
     for cover in covers:
         bound += cover
     found: dict[int, _Part] = {}
@@ -350,38 +410,36 @@ async def _score_full(terms: Sequence[_Term], scoring: Bm25Scoring, read: ReadTe
         into[t.term_id] = (view.keys, view_saturation(view, scoring) * t.weight)
 
 
-def _partial(parts: Iterable[_Part], size: int, dead: np.ndarray) -> np.ndarray:
-    """Each chunk's sum of the contributions held so far (a lower bound of its score; 0 for removed chunks)."""
-    pairs = list(parts)
-    keys = np.concatenate([p[0] for p in pairs])
-    values = np.concatenate([p[1] for p in pairs])
-    partial = np.bincount(keys, weights=values, minlength=size)
-    partial[dead[dead < size]] = 0.0
-    return partial
-
-
 def _threshold_candidates(
-    partial: np.ndarray,
+    partial: _Sums,
     k: int,
     passing: np.ndarray | None,
     checked: bool,
     may_pass: Callable[[int], np.ndarray] | None,
     probe: int,
-) -> np.ndarray:
-    """Keys (sorted) of the best partial scores (up to ``max(probe, 2 * k)``, all positive) the threshold is
-    taken among: of a resolved filter's chunks (``passing``: they pass), or of all that may pass (``may_pass``,
-    the doc values' mask, when given), to be ``checked``; none without either."""
+    size: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keys (sorted) and partial scores of the best partial scores (up to ``max(probe, 2 * k)``, all positive)
+    the threshold is taken among: of a resolved filter's chunks (``passing``: they pass), or of all that may
+    pass (``may_pass``, the doc values' mask by key for ``size`` keys, when given), to be ``checked``; none
+    without either."""
     count = max(probe, 2 * k)
+    none = np.zeros(0, dtype=np.int64), np.zeros(0)
+    if not len(partial.keys):
+        return none
     if passing is not None:
-        known = passing[passing < len(partial)]
-        known = known[partial[known] > 0]
-        if len(known) > count:
-            known = known[np.argpartition(-partial[known], count - 1)[:count]]
-        return np.sort(known)
-    if not checked:
-        return np.zeros(0, dtype=np.int64)
-    ranked = partial if may_pass is None else partial * may_pass(len(partial))
-    return np.sort(best_keys(ranked, count))
+        at = np.minimum(np.searchsorted(partial.keys, passing), len(partial.keys) - 1)
+        at = at[partial.keys[at] == passing]
+        at = at[partial.values[at] > 0]
+        if len(at) > count:
+            at = at[np.argpartition(-partial.values[at], count - 1)[:count]]
+    elif checked:
+        ranked = partial.values if may_pass is None else partial.values * may_pass(size)[partial.keys]
+        at = best_keys(ranked, count)
+    else:
+        return none
+    at = np.sort(at)
+    return partial.keys[at], partial.values[at]
 
 
 def _probed(rest: Sequence[_Term], blocks: int) -> list[_Term]:
@@ -400,13 +458,13 @@ def _probed(rest: Sequence[_Term], blocks: int) -> list[_Term]:
 async def _full_scores(
     keys: np.ndarray, partial: np.ndarray, rest: Sequence[_Term], scoring: Bm25Scoring, read: ReadTerms
 ) -> np.ndarray:
-    """The scores of ``keys`` over the terms scored so far (``partial``) and ``rest`` (all other terms, or some:
-    then a lower bound of their full scores): each key's posting in each of those terms, found by binary search in
-    the blocks whose range holds it, in key order. Summed in another order than the final scores (the threshold's
-    slack covers it)."""
-    ordered = np.sort(keys)
+    """The scores of ``keys`` (sorted) over the terms scored so far (their sums ``partial``) and ``rest`` (all
+    other terms, or some: then a lower bound of their full scores): each key's posting in each of those terms,
+    found by binary search in the blocks whose range holds it, in key order. Summed in another order than the
+    final scores (the threshold's slack covers it)."""
+    ordered = keys
     wanted = [(t, refs) for t in rest if (refs := _blocks_holding(t, ordered))]
-    full: np.ndarray = partial[ordered].astype(np.float64)
+    full: np.ndarray = partial.astype(np.float64)
     if not wanted:
         return full
     views = await read([ref for _, refs in wanted for ref in refs])

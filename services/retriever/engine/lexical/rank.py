@@ -20,7 +20,7 @@ from services.retriever.engine.lexical.postings import (
     BlockRef,
     BlockVanished,
     Bm25Scoring,
-    best_keys,
+    KeyScores,
     bm25_scores,
     by_term_id,
     dead_keys,
@@ -240,20 +240,22 @@ async def bm25_rank(
         if passing is not None and passing.chunks is not None:
             ids = passing.chunks
             keys = np.fromiter(ids, dtype=np.int64, count=len(ids))
-            keys = keys[keys < len(scores)]
-            hits = [Scored(ids[int(key)], float(scores[key])) for key in keys if scores[key] > 0]
+            pairs = zip(keys, scores.at(keys), strict=True)
+            hits = [Scored(ids[int(key)], float(score)) for key, score in pairs if score > 0]
             return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
         if doc_values is not None:
-            scores *= doc_values.may_pass(len(scores), clause.filters)
+            scores = scores.times(doc_values.may_pass(scores.size, clause.filters))
         hits = []
         resolved = 0
         while True:
             # The best candidates in one fixed order, as many as the pass wants, ties at the end included.
-            ranked = best_keys(scores, sizing.next(k, len(hits), resolved))
+            ranked = scores.best(sizing.next(k, len(hits), resolved))
             batch = ranked[resolved:]
             if not len(batch):
                 break
-            hits.extend(Scored(chunk_id, float(scores[key])) for key, chunk_id in await resolve(batch.tolist()))
+            passed = await resolve(batch.tolist())
+            found = scores.at(np.array([key for key, _ in passed], dtype=np.int64))
+            hits.extend(Scored(chunk_id, float(score)) for (_, chunk_id), score in zip(passed, found, strict=True))
             resolved = len(ranked)
             if len(hits) >= k:
                 break
@@ -302,7 +304,7 @@ async def _pruned(
     doc_values: DocValues | None,
     threads: int,
     tally: PostingsTally | None,
-) -> np.ndarray:
+) -> KeyScores:
     """The pruned scores: chunks known to pass are a resolved filter's, else the threshold's candidates checked
     against the filters by ``resolve``, best first in passes sized as the leg's own (``sizing``) until ``k``
     pass (the check the best candidates go through anyway, which remembers them). A block merged away while the
@@ -361,7 +363,7 @@ async def _every_posting(
     cache: PostingsCache | None,
     threads: int,
     tally: PostingsTally | None,
-) -> np.ndarray:
+) -> KeyScores:
     """The exhaustive scores: every posting of the query's terms (``refs``), the terms held in ``cache`` from
     memory, summed on ``threads``. A block merged away between the listing and the read: read again in one
     statement."""
@@ -374,18 +376,18 @@ async def _every_posting(
     if tally is not None:
         tally.add(sum(len(view) for _, view in terms))
     views_weighed = [(view, weights[term_id]) for term_id, view in terms]
-    return view_scores(views_weighed, scoring, _key_space(refs), dead, threads=threads)
+    return KeyScores(view_scores(views_weighed, scoring, _key_space(refs), dead, threads=threads))
 
 
 async def _read_again(
     conn: asyncpg.Connection, query: str, scoring: Bm25Scoring, dead: np.ndarray, tally: PostingsTally | None
-) -> np.ndarray:
+) -> KeyScores:
     """Every posting of ``query``'s terms read in one statement (the listing and the postings of one moment: a
     block merged away between a search's listing and its read (compaction) cannot be missed), scored."""
     postings = await term_postings(conn, query)
     if tally is not None:
         tally.add(len(postings))
-    return bm25_scores(postings, scoring, dead)
+    return KeyScores(bm25_scores(postings, scoring, dead))
 
 
 def _key_space(refs: Sequence[BlockRef]) -> int:
