@@ -87,7 +87,8 @@ def _lexical_size(chunks: int, lexical: float, rps: float) -> dict:
     """A size measured with ``--modes lexical``: no hybrid row, no write paths."""
     return {
         "chunks": chunks,
-        "bytes_per_chunk": 6000.0,
+        "bytes_per_chunk": 4900.0,
+        "vector_index": False,
         "modes": {"lexical": {"p95_ms": lexical}},
         "gateway": {"lexical": {"1": {"rps": 20.0, "errors": 0}, "8": {"rps": rps, "errors": 0}}},
     }
@@ -114,6 +115,7 @@ def test_sizes_measured_in_some_modes_judge_only_what_they_measured(
     assert judged["lexical_p95_growth_1m_to_3m"]["measured"] == round(50.0 / 30.0, 3)
     assert judged["lexical_p95_growth_1m_to_3m"]["met"] is False
     assert judged["hybrid_p95_ms_at_3m"]["met"] is None and judged["rps_8_clients_at_3m"]["met"] is None
+    assert judged["bytes_per_chunk"]["met"] is None  # a store without its vector index: not a deployment's bytes
     issue_14 = scale.verdicts({"sizes": sizes})
     assert issue_14["write_chunks_per_s"]["measured"] is None and issue_14["hybrid_p95_ms_at_1m"]["met"] is None
     assert issue_14["lexical_p95_ms_at_1m"]["met"] is True
