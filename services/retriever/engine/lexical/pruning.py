@@ -83,8 +83,8 @@ SEED_MAX_PER_KEY = 0.25
 PRUNE_FROM_POSTINGS = 65_536
 
 #: Non-essential terms holding less than this share of the query's postings are scored with the others: skipping
-#: them would cost a second sum over the essential terms' postings and passes over arrays as long as the corpus,
-#: more than scoring them (a 200-term query's few lowest-bound terms). An estimate, not tuned; time only.
+#: them would cost a second sum over the essential terms' postings and the lookups' steps, more than scoring them
+#: (a 200-term query's few lowest-bound terms). An estimate, not tuned; time only.
 SKIP_FROM_SHARE = 0.25
 
 #: The threshold's chunks are looked up in the other terms, highest bound first, while those terms' blocks come
