@@ -245,21 +245,33 @@ async def bm25_rank(
             return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
         if doc_values is not None:
             scores = scores.times(doc_values.may_pass(scores.size, clause.filters))
-        hits = []
-        resolved = 0
-        while True:
-            # The best candidates in one fixed order, as many as the pass wants, ties at the end included.
-            ranked = scores.best(sizing.next(k, len(hits), resolved))
-            batch = ranked[resolved:]
-            if not len(batch):
-                break
-            passed = await resolve(batch.tolist())
-            found = scores.at(np.array([key for key, _ in passed], dtype=np.int64))
-            hits.extend(Scored(chunk_id, float(score)) for (_, chunk_id), score in zip(passed, found, strict=True))
-            resolved = len(ranked)
-            if len(hits) >= k:
-                break
+        # The best candidates in one fixed order, as many as each pass wants, ties at the end included.
+        passed = await _first_passing(scores.best, k, resolve, sizing)
+        found = scores.at(np.array([key for key, _ in passed], dtype=np.int64))
+        hits = [Scored(chunk_id, float(score)) for (_, chunk_id), score in zip(passed, found, strict=True)]
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+
+
+#: Resolves chunk keys through the filters: those that pass, with their chunk ids.
+_Resolve = Callable[[list[int]], Awaitable[list[tuple[int, str]]]]
+
+
+async def _first_passing(
+    ranked: Callable[[int], np.ndarray], wanted: int, resolve: _Resolve, sizing: _PassSizing
+) -> list[tuple[int, str]]:
+    """The candidates that pass the filters (keys and chunk ids), checked best first in passes sized by
+    ``sizing`` (:func:`next_pass`) until ``wanted`` pass or none is left: ``ranked(n)`` gives the best ``n`` (or
+    more: ties at the end; all of them when fewer), in one fixed order."""
+    passed: list[tuple[int, str]] = []
+    resolved = 0
+    while len(passed) < wanted:
+        best = ranked(sizing.next(wanted, len(passed), resolved))
+        batch = best[resolved:]
+        if not len(batch):
+            break
+        passed.extend(await resolve(batch.tolist()))
+        resolved = len(best)
+    return passed
 
 
 @dataclass(frozen=True)
@@ -297,7 +309,7 @@ async def _pruned(
     filters: SearchFilters,
     scoring: Bm25Scoring,
     dead: np.ndarray,
-    resolve: Callable[[list[int]], Awaitable[list[tuple[int, str]]]],
+    resolve: _Resolve,
     sizing: _PassSizing,
     passing: PassingSet | None,
     cache: PostingsCache | None,
@@ -316,13 +328,8 @@ async def _pruned(
         return await read_terms(conn, wanted, cache, listed=listed) if wanted else {}
 
     async def check(keys: np.ndarray, wanted: int) -> np.ndarray:
-        passed: list[int] = []
-        resolved = 0
-        while len(passed) < wanted and resolved < len(keys):
-            upto = sizing.next(wanted, len(passed), resolved)
-            passed.extend(key for key, _ in await resolve(keys[resolved:upto].tolist()))
-            resolved = upto
-        return np.array(passed, dtype=np.int64)
+        passed = await _first_passing(lambda count: keys[:count], wanted, resolve, sizing)
+        return np.array([key for key, _ in passed], dtype=np.int64)
 
     known = None
     if passing is not None and passing.chunks is not None:
