@@ -1079,6 +1079,11 @@ def _size_near(result: dict[str, Any], chunks: int) -> dict[str, Any] | None:
     return None
 
 
+def _p95(size: dict[str, Any] | None, mode: str) -> float | None:
+    """The one-client p95 of ``mode`` at ``size`` (None: that size or mode was not measured)."""
+    return None if size is None or mode not in size.get("modes", {}) else float(size["modes"][mode]["p95_ms"])
+
+
 def _bytes_per_chunk(result: dict[str, Any]) -> float | None:
     """The most bytes a chunk of any size from 100k chunks up whose store has its vector index (a store measured
     with ``--modes lexical`` has none: its bytes are not a deployment's)."""
@@ -1095,18 +1100,15 @@ def verdicts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     the write rate is the batched path all in (store + vectors + compaction, one after another)."""
     at_1m, at_100k = _size_near(result, 1_000_000), _size_near(result, 100_000)
 
-    def p95(size: dict[str, Any] | None, mode: str) -> float | None:
-        return None if size is None or mode not in size.get("modes", {}) else float(size["modes"][mode]["p95_ms"])
-
     rps = None
     if at_100k is not None:
         path = at_100k.get("gateway") or at_100k["in_process"]
         cell = path.get("hybrid", {}).get("8")
         rps = None if cell is None or cell["errors"] else float(cell["rps"])
     measured = {
-        "hybrid_p95_ms_at_1m": p95(at_1m, "hybrid"),
-        "lexical_p95_ms_at_1m": p95(at_1m, "lexical"),
-        "hybrid_p95_ms_at_100k": p95(at_100k, "hybrid"),
+        "hybrid_p95_ms_at_1m": _p95(at_1m, "hybrid"),
+        "lexical_p95_ms_at_1m": _p95(at_1m, "lexical"),
+        "hybrid_p95_ms_at_100k": _p95(at_100k, "hybrid"),
         # At 10^4 chunks the database's fixed cost (catalogues, a vocabulary shared by few chunks) dominates:
         # the target is about stores of 10^5 chunks and up.
         "bytes_per_chunk": _bytes_per_chunk(result),
@@ -1131,17 +1133,14 @@ def verdicts_pruning(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     most of any size from 100k chunks up."""
     at_1m, at_3m = _size_near(result, 1_000_000), _size_near(result, 3_000_000)
 
-    def p95(size: dict[str, Any] | None, mode: str) -> float | None:
-        return None if size is None or mode not in size.get("modes", {}) else float(size["modes"][mode]["p95_ms"])
-
     rps, errors = None, 0
     if at_3m is not None and ("gateway" in at_3m or "in_process" in at_3m):
         cell = (at_3m.get("gateway") or at_3m["in_process"]).get("hybrid", {}).get("8")
         if cell is not None:
             rps, errors = float(cell["rps"]), int(cell["errors"])
-    lexical_1m, lexical_3m = p95(at_1m, "lexical"), p95(at_3m, "lexical")
+    lexical_1m, lexical_3m = _p95(at_1m, "lexical"), _p95(at_3m, "lexical")
     measured = {
-        "hybrid_p95_ms_at_3m": p95(at_3m, "hybrid"),
+        "hybrid_p95_ms_at_3m": _p95(at_3m, "hybrid"),
         "lexical_p95_ms_at_3m": lexical_3m,
         "lexical_p95_growth_1m_to_3m": (
             None if lexical_1m is None or lexical_3m is None else round(lexical_3m / lexical_1m, 3)

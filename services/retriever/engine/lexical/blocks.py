@@ -65,6 +65,16 @@ def pack_postings(
 BlockKey = tuple[int, str]
 
 
+def located(sorted_keys: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``needles`` is in ``sorted_keys`` (ascending, distinct): a position (clipped into the array)
+    and whether the key is there."""
+    if not len(sorted_keys):
+        return np.zeros(len(needles), dtype=np.intp), np.zeros(len(needles), dtype=bool)
+    at = np.searchsorted(sorted_keys, needles)
+    np.minimum(at, len(sorted_keys) - 1, out=at)
+    return at, sorted_keys[at] == needles
+
+
 class TermView:
     """One term's postings held in memory: those of the blocks ``blocks`` (all of the term's, or the ones a search
     asked for), in chunk-key order, as packed records (:attr:`packed`) with their keys decoded (:attr:`keys`,
@@ -110,9 +120,8 @@ class TermView:
         if not len(self.keys) or not len(keys):
             return np.zeros(0, dtype=np.intp)
         needles = keys.astype(self.keys.dtype, copy=False)  # (mixed types would copy the view's keys each time)
-        at = np.searchsorted(self.keys, needles)
-        np.minimum(at, len(self.keys) - 1, out=at)
-        found: np.ndarray = at[self.keys[at] == needles]
+        at, held = located(self.keys, needles)
+        found: np.ndarray = at[held]
         return found
 
     @property

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import asyncpg
 import numpy as np
 
-from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING, TermView
+from services.retriever.engine.lexical.blocks import BOUND_COLUMNS, POSTING, TermView, located
 from services.retriever.engine.lexical.postings_cache import PostingsCache
 
 
@@ -413,9 +413,8 @@ class KeyScores:
         if self.keys is None:
             inside = keys < len(self.values)
             out[inside] = self.values[keys[inside]]
-        elif len(self.keys):
-            at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-            held = self.keys[at] == keys
+        else:
+            at, held = located(self.keys, keys)
             out[held] = self.values[at[held]]
         return out
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.retriever.engine.lexical.blocks import TermView
+from services.retriever.engine.lexical.blocks import TermView, located
 from services.retriever.engine.lexical.postings import (
     BlockRef,
     BlockVanished,
@@ -428,8 +428,8 @@ def _threshold_candidates(
     if not len(partial.keys):
         return none
     if passing is not None:
-        at = np.minimum(np.searchsorted(partial.keys, passing), len(partial.keys) - 1)
-        at = at[partial.keys[at] == passing]
+        at, held = located(partial.keys, passing)
+        at = at[held]
         at = at[partial.values[at] > 0]
         if len(at) > count:
             at = at[np.argpartition(-partial.values[at], count - 1)[:count]]
@@ -462,16 +462,15 @@ async def _full_scores(
     other terms, or some: then a lower bound of their full scores): each key's posting in each of those terms,
     found by binary search in the blocks whose range holds it, in key order. Summed in another order than the
     final scores (the threshold's slack covers it)."""
-    ordered = keys
-    wanted = [(t, refs) for t in rest if (refs := _blocks_holding(t, ordered))]
+    wanted = [(t, refs) for t in rest if (refs := _blocks_holding(t, keys))]
     full: np.ndarray = partial.astype(np.float64)
     if not wanted:
         return full
     views = await read([ref for _, refs in wanted for ref in refs])
     for t, _ in wanted:
         view = views[t.term_id]
-        at = view.find(ordered)
-        full[np.searchsorted(ordered, view.keys[at])] += view_saturation(view, scoring)[at] * t.weight
+        at = view.find(keys)
+        full[np.searchsorted(keys, view.keys[at])] += view_saturation(view, scoring)[at] * t.weight
     return full
 
 
