@@ -540,7 +540,8 @@ class RetrievalSettings(BaseSettings):
         True,
         description=(
             "Hold every chunk's document filter columns (year, study type, evidence level, source, retracted, "
-            "priority; ~15 bytes a chunk) in each retriever's memory, kept current by a change feed on "
+            "priority, MeSH headings; ~19 bytes a chunk and ~4 bytes a heading a document) in each retriever's "
+            "memory, kept current by a change feed on "
             "`documents`: under a broad filter the lexical leg drops the chunks that fail before it picks the best, "
             "instead of checking its best candidates in the database until enough pass (see docs/retrieval.md)."
         ),

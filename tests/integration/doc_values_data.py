@@ -14,6 +14,7 @@ from shared.models import Chunk, Journal, MeshHeading, ParsedDocument, SearchFil
 
 STUDY_TYPES = [None, "randomized-controlled-trial", "cohort", "meta-analysis"]
 SOURCES = ["pubmed", "pmc", "bookshelf"]
+MESH = ["Humans", "Stroke", "Dementia", "Mice"]
 
 
 def filtered_doc(i: int, rng: random.Random, *, year: int | None = None, text: str | None = None) -> ParsedDocument:
@@ -32,7 +33,7 @@ def filtered_doc(i: int, rng: random.Random, *, year: int | None = None, text: s
         evidence_level=rng.choice([None, 0.2, 0.5, 0.7, 0.9, 1.0]),
         retracted=rng.random() < 0.1,
         journal=Journal(title=rng.choice(["Lancet", "BMJ"])),
-        mesh=[MeshHeading(descriptor=rng.choice(["Humans", "Stroke", "Dementia"]))],
+        mesh=[MeshHeading(descriptor=d) for d in rng.sample(MESH, rng.randint(0, 3))],
         chunks=chunks,
         priority=rng.choice([0, 10, 50, 50, 100]),
     )

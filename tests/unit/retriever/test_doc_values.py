@@ -1,5 +1,6 @@
-"""Doc values (engine/doc_values/columns.py): what a held chunk passes, with SQL's NULL rules; keys not
-held may pass; the arrays grow as keys appear. Agreement with the SQL filter on a real store is checked in
+"""Doc values (engine/doc_values/columns.py, mesh.py): what a held chunk passes, with SQL's NULL rules; keys not
+held may pass; the arrays grow as keys appear; MeSH headings held as sets a document, answered alike from the
+descriptors' lists of sets and from sets added since. Agreement with the SQL filter on a real store is checked in
 tests/integration/test_doc_values_store.py."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import contextlib
 
 import numpy as np
 
+from services.retriever.engine.doc_values import mesh
 from services.retriever.engine.doc_values.columns import DocValues, Rows
 from services.retriever.engine.doc_values.follower import RETRY_LOAD_AFTER_S, DocValuesFollower, prune_forever
 from services.retriever.engine.filters.fields import holds_all, narrows
@@ -26,6 +28,7 @@ def _values() -> DocValues:
             sources=["pubmed", "pmc", "pubmed", "bookshelf", "pubmed", "pubmed"],
             retracted=[False, False, False, False, True, False],
             priorities=[50, 50, 100, 10, 50, 0],
+            mesh=[["Humans", "Stroke"], ["Humans", "Stroke"], [], ["Mice"], ["Humans"], ["Humans"]],
         )
     )
     return values
@@ -66,20 +69,66 @@ def test_keys_not_held_may_pass_and_the_arrays_grow() -> None:
     values = _values()
     # keys 6-9 were never read (written after the values were): they may pass, whatever the filter says
     assert _passing(values, size=10, year_from=2100) == [6, 7, 8, 9]
-    values.put(Rows(np.array([40]), [2030], ["cohort"], [0.5], ["pmc"], [False], [50]))  # a key far past the arrays
+    values.put(Rows(np.array([40]), [2030], ["cohort"], [0.5], ["pmc"], [False], [50], [[]]))  # far past the arrays
     assert len(values) == 7 and len(values.known) >= 41
     assert _passing(values, size=45, year_from=2025) == [*range(6, 40), 40, 41, 42, 43, 44]
     assert _passing(values, size=41, sources=["pmc"])[-1] == 40
     # a changed document's chunk is replaced, not added to
-    values.put(Rows(np.array([0]), [1999], [None], [None], ["pubmed"], [True], [50]))
+    values.put(Rows(np.array([0]), [1999], [None], [None], ["pubmed"], [True], [50], [["Mice"]]))
     assert _passing(values, year_to=2000) == []
     assert _passing(values, year_to=2000, include_retracted=True) == [0]
 
 
+def test_mesh_headings_are_held_as_sets_and_compared_exactly() -> None:
+    values = _values()
+    listed = {"mesh_descendants": False}
+    assert _passing(values, mesh=["Humans"], **listed) == [0, 1]  # 4 and 5 fail the defaults
+    assert _passing(values, mesh=["Mice", "Stroke"], **listed) == [0, 1, 3]
+    assert _passing(values, mesh=["humans", "Rats"], **listed) == []  # exact text, as SQL's && compares
+    assert _passing(values, mesh=["Humans"], include_retracted=True, **listed) == [0, 1, 4]
+    # descendants not yet listed: not the values' to decide, every chunk may pass them
+    assert _passing(values, mesh=["Rats"]) == [0, 1, 2, 3]
+    # the two chunks of one document with the same headings share one set; none is the empty set
+    assert values.mesh_set[0] == values.mesh_set[1] != values.mesh_set[4]
+    assert values.mesh_set[2] == mesh.EMPTY_SET
+    # a changed document's chunk gets its new headings
+    values.put(Rows(np.array([3]), [2020], ["cohort"], [0.9], ["bookshelf"], [False], [10], [["Humans"]]))
+    assert _passing(values, mesh=["Mice"], **listed) == []
+    assert _passing(values, mesh=["Humans"], **listed) == [0, 1, 3]
+
+
+def test_sets_listed_by_descriptor_and_sets_added_since_answer_alike() -> None:
+    rng = np.random.default_rng(5)
+    names = [f"D{i}" for i in range(40)]
+    headings = [sorted({names[j] for j in rng.integers(0, 40, rng.integers(0, 6))}) for _ in range(3_000)]
+    sets = mesh.MeshSets()
+    ids = np.concatenate([sets.add(headings[i : i + 700]) for i in range(0, 3_000, 700)])
+    queries = [list(rng.choice(names, rng.integers(1, 4))) for _ in range(50)] + [["D3", "nowhere"], ["nowhere"]]
+
+    def expected(query: list[str]) -> np.ndarray:
+        return np.array([bool(set(query) & set(h)) for h in headings])
+
+    scanned = [sets.matching(q)[ids] for q in queries]  # fewer sets than RELIST_AFTER: every set scanned
+    sets.relist()
+    listed = [sets.matching(q)[ids] for q in queries]
+    more = [sorted(set(h) | {"D0"}) for h in headings[:500]]  # sets added after the lists were built
+    more_ids = sets.add(more)
+    for query, a, b in zip(queries, scanned, listed, strict=True):
+        assert np.array_equal(a, expected(query)) and np.array_equal(b, expected(query)), query
+        assert np.array_equal(sets.matching(query)[more_ids], [bool(set(query) & set(h)) for h in more])
+    assert sets.matching(["D0"])[more_ids].all() and more_ids.min() > ids.max()
+    assert len(sets) == 1 + len(set(ids.tolist()) - {0}) + len(set(more_ids.tolist()))
+    # while everything is read, a list of headings seen in an earlier batch names the same set
+    seen: mesh.SeenSets = {}
+    first, again = sets.add([["D1", "D2"]], seen), sets.add([["D3"], ["D1", "D2"]], seen)
+    assert again[1] == first[0] != again[0] and sets.matching(["D2"])[again].tolist() == [False, True]
+
+
 def test_which_filters_the_values_hold_whole() -> None:
     assert holds_all(SearchFilters(year_from=2000, study_types=["cohort"], min_evidence_level=0.5, sources=["pmc"]))
+    assert holds_all(SearchFilters(mesh=["Humans"], mesh_descendants=False, year_from=2000))
     for unheld in (
-        {"mesh": ["Humans"]},
+        {"mesh": ["Humans"]},  # its descendants are to be looked up in the tree first
         {"journals": ["Lancet"]},
         {"sections": ["Results"]},
         {"min_citation_count": 3},

@@ -9,8 +9,9 @@ zeroed before the best are picked, as a search engine's doc values or filter bit
 finds the first ``k`` pass.
 
 What is held, a few bytes a chunk (:data:`BYTES_PER_CHUNK`): the document's year, study type, evidence level,
-source, retracted flag and priority. The journal, MeSH, citation-metric and section filters are not held:
-for them every chunk *may* pass here. This is a pre-filter: :meth:`DocValues.failing` names only chunks that
+source, retracted flag, priority and MeSH headings (a set a document, :mod:`.mesh`; a MeSH filter once its
+descendants are listed). The journal, citation-metric, section and trial filters are not held: for them every
+chunk *may* pass here. This is a pre-filter: :meth:`DocValues.failing` names only chunks that
 fail for certain, a chunk it does not know (written after the values were read) may pass, and the SQL check
 that follows stays the authority for every filter, so a result is never wrong; the values only save the
 checks of chunks that fail. They follow the documents exactly through a change feed
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.retriever.engine.doc_values.mesh import EMPTY_SET, MeshSets, SeenSets
 from services.retriever.engine.filters.fields import held_passing
 from shared.models import SearchFilters
 
@@ -37,8 +39,8 @@ NULL_YEAR = np.iinfo(np.int32).min
 NULL_CODE = 0
 
 #: What the arrays hold a chunk: year (4), study type (2), evidence level (4), source (1), retracted (1),
-#: priority (2), known (1).
-BYTES_PER_CHUNK = 15
+#: priority (2), MeSH set (4), known (1); the MeSH sets come on top (4 bytes a descriptor a document).
+BYTES_PER_CHUNK = 19
 
 
 class Codes:
@@ -79,6 +81,8 @@ class Rows:
     sources: Sequence[str]
     retracted: Sequence[bool]
     priorities: Sequence[int]
+    mesh: Sequence[Sequence[str]]
+    """The document's MeSH descriptors."""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -90,6 +94,7 @@ class DocValues:
     def __init__(self) -> None:
         self._study = Codes()
         self._source = Codes()
+        self.mesh = MeshSets()
         self._alloc(0)
 
     def _alloc(self, size: int) -> None:
@@ -100,17 +105,27 @@ class DocValues:
         self.source = np.zeros(size, dtype=np.uint8)
         self.retracted = np.zeros(size, dtype=bool)
         self.priority = np.zeros(size, dtype=np.int16)
+        self.mesh_set = np.full(size, EMPTY_SET, dtype=np.int32)
 
     def __len__(self) -> int:
         """How many chunk keys are held."""
         return int(self.known.sum())
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.known, self.year, self.study_type, self.evidence, self.source, self.retracted, self.priority)
+        return (
+            self.known,
+            self.year,
+            self.study_type,
+            self.evidence,
+            self.source,
+            self.retracted,
+            self.priority,
+            self.mesh_set,
+        )
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._arrays())
+        return sum(a.nbytes for a in self._arrays()) + self.mesh.nbytes
 
     def reserve(self, size: int) -> None:
         """Room for keys below ``size`` without growing."""
@@ -128,8 +143,9 @@ class DocValues:
         for new, held in zip(self._arrays(), old, strict=True):
             new[: len(held)] = held
 
-    def put(self, rows: Rows) -> None:
-        """Hold ``rows`` (replacing what was held for their keys)."""
+    def put(self, rows: Rows, seen: SeenSets | None = None) -> None:
+        """Hold ``rows`` (replacing what was held for their keys); ``seen``: MeSH sets to use again across calls
+        (:meth:`MeshSets.add`)."""
         if not len(rows):
             return
         keys = rows.keys
@@ -140,6 +156,7 @@ class DocValues:
         self.source[keys] = self._source.of(rows.sources)
         self.retracted[keys] = rows.retracted
         self.priority[keys] = rows.priorities
+        self.mesh_set[keys] = self.mesh.add(rows.mesh, seen)
         self.known[keys] = True
 
     def may_pass(self, size: int, filters: SearchFilters) -> np.ndarray:
@@ -188,3 +205,8 @@ class _HeldKeys:
 
     def is_false(self, column: str) -> np.ndarray:
         return ~self._column(column)
+
+    def any_of(self, column: str, values: Sequence[str]) -> np.ndarray:
+        assert column == "mesh", column
+        found: np.ndarray = self._values.mesh.matching(values)[self._column("mesh_set")]
+        return found

@@ -33,6 +33,7 @@ import asyncpg
 import numpy as np
 
 from services.retriever.engine.doc_values.columns import DocValues, Rows
+from services.retriever.engine.doc_values.mesh import SeenSets
 from shared.metrics import DOC_VALUES_BYTES, DOC_VALUES_HELD_BACK, DOC_VALUES_PENDING
 from shared.periodic import run_every
 
@@ -58,7 +59,7 @@ LOAD_BATCH = 50_000
 MAX_REFRESH_DOCUMENTS = 5_000
 
 _COLUMNS_SQL = """
-SELECT b.chunk_key, d.year, d.study_type, d.evidence_level, d.source, d.retracted, d.priority
+SELECT b.chunk_key, d.year, d.study_type, d.evidence_level, d.source, d.retracted, d.priority, d.mesh_terms
 FROM bm25_chunks b
 JOIN chunks c ON c.chunk_id = b.chunk_id
 JOIN documents d ON d.document_id = c.document_id"""
@@ -90,6 +91,7 @@ def _rows(records: Sequence[asyncpg.Record]) -> Rows:
         sources=[r[4] for r in records],
         retracted=[r[5] for r in records],
         priorities=[r[6] for r in records],
+        mesh=[r[7] for r in records],
     )
 
 
@@ -102,12 +104,14 @@ async def load(pool: asyncpg.Pool) -> tuple[DocValues, str]:
         values.reserve(int(await conn.fetchval(_KEYS_SQL)))
         cursor = conn.cursor(_COLUMNS_SQL, prefetch=LOAD_BATCH)
         batch: list[asyncpg.Record] = []
+        seen: SeenSets = {}  # MeSH sets by their headings, while everything is read: one a distinct set
         async for record in cursor:
             batch.append(record)
             if len(batch) >= LOAD_BATCH:
-                values.put(_rows(batch))
+                values.put(_rows(batch), seen)
                 batch = []
-        values.put(_rows(batch))
+        values.put(_rows(batch), seen)
+    values.mesh.relist()
     return values, horizon
 
 

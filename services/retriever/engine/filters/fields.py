@@ -42,6 +42,8 @@ class HeldColumns(Protocol):
 
     def is_false(self, column: str) -> np.ndarray: ...
 
+    def any_of(self, column: str, values: Sequence[str]) -> np.ndarray: ...
+
 
 @dataclass(frozen=True)
 class FilterField:
@@ -56,6 +58,13 @@ class FilterField:
     chunk_columns: bool = False
     """Whether the condition reads a column of ``chunks c`` (else ``documents d`` alone, which a vector row
     reaches by its own document id)."""
+    held_if: Callable[[SearchFilters], bool] | None = None
+    """When the doc values hold the condition only for some values (None: whenever ``held`` is given): a MeSH
+    filter whose descendants are still to be looked up in the tree is not theirs to decide."""
+
+    def holds(self, filters: SearchFilters) -> bool:
+        """Whether the doc values decide this field's condition for ``filters``."""
+        return self.held is not None and (self.held_if is None or self.held_if(filters))
 
 
 def _none(_f: SearchFilters, _bind: Bind) -> None:
@@ -148,7 +157,13 @@ FILTERS: tuple[FilterField, ...] = (
         lambda f, b: None if f.min_evidence_level is None else f"d.evidence_level >= {b(f.min_evidence_level)}",
         held=lambda f, h: None if f.min_evidence_level is None else h.at_least("evidence", f.min_evidence_level),
     ),
-    FilterField("mesh", _mesh),
+    FilterField(
+        "mesh",
+        _mesh,
+        # Held once the descendants are listed (:func:`with_mesh_descendants`): the values know no tree.
+        held=lambda f, h: h.any_of("mesh", f.mesh) if f.mesh and not f.mesh_descendants else None,
+        held_if=lambda f: not f.mesh_descendants,
+    ),
     # A modifier of ``mesh`` (its condition is mesh's).
     FilterField("mesh_descendants", _none),
     FilterField(
@@ -228,13 +243,13 @@ def reads_chunk_columns(filters: SearchFilters) -> bool:
 def holds_all(filters: SearchFilters) -> bool:
     """Whether the doc values decide ``filters`` whole (every condition has a doc-values predicate): then a
     chunk the values hold passes exactly when :func:`held_passing` says so."""
-    return all(c.field.held is not None for c in conditions(filters)[0])
+    return all(c.field.holds(filters) for c in conditions(filters)[0])
 
 
 def narrows(filters: SearchFilters) -> bool:
     """Whether ``filters`` restrict a held column beyond the defaults (retracted papers and priority 0 out,
     which few chunks fail): only then is dropping the chunks that fail worth reading the change feed."""
-    return any(c.binds and c.field.held is not None for c in conditions(filters)[0])
+    return any(c.binds and c.field.holds(filters) for c in conditions(filters)[0])
 
 
 def held_passing(filters: SearchFilters, columns: HeldColumns, size: int) -> np.ndarray:
@@ -293,6 +308,6 @@ def filter_clause(filters: SearchFilters) -> FilterClause:
         params,
         restrictive=any(c.binds for c in conds),
         chunk_columns=any(c.field.chunk_columns for c in conds),
-        held_whole=all(c.field.held is not None for c in conds),
-        narrows=any(c.binds and c.field.held is not None for c in conds),
+        held_whole=all(c.field.holds(filters) for c in conds),
+        narrows=any(c.binds and c.field.holds(filters) for c in conds),
     )
