@@ -10,14 +10,16 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 from aiokafka.errors import KafkaError
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway import security
 from services.gateway.errors import error_headers, public_error
@@ -41,6 +43,31 @@ async def refuse_nul_characters(request: Request) -> None:
     once, with a reason (422) instead of failing later in the database with a 500."""
     if request.method in ("POST", "PUT", "PATCH") and _ESCAPED_NUL.search(await request.body()):
         raise HTTPException(422, "text may not contain NUL (\\u0000) characters")
+
+
+class Observe:
+    """Every HTTP response counted and timed by route (to its first byte, as a client waits for a stream's
+    head), with the trace headers added. Plain ASGI: a ``@app.middleware("http")`` function runs the app in a
+    task of its own, with memory streams between, on every request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def observed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).update(tracing.response_headers())
+                path = getattr(scope.get("route"), "path", "unmatched")
+                metrics.HTTP_REQUESTS.labels(path, scope["method"], str(message["status"])).inc()
+                metrics.HTTP_LATENCY.labels(path, scope["method"]).observe(time.perf_counter() - start)
+            await send(message)
+
+        await self.app(scope, receive, observed)
 
 
 def _error_response(body: dict[str, Any], request: Request) -> JSONResponse:
@@ -79,16 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app, tracer_provider=tracing.provider(), excluded_urls="/healthz,/readyz,/metrics"
         )
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        response.headers.update(tracing.response_headers())
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        metrics.HTTP_REQUESTS.labels(path, request.method, str(response.status_code)).inc()
-        metrics.HTTP_LATENCY.labels(path, request.method).observe(time.perf_counter() - start)
-        return response
+    app.add_middleware(Observe)
 
     # Clients get a reason for a 4xx and an error id for a 5xx; the internal detail is logged with that id.
     @app.exception_handler(RequestTimeout)

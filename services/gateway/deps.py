@@ -30,7 +30,7 @@ from services.gateway.workflows.backend import WorkflowBackend
 from shared.settings import Settings
 
 
-def get_gateway(request: Request) -> Gateway:
+async def get_gateway(request: Request) -> Gateway:
     """The running gateway: its Kafka client, its pool and the clients that outlive a request."""
     gateway: Gateway = request.app.state.gateway
     return gateway
@@ -39,14 +39,14 @@ def get_gateway(request: Request) -> Gateway:
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 
 
-def get_settings(gateway: GatewayDep) -> Settings:
+async def get_settings(gateway: GatewayDep) -> Settings:
     return gateway.settings
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def get_kafka(gateway: GatewayDep) -> GatewayKafka:
+async def get_kafka(gateway: GatewayDep) -> GatewayKafka:
     """The gateway's Kafka client: publishing, and request/reply with the retriever and synthesizer."""
     return gateway.kafka
 
@@ -54,7 +54,7 @@ def get_kafka(gateway: GatewayDep) -> GatewayKafka:
 KafkaDep = Annotated[GatewayKafka, Depends(get_kafka)]
 
 
-def get_pool(gateway: GatewayDep) -> asyncpg.Pool:
+async def get_pool(gateway: GatewayDep) -> asyncpg.Pool:
     """The gateway's PostgreSQL pool (the gateway is started: its lifespan opened the pool)."""
     return gateway.pool
 
@@ -62,7 +62,7 @@ def get_pool(gateway: GatewayDep) -> asyncpg.Pool:
 PoolDep = Annotated[asyncpg.Pool, Depends(get_pool)]
 
 
-def get_owner(request: Request) -> str | None:
+async def get_owner(request: Request) -> str | None:
     """The API key a request came with (its id), which owns the conversations it starts; None with
     authentication off."""
     value = getattr(request.state, "api_key_id", None)
@@ -72,7 +72,7 @@ def get_owner(request: Request) -> str | None:
 OwnerDep = Annotated[str | None, Depends(get_owner)]
 
 
-def get_scopes(request: Request) -> frozenset[str]:
+async def get_scopes(request: Request) -> frozenset[str]:
     """The scopes the request's API key carries (every scope with authentication off), as the API guard
     (:mod:`services.gateway.security`) granted them."""
     granted: frozenset[str] = request.scope.get("state", {}).get("api_scopes", frozenset())
@@ -82,7 +82,7 @@ def get_scopes(request: Request) -> frozenset[str]:
 ScopesDep = Annotated[frozenset[str], Depends(get_scopes)]
 
 
-def get_deletes_any_owner(owner: OwnerDep, scopes: ScopesDep) -> bool:
+async def get_deletes_any_owner(owner: OwnerDep, scopes: ScopesDep) -> bool:
     """Whether the caller may delete another key's stored conversation or consultation: a key with the ``admin``
     scope. With authentication off (no owner) the admin scope every caller holds does not reach other keys'
     rows."""
@@ -92,14 +92,14 @@ def get_deletes_any_owner(owner: OwnerDep, scopes: ScopesDep) -> bool:
 DeletesAnyOwnerDep = Annotated[bool, Depends(get_deletes_any_owner)]
 
 
-def get_conversation_store(pool: PoolDep) -> ConversationStore:
+async def get_conversation_store(pool: PoolDep) -> ConversationStore:
     return PgConversationStore(pool)
 
 
 ConversationStoreDep = Annotated[ConversationStore, Depends(get_conversation_store)]
 
 
-def get_consultation_store(pool: PoolDep) -> ConsultationStore:
+async def get_consultation_store(pool: PoolDep) -> ConsultationStore:
     """The stored guideline consultations (``/v1/guidelines/consult`` with ``consultation_id``)."""
     return PgConsultationStore(pool)
 
@@ -107,47 +107,47 @@ def get_consultation_store(pool: PoolDep) -> ConsultationStore:
 ConsultationStoreDep = Annotated[ConsultationStore, Depends(get_consultation_store)]
 
 
-def get_answer_kafka(kafka: KafkaDep) -> AnswerKafka:
+async def get_answer_kafka(kafka: KafkaDep) -> AnswerKafka:
     """What answering needs of Kafka (retrieval and synthesis)."""
     return kafka
 
 
-def get_rewriter(gateway: GatewayDep) -> FollowUpRewriter:
+async def get_rewriter(gateway: GatewayDep) -> FollowUpRewriter:
     return gateway.rewriter
 
 
-def get_turn_locks(gateway: GatewayDep) -> TurnLocks:
+async def get_turn_locks(gateway: GatewayDep) -> TurnLocks:
     return gateway.turn_locks
 
 
-def get_workflow_backend(gateway: GatewayDep) -> WorkflowBackend:
+async def get_workflow_backend(gateway: GatewayDep) -> WorkflowBackend:
     """Retrieval, synthesis, PubMed counts, ingestion jobs and MeSH headings for the workflows."""
     return gateway.workflow_backend
 
 
-def get_pubmed_search(gateway: GatewayDep) -> PubmedSearch:
+async def get_pubmed_search(gateway: GatewayDep) -> PubmedSearch:
     """PubMed's best matches, unstored documents, PMID ingestion and stages for ``/v1/ask``'s live fetch."""
     return gateway.workflow_backend
 
 
-def get_label_ingest(gateway: GatewayDep) -> LabelIngest:
+async def get_label_ingest(gateway: GatewayDep) -> LabelIngest:
     """FDA label ingestion jobs and job states for the drug interaction check's question-time fetch."""
     return gateway.workflow_backend
 
 
-def get_workflow_cache(pool: PoolDep) -> Cache:
+async def get_workflow_cache(pool: PoolDep) -> Cache:
     return PgCache(pool)
 
 
-def get_workflow_llm(gateway: GatewayDep) -> WorkflowLlm:
+async def get_workflow_llm(gateway: GatewayDep) -> WorkflowLlm:
     return gateway.workflow_llm
 
 
-def get_rxnav(gateway: GatewayDep) -> RxNavClient:
+async def get_rxnav(gateway: GatewayDep) -> RxNavClient:
     return gateway.rxnav
 
 
-def get_answers(
+async def get_answers(
     settings: SettingsDep,
     kafka: Annotated[AnswerKafka, Depends(get_answer_kafka)],
     store: ConversationStoreDep,

@@ -97,7 +97,7 @@ class WorkflowContext:
         self._backend = backend if isinstance(backend, MeteredBackend) else MeteredBackend(backend)
 
 
-def get_context(
+async def get_context(
     settings: SettingsDep,
     backend: Annotated[WorkflowBackend, Depends(get_workflow_backend)],
     cache: Annotated[Cache, Depends(get_workflow_cache)],
