@@ -240,6 +240,14 @@ class DatabaseSettings(BaseSettings):
         description="With automatic lists: the IVFFlat index is trained again (concurrently) once the lists "
         "its rows call for reach this multiple of the lists it was trained with.",
     )
+    ann_build_memory: str | None = Field(
+        None,
+        pattern=r"^[1-9][0-9]*(kB|MB|GB|TB)$",
+        description="Memory a vector index build may use (PostgreSQL's `maintenance_work_mem` in the building "
+        "session, e.g. `6GB`; unset: the server's). pgvector builds an HNSW graph in it, and one that outgrows it "
+        "is built far more slowly: at 3x10^6 chunks (halfvec, 384-d) 6 GB held the graph and the build took "
+        "22 min on 2 cores (docs/scaling.md). PostgreSQL's own default is 64 MB.",
+    )
     ann_maintain_every_s: float = Field(
         300.0,
         gt=0,

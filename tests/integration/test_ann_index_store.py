@@ -160,7 +160,8 @@ async def test_a_build_cut_short_is_dropped_and_built_again(store: tuple) -> Non
         finally:
             await other.execute("SELECT pg_advisory_unlock($1, $2)", *ANN_MAINTENANCE_LOCK)
     assert await _methods(pool, index) == [("ivfflat", True, 4)]
-    await maintain_ann_index(pool, index, _db("postgresql://x"))  # back to HNSW for the module's other tests
+    # back to HNSW for the module's other tests, built with the memory the setting gives the build's session
+    await maintain_ann_index(pool, index, _db("postgresql://x", ann_build_memory="32MB"))
     assert await _methods(pool, index) == [("hnsw", True, None)]
 
 

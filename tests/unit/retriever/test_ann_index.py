@@ -88,3 +88,11 @@ def test_probes_are_a_share_of_the_index_lists_unless_a_count_is_set() -> None:
     assert probes_for(None, share) == DEFAULT_IVFFLAT_PROBES  # no IVFFlat index: nothing reads it
     assert probes_for(999, _db(ivfflat_probes=16, ivfflat_probe_share=0.3)) == 16  # a fixed count wins
     assert probes_for(107, _db()) >= 0.3 * 107  # the default keeps a sizeable share (chosen on folds)
+
+
+def test_the_build_memory_is_a_postgresql_size_or_refused() -> None:
+    assert _db().ann_build_memory is None  # the server's maintenance_work_mem
+    assert _db(ann_build_memory="6GB").ann_build_memory == "6GB"
+    for bad in ("6 GB", "6gb", "0MB", "6GB'; DROP TABLE documents; --", "-1GB"):
+        with pytest.raises(ValueError):
+            _db(ann_build_memory=bad)

@@ -211,7 +211,8 @@ async def maintain_ann_index(
     maintenance_work_mem: str | None = None,
     since: datetime | None = None,
 ) -> AnnPlan | None:
-    """Bring ``index``'s table to the configured index (:func:`plan`); returns what was done, or None when
+    """Bring ``index``'s table to the configured index (:func:`plan`), building it with ``maintenance_work_mem``
+    (default ``db.ann_build_memory``; unset: the server's); returns what was done, or None when
     another replica holds the maintenance lock. Builds run concurrently with writes and searches and without
     a statement timeout (an HNSW build over 10^6 vectors takes many minutes). ``since``: when this retriever
     began maintaining (database time; None: now, a newest setting): a retriever whose setting is older than the
@@ -227,8 +228,8 @@ async def maintain_ann_index(
             )
             return AnnPlan(deferred_to=decided)
         await conn.execute("SET statement_timeout = 0")
-        if maintenance_work_mem:
-            await conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
+        if memory := maintenance_work_mem or db.ann_build_memory:
+            await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
         try:
             todo = plan(index, db, await _rows(conn, index.table_name), await ann_indexes(conn, index.table_name))
             for name in todo.drop_first:
