@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.parser.store import store_document
+from services.retriever.engine.doc_values import mesh
 from services.retriever.engine.doc_values.columns import DocValues
 from services.retriever.engine.doc_values.follower import DocValuesFollower, load, prune_changes
 from services.retriever.engine.filters.fields import holds_all
@@ -267,11 +268,17 @@ async def test_a_mesh_filter_against_relevance_checks_about_k_candidates_with_th
     assert [(h.chunk_id, round(h.score, 6)) for h in with_values] == without and len(without) == 5
     # k and the margin (and a document's other chunks, tied), against every "Mice" chunk first without them
     assert with_checked <= 9 and sum(checked) > 100
-    # a document's headings changed: followed, and the values agree with SQL again
-    moved = await pool.fetchval("SELECT document_id FROM documents WHERE mesh_terms = '{Mice}' LIMIT 1")
-    await pool.execute("UPDATE documents SET mesh_terms = '{Zebrafish,Humans}' WHERE document_id = $1", moved)
+    # documents' headings changed: followed (the descriptors' lists built again, on a thread, once enough new
+    # sets came in), and the values agree with SQL again
+    monkeypatch.setattr(mesh, "RELIST_AFTER", 0)
+    listed = len((await follower.current() or DocValues()).mesh)
+    moved = [r[0] for r in await pool.fetch("SELECT document_id FROM documents WHERE mesh_terms = '{Mice}' LIMIT 8")]
+    for i, document_id in enumerate(moved):
+        await pool.execute(
+            "UPDATE documents SET mesh_terms = $2 WHERE document_id = $1", document_id, ["Zebrafish", "Humans", f"X{i}"]
+        )
     values = await follower.current()
-    assert values is not None
+    assert values is not None and len(values.mesh) >= listed + 8 > listed and not values.mesh.stale
     for filters in (SearchFilters(mesh=["Zebrafish"], mesh_descendants=False), humans):
         assert await may_pass(pool, values, filters) == await sql_passing(pool, filters) != set()
     await follower.stop()

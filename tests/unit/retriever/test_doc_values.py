@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 
 import numpy as np
+import pytest
 
 from services.retriever.engine.doc_values import mesh
 from services.retriever.engine.doc_values.columns import DocValues, Rows
@@ -97,7 +98,7 @@ def test_mesh_headings_are_held_as_sets_and_compared_exactly() -> None:
     assert _passing(values, mesh=["Humans"], **listed) == [0, 1, 3]
 
 
-def test_sets_listed_by_descriptor_and_sets_added_since_answer_alike() -> None:
+def test_sets_listed_by_descriptor_and_sets_added_since_answer_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(5)
     names = [f"D{i}" for i in range(40)]
     headings = [sorted({names[j] for j in rng.integers(0, 40, rng.integers(0, 6))}) for _ in range(3_000)]
@@ -108,7 +109,8 @@ def test_sets_listed_by_descriptor_and_sets_added_since_answer_alike() -> None:
     def expected(query: list[str]) -> np.ndarray:
         return np.array([bool(set(query) & set(h)) for h in headings])
 
-    scanned = [sets.matching(q)[ids] for q in queries]  # fewer sets than RELIST_AFTER: every set scanned
+    scanned = [sets.matching(q)[ids] for q in queries]  # no lists built yet: every set scanned
+    assert not sets.stale  # fewer new sets than RELIST_AFTER
     sets.relist()
     listed = [sets.matching(q)[ids] for q in queries]
     more = [sorted(set(h) | {"D0"}) for h in headings[:500]]  # sets added after the lists were built
@@ -118,6 +120,13 @@ def test_sets_listed_by_descriptor_and_sets_added_since_answer_alike() -> None:
         assert np.array_equal(sets.matching(query)[more_ids], [bool(set(query) & set(h)) for h in more])
     assert sets.matching(["D0"])[more_ids].all() and more_ids.min() > ids.max()
     assert len(sets) == 1 + len(set(ids.tolist()) - {0}) + len(set(more_ids.tolist()))
+    assert not sets.stale
+    monkeypatch.setattr(mesh, "RELIST_AFTER", 100)
+    assert sets.stale  # ~500 sets past the lists, more than 100 and an eighth of those listed
+    sets.relist()
+    assert not sets.stale
+    for query in queries:
+        assert np.array_equal(sets.matching(query)[more_ids], [bool(set(query) & set(h)) for h in more])
     # while everything is read, a list of headings seen in an earlier batch names the same set
     seen: mesh.SeenSets = {}
     first, again = sets.add([["D1", "D2"]], seen), sets.add([["D3"], ["D1", "D2"]], seen)

@@ -111,7 +111,7 @@ async def load(pool: asyncpg.Pool) -> tuple[DocValues, str]:
                 values.put(_rows(batch), seen)
                 batch = []
         values.put(_rows(batch), seen)
-    values.mesh.relist()
+    await asyncio.to_thread(values.mesh.relist)  # a few million documents' headings: a second or two
     return values, horizon
 
 
@@ -244,6 +244,8 @@ class DocValuesFollower:
                     return None
                 if changes.documents:
                     self._values.put(await columns_of(conn, changes.documents))
+                    if self._values.mesh.stale:  # under the lock: no set is added meanwhile
+                        await asyncio.to_thread(self._values.mesh.relist)
                     DOC_VALUES_BYTES.set(self._values.nbytes)
             self._horizon = changes.horizon
             return self._values

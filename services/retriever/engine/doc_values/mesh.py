@@ -18,6 +18,7 @@ by its set: at 3x10^6 chunks a gather of 3 M entries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -28,11 +29,23 @@ EMPTY_SET = 0
 #: Sets seen while reading rows, by a hash of their headings: the set id and a second hash.
 SeenSets = dict[int, tuple[int, int]]
 
-_SALT = "evidentia-mesh-set"
+_SEPARATOR = "\x1f"  # the unit separator: no descriptor holds it
 
 #: Sets added since the descriptors' lists of sets were built are answered by scanning their codes; past this
-#: many (or an eighth of those listed) the lists are built again, at the next filter.
+#: many (or an eighth of those listed) the lists are due to be built again (:attr:`MeshSets.stale`; the
+#: follower builds them on a thread, ~1-2 s for a few million documents' headings).
 RELIST_AFTER = 4_096
+
+
+@dataclass(frozen=True)
+class _Lists:
+    """Each descriptor's list of the sets holding it, over the first ``listed`` sets: code ``c``'s sets are
+    ``sets[starts[c]:starts[c + 1]]``. Replaced whole (a search on the event loop reads one while the next is
+    built on a thread)."""
+
+    listed: int
+    starts: np.ndarray
+    sets: np.ndarray
 
 
 class _Buffer:
@@ -68,9 +81,7 @@ class MeshSets:
         self._codes: dict[str, int] = {}
         self._starts = _Buffer(np.int64, [0, 0])  # set i's codes: entries[starts[i]:starts[i + 1]]; set 0 empty
         self._entries = _Buffer(np.int32)
-        self._listed = 0  # sets covered by the descriptors' lists of sets
-        self._list_starts = np.zeros(1, dtype=np.int64)  # descriptor code c's sets: list_sets[starts[c]:starts[c+1]]
-        self._list_sets = np.zeros(0, dtype=np.int32)
+        self._lists = _Lists(0, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32))
 
     def __len__(self) -> int:
         """How many sets are held (the empty one included)."""
@@ -78,7 +89,13 @@ class MeshSets:
 
     @property
     def nbytes(self) -> int:
-        return self._starts.nbytes + self._entries.nbytes + self._list_starts.nbytes + self._list_sets.nbytes
+        return self._starts.nbytes + self._entries.nbytes + self._lists.starts.nbytes + self._lists.sets.nbytes
+
+    @property
+    def stale(self) -> bool:
+        """Whether enough sets were added since the descriptors' lists were built to build them again."""
+        listed = self._lists.listed
+        return len(self) - listed > max(RELIST_AFTER, listed // 8)
 
     def add(self, headings: Iterable[Sequence[str]], seen: SeenSets | None = None) -> np.ndarray:
         """The set id of each row's ``headings`` (the empty set for none): a set seen before in ``seen`` (one
@@ -95,9 +112,10 @@ class MeshSets:
                 ids.append(EMPTY_SET)
                 continue
             key = tuple(terms)
-            # Two independent 64-bit hashes name a set: the tuples themselves would hold every document's
-            # strings while everything is read (~200 bytes a document).
-            first, second = hash(key), hash((_SALT, key))
+            # Two independent 64-bit hashes name a set, the tuple's (from its strings' hashes) and its joined
+            # text's: holding the tuples themselves would keep every document's strings while everything is
+            # read (~200 bytes a document).
+            first, second = hash(key), hash(_SEPARATOR.join(key))
             known = seen.get(first)
             if known is not None and known[1] == second:
                 ids.append(known[0])
@@ -127,29 +145,26 @@ class MeshSets:
         out = np.zeros(len(self), dtype=bool)
         if not codes:
             return out
-        if len(self) - self._listed > max(RELIST_AFTER, self._listed // 8):
-            self.relist()
-        starts, sets = self._list_starts, self._list_sets
+        lists = self._lists
         for code in codes:
-            if code + 1 < len(starts):
-                out[sets[starts[code] : starts[code + 1]]] = True
-        if self._listed < len(self):  # sets added since the lists were built: their codes scanned
+            if code + 1 < len(lists.starts):
+                out[lists.sets[lists.starts[code] : lists.starts[code + 1]]] = True
+        if lists.listed < len(out):  # sets added since the lists were built: their codes scanned
             table = np.zeros(len(self._codes), dtype=bool)
             table[codes] = True
-            bounds = self._starts.view[self._listed :]
+            bounds = self._starts.view[lists.listed : len(out) + 1]
             hits = np.concatenate(([0], np.cumsum(table[self._entries.view[bounds[0] : bounds[-1]]])))
             rel = bounds - bounds[0]
-            out[self._listed :] = hits[rel[1:]] > hits[rel[:-1]]
+            out[lists.listed :] = hits[rel[1:]] > hits[rel[:-1]]
         return out
 
     def relist(self) -> None:
-        """Build each descriptor's list of the sets holding it, over every set held now (after reading
-        everything; else when enough sets were added since, at a filter)."""
+        """Build each descriptor's list of the sets holding it, over every set held now (after reading everything,
+        and when :attr:`stale`; safe on a thread while searches read the lists, not while sets are added)."""
         starts = self._starts.view
+        count = len(starts) - 1
         entries = self._entries.view[: starts[-1]]
-        owner = np.repeat(np.arange(len(self), dtype=np.int32), np.diff(starts))
+        owner = np.repeat(np.arange(count, dtype=np.int32), np.diff(starts))
         order = np.argsort(entries, kind="stable")
-        self._list_sets = owner[order]
         counts = np.bincount(entries, minlength=len(self._codes))
-        self._list_starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        self._listed = len(self)
+        self._lists = _Lists(count, np.concatenate(([0], np.cumsum(counts))).astype(np.int64), owner[order])
