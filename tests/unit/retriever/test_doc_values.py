@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -211,3 +212,36 @@ async def test_the_change_feed_is_pruned_on_and_on_through_a_failure() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert all("DELETE FROM document_changes" in sql and args == (42.0,) for sql, args in pool.statements)
+
+
+def test_verdicts_kept_between_searches_are_dropped_by_any_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.retriever.engine.doc_values import columns
+
+    values = _values()
+    computed: list[tuple[object, ...]] = []
+    verdict = values.verdict
+
+    def counting(condition: tuple[object, ...], compute: Callable[[], np.ndarray]) -> np.ndarray:
+        def spy() -> np.ndarray:
+            computed.append(condition)
+            return compute()
+
+        return verdict(condition, spy)
+
+    monkeypatch.setattr(values, "verdict", counting)
+    listed = {"mesh_descendants": False}
+    assert _passing(values, year_from=2016) == [1, 3]
+    first = len(computed)  # the defaults' two, the year bound, the keys not held
+    assert first == 4
+    assert _passing(values, year_from=2016) == [1, 3] and len(computed) == first  # all kept
+    assert _passing(values, mesh=["Mice"], **listed) == [3] and len(computed) == first + 1
+    # a change drops them: the new year and headings are seen
+    values.put(Rows(np.array([3]), [2010], ["cohort"], [0.9], ["bookshelf"], [False], [10], [["Humans"]]))
+    assert _passing(values, year_from=2016) == [1] and _passing(values, mesh=["Mice"], **listed) == []
+    assert len(computed) == first + 1 + 5
+    # a verdict of other keys than every held one from the first is never kept; the most recent ones are
+    kept = len(computed)
+    assert values.passing(np.array([1, 3]), SearchFilters(year_from=2010)).tolist() == [True, True]
+    assert len(computed) == kept
+    monkeypatch.setattr(columns, "VERDICTS_KEPT", 2)
+    assert _passing(values, year_to=2016) == [0, 1, 3] and len(values._verdicts) == 2
