@@ -93,7 +93,7 @@ class Rows:
 #: Verdicts of single conditions over every held chunk kept between searches (any change to the values clears
 #: them): the defaults' two (retracted papers, priority 0) that every filtered search applies, a year range or a
 #: MeSH filter asked again. At 3x10^6 chunks the defaults' mask took 5.3 ms and "Humans" 11.4 a search; a kept
-#: verdict is 3 MB there.
+#: verdict is 3 MB there (48 MB at most).
 VERDICTS_KEPT = 16
 
 
