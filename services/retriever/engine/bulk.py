@@ -40,7 +40,7 @@ import numpy as np
 from services.retriever.engine.bulk_postings import index_batch
 from services.retriever.engine.jobs import ANN_MAINTENANCE_LOCK
 from services.retriever.engine.lexical.compaction import compact
-from services.retriever.engine.vector.ann_index import ann_indexes, plan
+from services.retriever.engine.vector.ann_index import ann_indexes, carry_out, plan, set_build_memory
 from services.retriever.engine.vector.tables import VectorIndex
 from shared.settings import DatabaseSettings
 
@@ -259,17 +259,10 @@ async def build_ann_index(
     build). Built ``CONCURRENTLY``: the live path's writes and searches go on."""
     rows = int(await conn.fetchval(f"SELECT count(*) FROM {index.table_name}"))
     todo = plan(index, db, rows, await ann_indexes(conn, index.table_name))
-    await conn.execute(
-        f"SET statement_timeout = 0; SET maintenance_work_mem = '{maintenance_work_mem}'; "
-        f"SET max_parallel_maintenance_workers = {int(workers)}"
-    )
+    await conn.execute(f"SET statement_timeout = 0; SET max_parallel_maintenance_workers = {int(workers)}")
+    await set_build_memory(conn, maintenance_work_mem)
     try:
-        for name in todo.drop_first:
-            await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-        if todo.build:
-            await conn.execute(todo.build)
-        for name in todo.drop_after:
-            await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+        await carry_out(conn, todo)
     finally:
         await conn.execute(
             "RESET statement_timeout; RESET maintenance_work_mem; RESET max_parallel_maintenance_workers"

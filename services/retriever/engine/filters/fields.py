@@ -161,7 +161,7 @@ FILTERS: tuple[FilterField, ...] = (
         "mesh",
         _mesh,
         # Held once the descendants are listed (:func:`with_mesh_descendants`): the values know no tree.
-        held=lambda f, h: h.any_of("mesh", f.mesh) if f.mesh and not f.mesh_descendants else None,
+        held=lambda f, h: h.any_of("mesh", f.mesh) if f.mesh else None,
         held_if=lambda f: not f.mesh_descendants,
     ),
     # A modifier of ``mesh`` (its condition is mesh's).
@@ -256,7 +256,7 @@ def held_passing(filters: SearchFilters, columns: HeldColumns, size: int) -> np.
     """Whether each of ``size`` held chunks passes the conditions of ``filters`` that the doc values hold."""
     ok = np.ones(size, dtype=bool)
     for field in FILTERS:
-        if field.held is not None and (passes := field.held(filters, columns)) is not None:
+        if field.held is not None and field.holds(filters) and (passes := field.held(filters, columns)) is not None:
             ok &= passes
     return ok
 

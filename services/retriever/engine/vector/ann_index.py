@@ -203,6 +203,21 @@ async def _rows(conn: asyncpg.Connection, table: str) -> int:
     return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))
 
 
+async def carry_out(conn: asyncpg.Connection, todo: AnnPlan) -> None:
+    """Drop, build and drop again as ``todo`` says (each ``CONCURRENTLY``: writes and searches go on)."""
+    for name in todo.drop_first:
+        await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+    if todo.build:
+        await conn.execute(todo.build)
+    for name in todo.drop_after:
+        await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+
+
+async def set_build_memory(conn: asyncpg.Connection, maintenance_work_mem: str) -> None:
+    """The session's ``maintenance_work_mem`` for an index build (a bound value, not formatted into SQL)."""
+    await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", maintenance_work_mem)
+
+
 async def maintain_ann_index(
     pool: asyncpg.Pool,
     index: VectorIndex,
@@ -229,16 +244,12 @@ async def maintain_ann_index(
             return AnnPlan(deferred_to=decided)
         await conn.execute("SET statement_timeout = 0")
         if memory := maintenance_work_mem or db.ann_build_memory:
-            await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
+            await set_build_memory(conn, memory)
         try:
             todo = plan(index, db, await _rows(conn, index.table_name), await ann_indexes(conn, index.table_name))
-            for name in todo.drop_first:
-                await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
             if todo.build:
                 log.info("building the vector index", extra={"table": index.table_name, "sql": todo.build})
-                await conn.execute(todo.build)
-            for name in todo.drop_after:
-                await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+            await carry_out(conn, todo)
             if not todo.empty:
                 log.info(
                     "vector index maintained",
