@@ -302,7 +302,18 @@ class EmbeddingSettings(BaseSettings):
     batch_size: int = Field(64, ge=1, description="Texts per model forward pass.")
     consume_batch: int = Field(256, ge=1, description="Largest batch of `chunks.created` events taken at once.")
     query_prefix: str | None = Field(None, description="Prefix for queries; the model's own default if unset.")
-    threads: int | None = Field(None, ge=1, description="Torch CPU threads; default: the CPUs given to the process.")
+    threads: int | None = Field(
+        None, ge=1, description="CPU threads of the model (torch or ONNX Runtime); default: the CPUs given to the process."
+    )
+    spin_wait: bool = Field(
+        False,
+        description=(
+            "ONNX Runtime's CPU threads spin while they wait for work instead of sleeping. Off: a query encoder "
+            "shares its cores with the search it serves, and spinning cost a 3x10^6-chunk hybrid search ~15 ms of "
+            "CPU under 8 clients (`docs/benchmarks.md`, sixth session); on only for an embedder given cores of "
+            "its own."
+        ),
+    )
     fp16: bool | None = Field(
         None,
         description=(

@@ -33,7 +33,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka import KafkaBroker
 from faststream.middlewares import AckPolicy
 
 from services.embedder.decode import decode_chunks
@@ -45,6 +45,7 @@ from shared.chunk_wire import WireChunk
 from shared.embedding import Embedder, EmbedderError, get_embedder
 from shared.embedding.base import runtime_of
 from shared.events import ChunkEmbedded
+from shared.kafka.context import KafkaMessage
 from shared.kafka.dead_letters import publish_dead_letters
 from shared.kafka.decoding import undecoded_batch
 from shared.kafka.messages import EVENT_TYPE_HEADER, records_of

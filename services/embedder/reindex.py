@@ -10,7 +10,7 @@ embedder (pre-tokenised ids, length-sorted batches, publish then commit) and pub
 
 from __future__ import annotations
 
-from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka import KafkaBroker
 
 from services.embedder.handlers import (
     GROUP_ID,
@@ -20,6 +20,7 @@ from services.embedder.handlers import (
     reindex_group,
 )
 from shared.kafka.broker import make_broker
+from shared.kafka.context import KafkaMessage
 from shared.kafka.topics import CHUNKS_REINDEX
 from shared.service import make_app, run_app
 from shared.settings import get_settings

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
-from faststream import Context
 from faststream.kafka import KafkaBroker
 from faststream.kafka.publisher import DefaultPublisher
 
@@ -20,6 +19,7 @@ from services.fetcher.state import FetcherState
 from shared.claimcheck import check_in, oversized_reason
 from shared.db.jobs import set_stage
 from shared.events import BookshelfPackageRequested, DocumentFetched, PmidDiscovered
+from shared.kafka.context import LoopContext
 from shared.kafka.topics import BOOKSHELF_PACKAGES, DOCUMENTS_FETCHED, PMIDS_DISCOVERED
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class Outlets:
         )
 
 
-OutletsDep = Annotated[Outlets, Context(OUTLETS)]
+OutletsDep = Annotated[Outlets, LoopContext(OUTLETS)]
 
 
 async def publish_documents(state: FetcherState, outlets: Outlets, docs: Sequence[DocumentFetched]) -> list[str]:

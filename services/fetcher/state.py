@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import asyncpg
-from faststream import Context
 
 from services.fetcher.bookshelf import BookshelfClient
 from services.fetcher.clinicaltrials import ClinicalTrialsClient
@@ -22,6 +21,7 @@ from services.fetcher.sources.clinicaltrials import ClinicalTrialsSource
 from services.fetcher.sources.fdalabel import FdaLabelSource
 from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook
+from shared.kafka.context import LoopContext
 from shared.kafka.dead_letters import add_dead_letter_hook
 from shared.settings import Settings
 
@@ -121,4 +121,4 @@ class FetcherState:
         return self._sources
 
 
-StateDep = Annotated[FetcherState, Context(STATE)]
+StateDep = Annotated[FetcherState, LoopContext(STATE)]

@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import asyncpg
-from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka import KafkaBroker
 from faststream.middlewares import AckPolicy
 
 from services.parser.chunking import Chunker, build_chunker
@@ -22,6 +22,7 @@ from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding.passage_tokens import PassageTokenizer, passage_tokenizer
 from shared.events import ChunkCreated, DocumentDeleted, DocumentFetched
+from shared.kafka.context import KafkaMessage
 from shared.kafka.dead_letters import add_dead_letter_hook
 from shared.kafka.decoding import decode
 from shared.kafka.errors import PoisonEvent

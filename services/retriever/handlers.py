@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 from aiokafka import ConsumerRecord
-from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka import KafkaBroker
 from faststream.middlewares import AckPolicy
 
 from services.retriever.engine import SearchEngine, SearchResult, UnservableRequest, serve
@@ -35,6 +35,7 @@ from shared.db import create_pool, reachable
 from shared.db.jobs import fail_documents_hook, set_stage
 from shared.embedding import Embedder, get_embedder
 from shared.events import ChunkEmbedded, ErrorInfo, RetrievalReply, RetrievalRequest
+from shared.kafka.context import KafkaMessage
 from shared.kafka.dead_letters import add_dead_letter_hook, publish_dead_letters
 from shared.kafka.decoding import decode_records, undecoded_batch
 from shared.kafka.errors import is_data_error, is_transient

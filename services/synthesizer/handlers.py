@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka import KafkaBroker
 
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.steps import StepRunner
 from shared.events import ErrorInfo, LlmStepReply, LlmStepRequest, SynthesisReply, SynthesisRequest
+from shared.kafka.context import KafkaMessage
 from shared.kafka.reply_server import (
     RecentRequests,
     acknowledge_receipt,

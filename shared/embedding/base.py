@@ -97,6 +97,8 @@ class EmbedderConfig:
     """Half precision; ``None``: on when the model runs on CUDA (the ONNX backend, which settles it at load)."""
     batch_size: int = 64
     threads: int | None = None
+    spin_wait: bool = False
+    """ONNX Runtime's CPU threads spin between operations instead of sleeping (``EmbeddingSettings.spin_wait``)."""
     query_prefix: str = ""
     passage_prefix: str = ""
     dim: int | None = None

@@ -123,6 +123,7 @@ def _common(settings: EmbeddingSettings, backend: type[BaseEmbedder]) -> dict[st
         "fp16": fp16,
         "batch_size": settings.batch_size,
         "threads": settings.threads,
+        "spin_wait": settings.spin_wait,
     }
 
 
@@ -208,6 +209,7 @@ def _cache_key(settings: EmbeddingSettings) -> tuple[Any, ...]:
         settings.fp16,
         settings.batch_size,
         settings.threads,
+        settings.spin_wait,
         settings.query_prefix,
         settings.backend,
         settings.models_dir,

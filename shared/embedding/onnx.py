@@ -155,6 +155,9 @@ class OnnxEmbedder(BaseEmbedder):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.config.threads or cpu_count()
         opts.inter_op_num_threads = 1
+        # ONNX Runtime's threads spin between operations by default: fast for one caller with cores to itself,
+        # CPU taken from the search (or PostgreSQL) sharing them otherwise.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.config.spin_wait else "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         return ort.InferenceSession(str(graph), sess_options=opts, providers=requested_providers(device))
 

@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from aiokafka import ConsumerRecord
-from faststream.kafka import KafkaMessage
 from faststream.message import StreamMessage
 from pydantic import BaseModel, ValidationError
 
+from shared.kafka.context import KafkaMessage
 from shared.kafka.errors import PoisonEvent
 from shared.kafka.messages import UNDECODABLE_HEADER, records_of
 

@@ -14,11 +14,12 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 
 from shared import metrics
 from shared.events import ErrorInfo, Event, RequestProgress
+from shared.kafka.context import KafkaMessage
 from shared.kafka.messages import EVENT_TYPE_HEADER, event_headers
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka import KafkaBroker
 from faststream.message import StreamMessage
 from faststream.middlewares import AckPolicy
 
 from shared.events import Event, RequestProgress
+from shared.kafka.context import KafkaMessage
 from shared.kafka.messages import event_headers, records_of
 from shared.settings import KafkaSettings
 

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from faststream.kafka import KafkaMessage
 from faststream.middlewares import AckPolicy
 
 from shared.db import create_pool
 from shared.events import DeadLetter
 from shared.kafka import dlq
 from shared.kafka.broker import make_broker
+from shared.kafka.context import KafkaMessage
 from shared.kafka.topic_admin import ensure_topics
 from shared.kafka.topics import TopicSpec
 from shared.settings import DatabaseSettings, Settings

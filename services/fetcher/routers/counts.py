@@ -5,14 +5,13 @@ answered with a 422 error, any other NCBI failure with a 502."""
 from __future__ import annotations
 
 import logging
-from typing import Annotated
 
-from faststream import Context
-from faststream.kafka import KafkaBroker, KafkaMessage, KafkaRouter
+from faststream.kafka import KafkaRouter
 
 from services.fetcher.eutils import EutilsError, EutilsQueryError
 from services.fetcher.state import GROUP_ID, StateDep
 from shared.events import ErrorInfo, NcbiCountReply, NcbiCountRequest
+from shared.kafka.context import BrokerDep, KafkaMessage
 from shared.kafka.reply_server import reply, request_subscriber_options
 from shared.kafka.topics import NCBI_REQUESTS
 from shared.settings import Settings
@@ -24,7 +23,7 @@ async def on_count(
     request: NcbiCountRequest,
     msg: KafkaMessage,
     state: StateDep,
-    broker: Annotated[KafkaBroker, Context("broker")],
+    broker: BrokerDep,
 ) -> None:
     try:
         if request.max_ids:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import Annotated, Any
+from typing import Any
 
-from faststream import Context
-from faststream.kafka import KafkaBroker, KafkaMessage, KafkaRouter
+from faststream.kafka import KafkaRouter
 from faststream.middlewares import AckPolicy
 
 from services.fetcher.eutils import EutilsError, EutilsUnavailable
@@ -24,6 +23,7 @@ from services.fetcher.store import filter_new_pmids
 from shared import metrics
 from shared.db.jobs import add_job_documents, set_stage
 from shared.events import DocumentFetched, PmidDiscovered
+from shared.kafka.context import BrokerDep, KafkaMessage
 from shared.kafka.dead_letters import publish_dead_letters
 from shared.kafka.decoding import decode_batch
 from shared.kafka.topics import PMIDS_DISCOVERED
@@ -34,9 +34,7 @@ from shared.sources.pubmed import PUBMED
 log = logging.getLogger(__name__)
 
 
-async def on_pmids(
-    msg: KafkaMessage, state: StateDep, outlets: OutletsDep, broker: Annotated[KafkaBroker, Context("broker")]
-) -> None:
+async def on_pmids(msg: KafkaMessage, state: StateDep, outlets: OutletsDep, broker: BrokerDep) -> None:
     events, poison = decode_batch(PmidDiscovered, msg)
     for record, exc in poison:
         await publish_dead_letters(broker, "fetcher", [record], exc, 1)

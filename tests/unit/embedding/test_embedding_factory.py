@@ -81,3 +81,23 @@ def test_default_prefixes() -> None:
     assert default_prefixes("intfloat/e5-small-v2") == (E5_QUERY_PREFIX, E5_PASSAGE_PREFIX)
     assert default_prefixes("FremyCompany/BioLORD-2023") == ("", "")
     assert default_prefixes("sentence-transformers/all-MiniLM-L6-v2") == ("", "")
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_onnx_runtime_threads_sleep_between_operations_unless_spinning_is_asked_for(bge_folder: Path) -> None:
+    """A query encoder shares its cores with the search it serves: its threads must not spin-wait (the
+    default), which cost a hybrid search ~15 ms of CPU under load; ``spin_wait`` gives an embedder its
+    cores to itself."""
+
+    def spinning(**options: object) -> str:
+        settings = EmbeddingSettings(model="bge-small-en-v1.5", device="cpu", models_dir=str(bge_folder.parent))
+        embedder = get_embedder(settings.model_copy(update=options))
+        assert isinstance(embedder, OnnxEmbedder)
+        embedder.warm_up()
+        entry: str = embedder._session.get_session_options().get_session_config_entry(
+            "session.intra_op.allow_spinning"
+        )
+        return entry
+
+    assert spinning() == "0"
+    assert spinning(spin_wait=True) == "1"

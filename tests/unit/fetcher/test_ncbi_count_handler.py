@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
+from faststream.kafka import KafkaBroker, TestKafkaBroker
 
 from services.fetcher.eutils import EutilsClient
 from services.fetcher.routers import register
 from services.fetcher.state import FetcherState
 from shared.events import NcbiCountReply, NcbiCountRequest
+from shared.kafka.context import KafkaMessage
 from shared.kafka.topics import NCBI_REQUESTS
 from shared.settings import Settings
 from tests.fakes.eutils_server import FakeEutils, fake_ncbi_settings

@@ -10,11 +10,12 @@ from typing import Any
 import asyncpg
 import numpy as np
 import pytest
-from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
+from faststream.kafka import KafkaBroker, TestKafkaBroker
 
 import services.retriever.handlers as handlers
 from services.retriever.engine.vector.tables import VectorIndex
 from shared.events import ChunkEmbedded, DeadLetter
+from shared.kafka.context import KafkaMessage
 from shared.kafka.decoding import decode
 from shared.kafka.errors import PoisonEvent
 from shared.settings import Settings

@@ -8,11 +8,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
+from faststream.kafka import KafkaBroker, TestKafkaBroker
 
 from services.retriever import handlers
 from services.retriever.engine.pipeline import SearchResult
 from shared.events import RequestProgress, RetrievalReply, RetrievalRequest
+from shared.kafka.context import KafkaMessage
 from shared.kafka.messages import EVENT_TYPE_HEADER
 from shared.kafka.topics import RETRIEVAL_REQUESTS
 from shared.settings import Settings

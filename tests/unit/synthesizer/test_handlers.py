@@ -8,13 +8,14 @@ from collections.abc import Iterator
 
 import anthropic
 import pytest
-from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
+from faststream.kafka import KafkaBroker, TestKafkaBroker
 from pydantic import SecretStr
 
 from services.synthesizer.core import Synthesizer
 from services.synthesizer.handlers import SynthesizerState, register
 from services.synthesizer.llm import ClaudeAnswerer
 from shared.events import RequestProgress, SynthesisReply, SynthesisRequest, SynthesisToken
+from shared.kafka.context import KafkaMessage
 from shared.kafka.messages import EVENT_TYPE_HEADER
 from shared.kafka.topics import SYNTHESIS_REQUESTS
 from shared.settings import LlmSettings, Settings

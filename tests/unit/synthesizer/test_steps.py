@@ -7,12 +7,13 @@ from collections.abc import Iterator
 
 import anthropic
 import pytest
-from faststream.kafka import KafkaBroker, KafkaMessage, TestKafkaBroker
+from faststream.kafka import KafkaBroker, TestKafkaBroker
 from pydantic import SecretStr
 
 from services.synthesizer.handlers import SynthesizerState, register
 from services.synthesizer.steps import ANSWER_NOW, StepRunner
 from shared.events import LlmStepReply, LlmStepRequest
+from shared.kafka.context import KafkaMessage
 from shared.kafka.messages import EVENT_TYPE_HEADER
 from shared.kafka.topics import LLM_STEP_REQUESTS
 from shared.settings import LlmSettings, Settings

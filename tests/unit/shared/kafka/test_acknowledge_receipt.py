@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from aiokafka.errors import CommitFailedError, KafkaError
-from faststream.kafka import KafkaMessage
 
+from shared.kafka.context import KafkaMessage
 from shared.kafka.reply_server import acknowledge_receipt
 
 

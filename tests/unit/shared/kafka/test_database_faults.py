@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncpg
 import pytest
 from asyncpg.exceptions import _base as asyncpg_base
-from faststream.kafka import KafkaMessage, TestKafkaBroker
+from faststream.kafka import TestKafkaBroker
 
 from shared.events import DeadLetter
 from shared.kafka.broker import make_broker
+from shared.kafka.context import KafkaMessage
 from shared.kafka.errors import INFRASTRUCTURE_SQLSTATES, is_infrastructure_sqlstate, is_transient
 from shared.settings import Settings, mask_url
 

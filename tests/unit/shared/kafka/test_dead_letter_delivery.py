@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
-from faststream.kafka import KafkaMessage, TestKafkaBroker
+from faststream.kafka import TestKafkaBroker
 from faststream.kafka.message import KafkaMessage as _Msg
 from faststream.kafka.parser import AioKafkaParser
 
 from shared.events import DeadLetter
+from shared.kafka.context import KafkaMessage
 from shared.kafka.dead_letters import make_letter
 from shared.kafka.decoding import tolerant_parser, undecodable_reason
 from shared.kafka.messages import UNDECODABLE_HEADER

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from faststream.kafka import KafkaMessage, TestKafkaBroker
+from faststream.kafka import TestKafkaBroker
 
 from shared.events import DeadLetter, PmidDiscovered
 from shared.kafka.broker import make_broker
+from shared.kafka.context import KafkaMessage
 from shared.kafka.errors import PoisonEvent, is_transient
 from shared.kafka.retry import DeadLetterPolicy
 from shared.settings import Settings

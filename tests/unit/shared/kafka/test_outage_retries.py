@@ -8,10 +8,11 @@ import time
 
 import asyncpg
 from aiokafka.client import AIOKafkaClient
-from faststream.kafka import KafkaMessage, TestKafkaBroker
+from faststream.kafka import TestKafkaBroker
 
 from shared.events import DeadLetter
 from shared.kafka.broker import make_broker
+from shared.kafka.context import KafkaMessage
 from shared.kafka.errors import is_transient
 from shared.kafka.metadata_backoff import install_metadata_backoff
 from shared.settings import Settings
