@@ -303,7 +303,7 @@ class EmbeddingSettings(BaseSettings):
     consume_batch: int = Field(256, ge=1, description="Largest batch of `chunks.created` events taken at once.")
     query_prefix: str | None = Field(None, description="Prefix for queries; the model's own default if unset.")
     threads: int | None = Field(
-        None, ge=1, description="CPU threads of the model (torch or ONNX Runtime); default: the CPUs given to the process."
+        None, ge=1, description="CPU threads of the model (torch or ONNX Runtime); default: the CPUs given to it."
     )
     spin_wait: bool = Field(
         False,
