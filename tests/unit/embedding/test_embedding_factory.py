@@ -94,9 +94,7 @@ def test_onnx_runtime_threads_sleep_between_operations_unless_spinning_is_asked_
         embedder = get_embedder(settings.model_copy(update=options))
         assert isinstance(embedder, OnnxEmbedder)
         embedder.warm_up()
-        entry: str = embedder._session.get_session_options().get_session_config_entry(
-            "session.intra_op.allow_spinning"
-        )
+        entry: str = embedder._session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
         return entry
 
     assert spinning() == "0"
