@@ -890,8 +890,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     env_extra: dict[str, str] = {}
     if args.vector_index:  # the bench's own statements and the services it starts alike
         env_extra["EVIDENTIA_DATABASE_VECTOR_INDEX"] = args.vector_index
-    if args.bm25_pruning:
-        env_extra["EVIDENTIA_RETRIEVAL_BM25_PRUNING"] = "true"
+    if args.bm25_exhaustive:
+        env_extra["EVIDENTIA_RETRIEVAL_BM25_PRUNING"] = "false"
     result: dict[str, Any] = {
         "sizes": [],
         "corpus": None,
@@ -1024,10 +1024,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--no-gateway", action="store_true", help="In-process only (no Kafka, retriever, gateway).")
     p.add_argument(
-        "--bm25-pruning",
+        "--bm25-exhaustive",
         action="store_true",
-        help="Search with EVIDENTIA_RETRIEVAL_BM25_PRUNING on (in process and in the retriever it starts); the "
-        "lexical rows compare pruned and exhaustive either way.",
+        help="Search with EVIDENTIA_RETRIEVAL_BM25_PRUNING off, every posting scored (in process and in the "
+        "retriever it starts); the lexical rows compare pruned and exhaustive either way.",
     )
     p.add_argument(
         "--long-query-rounds",

@@ -584,15 +584,14 @@ class RetrievalSettings(BaseSettings):
         ),
     )
     bm25_pruning: bool = Field(
-        False,
+        True,
         description=(
             "Lexical search skips the postings that cannot reach the top k (MaxScore over the query's terms with "
-            "per-block score bounds; exact: the same top k and scores as scoring every posting). Off (default): "
-            "every posting of every query term is scored (split across `bm25_scoring_threads`), the reference the "
-            "pruned search is tested against. Measured at 10^6 and 3x10^6 chunks on 2 cores, pruning takes ~40 % "
-            "less CPU on questions (~40 % more searches a second under 8 clients, a lower p50) but 10-20 % longer on "
-            "200-term and common-word queries, and its one-client p95 at 3x10^6 was no better (docs/benchmarks.md): "
-            "turn it on where many clients search at once."
+            "per-block score bounds; exact: the same top k and scores as scoring every posting). Off: every "
+            "posting of every query term is scored (split across `bm25_scoring_threads`), the reference the pruned "
+            "search is tested against. Measured at 3x10^6 chunks on 2 cores, pruning takes ~45 % less CPU on "
+            "questions (lexical p95 through the gateway 53 ms, hybrid 21.6 searches a second under 8 clients) but "
+            "~15 % longer at the p50 of 200-term queries (docs/benchmarks.md, sixth session)."
         ),
     )
     bm25_scoring_threads: int = Field(

@@ -1,6 +1,7 @@
 """The engine's lexical leg runs as the BM25 settings say: with ``EVIDENTIA_RETRIEVAL_BM25_PRUNING`` on, the
 searcher's lexical ranking is the pruned one (until this test, the stage dropped the setting and every search
-scored every posting whatever it said)."""
+scored every posting whatever it said). Unset, it prunes (the exhaustive pass is the oracle, chosen by the
+setting)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ class _Stats(CorpusStats):
         return CorpusCounts(2, 1.0, 1.0, 1.0)
 
 
-@pytest.mark.parametrize("pruning", [False, True])
-async def test_the_lexical_leg_prunes_as_the_settings_say(monkeypatch: pytest.MonkeyPatch, pruning: bool) -> None:
+@pytest.mark.parametrize(("pruning", "prunes"), [(False, False), (True, True), (None, True)])
+async def test_the_lexical_leg_prunes_as_the_settings_say(
+    monkeypatch: pytest.MonkeyPatch, pruning: bool | None, prunes: bool
+) -> None:
     calls: list[dict[str, Any]] = []
 
     async def lexical(_pool: Any, _query: str, k: int, *_: Any, **kwargs: Any) -> list[Scored]:
@@ -49,8 +52,8 @@ async def test_the_lexical_leg_prunes_as_the_settings_say(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(retrieve_stage, "bm25_rank", lexical)
     monkeypatch.setattr(hydrate_stage, "hit_rows", rows)
-    settings = RetrievalSettings(bm25_pruning=pruning)  # type: ignore[call-arg]
+    settings = RetrievalSettings() if pruning is None else RetrievalSettings(bm25_pruning=pruning)  # type: ignore[call-arg]
     engine = SearchEngine.from_settings(None, None, settings, stats=_Stats())  # type: ignore[arg-type]
     result = await engine.search("q", np.ones(3), mode="lexical", top_k=2, top_n=2, filters=SearchFilters())
     assert [h.chunk_id for h in result.hits] == ["a", "b"]
-    assert len(calls) == 1 and calls[0]["pruning"] is pruning
+    assert len(calls) == 1 and calls[0]["pruning"] is prunes

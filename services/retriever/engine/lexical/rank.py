@@ -48,7 +48,7 @@ class Bm25Params:
     b: float = 0.4
     title_weight: float = 1.0
     section_weight: float = 0.0
-    pruning: bool = False  # skip what cannot reach the top k (exact either way); False: score every posting
+    pruning: bool = True  # skip what cannot reach the top k (exact either way); False: score every posting
     threads: int = 1  # threads a search's sums over many postings are split across (the same sums)
 
     @classmethod
