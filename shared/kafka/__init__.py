@@ -10,7 +10,8 @@
 - :mod:`~shared.kafka.publish`: keyed sends of whole record batches from a raw producer; :mod:`~shared.kafka.murmur2`:
   Kafka's default partitioner for a whole batch of keys at once.
 - :mod:`~shared.kafka.topics` (names, retention) and :mod:`~shared.kafka.topic_admin` (creating, sweeping).
-- :mod:`~shared.kafka.security`: TLS and SASL for every client; :mod:`~shared.kafka.messages`: headers and records.
+- :mod:`~shared.kafka.security`: TLS and SASL for every client; :mod:`~shared.kafka.messages`: headers and records;
+  :mod:`~shared.kafka.context`: what handlers take from FastStream's context, resolved on the event loop.
 - :mod:`~shared.kafka.pause` and :mod:`~shared.kafka.metadata_backoff`: keeping a consumer and a producer healthy
   through an outage.
 
