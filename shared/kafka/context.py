@@ -2,9 +2,9 @@
 
 FastStream's :class:`faststream.Context` (and the ``faststream.kafka.KafkaMessage`` annotation built on it) is a
 synchronous FastDepends custom field, and FastDepends runs a synchronous field's ``use`` in a worker thread for
-each message an async handler takes: a thread hop per such parameter per message, each waiting for the thread
-pool and the GIL (a request's two hops through the gateway and the retriever paid ~1 ms each for it on two busy
-cores; ``docs/benchmarks.md``, "the sixth session"). The lookup itself is a dictionary read, so
+each message an async handler takes: a thread round trip per such parameter per message, waiting on the thread
+pool and the GIL (seen in every request's profile of the gateway and the retriever; ~0.1 ms of CPU a hop on the
+benchmark's two cores: ``docs/benchmarks.md``, sixth session). The lookup itself is a dictionary read, so
 :class:`LoopContext` does it on the event loop: FastDepends awaits an async field's ``use`` in place. Handlers
 take their message, broker and state through the annotations here; ruff bans the synchronous ones
 (``pyproject.toml``, ``banned-api``).
