@@ -310,8 +310,8 @@ class EmbeddingSettings(BaseSettings):
         description=(
             "ONNX Runtime's CPU threads spin while they wait for work instead of sleeping. Off: a query encoder "
             "shares its cores with the search it serves, and spinning cost a 3x10^6-chunk hybrid search ~15 ms of "
-            "CPU under 8 clients (`docs/benchmarks.md`, sixth session); on only for an embedder given cores of "
-            "its own."
+            "CPU under 8 clients (`docs/benchmarks.md`, sixth session); an encoder alone on its cores was no "
+            "faster spinning (batches of passages, single queries)."
         ),
     )
     fp16: bool | None = Field(

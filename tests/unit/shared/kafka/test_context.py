@@ -5,6 +5,7 @@ message, which cost each request hop a thread round trip."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Annotated
 
 from faststream import Context  # noqa: TID251  # the synchronous field, as the control
@@ -13,7 +14,7 @@ from faststream.kafka import KafkaBroker, TestKafkaBroker
 from shared.kafka.context import BrokerDep, KafkaMessage, LoopContext
 
 
-def _thread_recorder(seen: list[int]) -> object:
+def _thread_recorder(seen: list[int]) -> Callable[[], int]:
     def initial() -> int:
         seen.append(threading.get_ident())
         return len(seen)
@@ -29,8 +30,8 @@ async def test_a_loop_context_field_is_resolved_on_the_event_loops_thread() -> N
 
     @broker.subscriber("context-probe")
     async def handler(
-        a: Annotated[int, LoopContext("probe_loop", initial=_thread_recorder(on_loop))],  # type: ignore[arg-type]
-        b: Annotated[int, Context("probe_pool", initial=_thread_recorder(in_pool))],  # type: ignore[arg-type]
+        a: Annotated[int, LoopContext("probe_loop", initial=_thread_recorder(on_loop))],
+        b: Annotated[int, Context("probe_pool", initial=_thread_recorder(in_pool))],
     ) -> None:
         pass
 
