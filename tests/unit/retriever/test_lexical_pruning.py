@@ -4,6 +4,7 @@ filters, k, removals and rewritten blocks, the k best passing chunks and their s
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.retriever.engine.lexical import postings
-from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, TermView, encode_block
+from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, KeyIndex, TermView, encode_block, located
 from services.retriever.engine.lexical.postings import (
     BlockRef,
     Bm25Scoring,
@@ -122,15 +123,19 @@ def _pruned(
     probe_blocks: int = 256,
     skip_from: float = 0.0,
     dense_share: float | None = None,
+    indexed: bool = False,
 ) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
     async def read(refs: Sequence[BlockRef]) -> dict[int, TermView]:
         reads.extend(r.n for r in refs)
-        return {
+        views = {
             t: TermView.of({(r.block_id, r.version): c.blobs[r.block_id] for r in mine})
             for t, mine in by_term_id(refs).items()
         }
+        for view in views.values():
+            assert view.index_keys(math.inf if indexed else 0.0) == indexed
+        return views
 
     async def check(keys: np.ndarray, wanted: int) -> np.ndarray:
         # In passes of three, stopping once ``wanted`` pass (the leg's are sized by its pass rate).
@@ -184,6 +189,7 @@ def _pruned(
     st.sampled_from([256, 256, 3, 0]),
     st.sampled_from([0.0, 0.0, 0.25]),
     st.sampled_from([None, 0.0, 1e9]),
+    st.booleans(),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
     seed: int,
@@ -196,10 +202,12 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
     probe: int,
     skip_from: float,
     dense_share: float | None,
+    indexed: bool,
 ) -> None:
     """(``probe``: the threshold's chunks looked up in all, some or none of the other terms' blocks;
     ``skip_from``: 0, skip whenever lookups pay, or the default share; ``dense_share``: the partial sums by
-    the cost model, always by bincount, always by sorting.)"""
+    the cost model, always by bincount, always by sorting; ``indexed``: the terms' keys found by their
+    :class:`KeyIndex` or by binary search.)"""
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
@@ -215,6 +223,7 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
         probe_blocks=probe,
         skip_from=skip_from,
         dense_share=dense_share,
+        indexed=indexed,
     )
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 
@@ -355,6 +364,10 @@ def test_a_term_view_holds_its_blocks_in_key_order_and_its_saturation_per_scorin
     assert view.keys.dtype == np.int32 and view.keys.tolist() == [2, 5, 7, 9, 40]
     assert view.packed["tf_text"].tolist() == [4, 1, 5, 2, 3]  # each key with its own posting
     assert view.find(np.array([1, 5, 9, 10, 40], dtype=np.int64)).tolist() == [1, 3, 4]
+    assert not view.indexed and view.index_keys(math.inf) and view.indexed
+    assert view.held_bytes == 5 * (POSTING.itemsize + 8) + KeyIndex.bytes_for(view.keys)
+    held_mask, at = view.lookup(np.array([1, 5, 9, 10, 40, 64, 10**6], dtype=np.int64))
+    assert held_mask.tolist() == [False, True, True, False, True, False, False] and at.tolist() == [1, 3, 4]
     calls: list[str] = []
 
     def compute(packed: np.ndarray) -> np.ndarray:
@@ -411,3 +424,21 @@ def test_chunks_falling_below_the_threshold_after_one_term_are_not_looked_up_in_
     in_first = int(np.isin(np.arange(400), first_keys).sum())  # the 400 found in the first common term
     assert scored == 4000 + in_first + 10
     assert read == 4000 + 8192 + 8192  # each common term's first block: the only one holding a remaining chunk
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5000), st.sampled_from([0.001, 0.1, 0.5, 1.0]))
+def test_a_key_index_finds_what_a_binary_search_finds(seed: int, space: int, density: float) -> None:
+    """Every key of a space (and beyond the largest, and 0, and each word's first and last bit): held or not,
+    and where, as :func:`located` says."""
+    rng = np.random.default_rng(seed)
+    keys = np.flatnonzero(rng.random(space) < density).astype(np.int32)
+    if not len(keys):
+        keys = np.array([space - 1], dtype=np.int32)
+    index = KeyIndex(keys)
+    assert index.held_bytes == KeyIndex.bytes_for(keys)
+    needles = np.arange(space + 130, dtype=np.int64)
+    needles = needles[rng.random(len(needles)) < 0.7]
+    at, held = located(keys, needles.astype(np.int32))
+    got_held, got_at = index.lookup(needles)
+    assert np.array_equal(got_held, held) and np.array_equal(got_at, at[held])

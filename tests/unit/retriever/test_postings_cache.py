@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.retriever.engine.lexical.blocks import POSTING, TermView
+from services.retriever.engine.lexical.blocks import POSTING, KeyIndex, TermView
 from services.retriever.engine.lexical.postings_cache import MIN_POSTINGS, PostingsCache
 from shared.settings import RetrievalSettings
 
@@ -18,14 +18,32 @@ def _view(postings: int, block: int = 1) -> TermView:
     return TermView.of({(block, "v"): packed.tobytes()})
 
 
+def _sparse(postings: int) -> TermView:
+    """A view of ``postings`` keys, one in every 1,000: too sparse for a key index to pay."""
+    packed = np.zeros(postings, dtype=POSTING)
+    packed["key"] = np.arange(postings) * 1000
+    return TermView.of({(1, "v"): packed.tobytes()})
+
+
 def test_least_recently_used_terms_leave_first_within_the_byte_bound() -> None:
     cache = PostingsCache(3 * 10 * HELD, min_postings=10)
     for term in (1, 2, 3):
-        cache.put(term, _view(10))
+        cache.put(term, _sparse(10))
     assert cache.get(1) is not None  # 1 is now the most recently used
-    cache.put(4, _view(10))
+    cache.put(4, _sparse(10))
     assert cache.get(2) is None and cache.get(1) is not None and cache.get(4) is not None
     assert cache.bytes_held == 3 * 10 * HELD and len(cache) == 3
+
+
+def test_a_kept_common_term_has_its_keys_indexed_and_charged_for() -> None:
+    """A dense term (in every chunk here) is kept with a key index, its bytes counted; a sparse one without."""
+    cache = PostingsCache(1 << 20, min_postings=10)
+    dense, sparse = _view(1000), _sparse(1000)
+    cache.put(1, dense)
+    cache.put(2, sparse)
+    assert dense.indexed and not sparse.indexed
+    assert cache.bytes_held == 2 * 1000 * HELD + KeyIndex.bytes_for(dense.keys)
+    assert KeyIndex.bytes_for(dense.keys) == 16 * 12  # 1,000 keys: 16 words of 64, 12 bytes each
 
 
 def test_small_and_oversized_terms_are_not_kept() -> None:
