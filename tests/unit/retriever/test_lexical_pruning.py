@@ -124,6 +124,7 @@ def _pruned(
     skip_from: float = 0.0,
     dense_share: float | None = None,
     indexed: bool = False,
+    essential_max: float = 1.0,
 ) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
@@ -134,7 +135,7 @@ def _pruned(
             for t, mine in by_term_id(refs).items()
         }
         for view in views.values():
-            assert view.index_keys(math.inf if indexed else 0.0) == indexed
+            assert view.allow_index(math.inf if indexed else 0.0, from_keys=1) == indexed
         return views
 
     async def check(keys: np.ndarray, wanted: int) -> np.ndarray:
@@ -164,6 +165,7 @@ def _pruned(
             probe_blocks=probe_blocks,
             skip_from_share=skip_from,
             dense_sums_share=dense_share,
+            essential_max_share=essential_max,
         )
     )
     assert got.postings_read == sum(reads) and got.postings_scored <= got.postings_read
@@ -190,6 +192,7 @@ def _pruned(
     st.sampled_from([0.0, 0.0, 0.25]),
     st.sampled_from([None, 0.0, 1e9]),
     st.booleans(),
+    st.sampled_from([1.0, 1.0, 0.25, 0.0]),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
     seed: int,
@@ -203,11 +206,13 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
     skip_from: float,
     dense_share: float | None,
     indexed: bool,
+    essential_max: float,
 ) -> None:
     """(``probe``: the threshold's chunks looked up in all, some or none of the other terms' blocks;
     ``skip_from``: 0, skip whenever lookups pay, or the default share; ``dense_share``: the partial sums by
     the cost model, always by bincount, always by sorting; ``indexed``: the terms' keys found by their
-    :class:`KeyIndex` or by binary search.)"""
+    :class:`KeyIndex` or by binary search; ``essential_max``: how many postings the essential terms may hold for
+    skipping to be tried: any, the default share, none.)"""
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
@@ -224,6 +229,7 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
         skip_from=skip_from,
         dense_share=dense_share,
         indexed=indexed,
+        essential_max=essential_max,
     )
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 
@@ -364,10 +370,13 @@ def test_a_term_view_holds_its_blocks_in_key_order_and_its_saturation_per_scorin
     assert view.keys.dtype == np.int32 and view.keys.tolist() == [2, 5, 7, 9, 40]
     assert view.packed["tf_text"].tolist() == [4, 1, 5, 2, 3]  # each key with its own posting
     assert view.find(np.array([1, 5, 9, 10, 40], dtype=np.int64)).tolist() == [1, 3, 4]
-    assert not view.indexed and view.index_keys(math.inf) and view.indexed
-    assert view.held_bytes == 5 * (POSTING.itemsize + 8) + KeyIndex.bytes_for(view.keys)
-    held_mask, at = view.lookup(np.array([1, 5, 9, 10, 40, 64, 10**6], dtype=np.int64))
+    assert not view.indexed and view.allow_index(math.inf, from_keys=6) and view.indexed
+    assert view.held_bytes == 5 * (POSTING.itemsize + 8) + KeyIndex.bytes_for(view.keys)  # (charged before built)
+    needles = np.array([1, 5, 9, 10, 40, 64, 10**6], dtype=np.int64)
+    assert view.find(needles[:5]).tolist() == [1, 3, 4] and not view.index_built  # too few keys to build it
+    held_mask, at = view.lookup(needles)
     assert held_mask.tolist() == [False, True, True, False, True, False, False] and at.tolist() == [1, 3, 4]
+    assert view.index_built
     calls: list[str] = []
 
     def compute(packed: np.ndarray) -> np.ndarray:

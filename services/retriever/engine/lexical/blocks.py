@@ -75,10 +75,16 @@ def located(sorted_keys: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, n
     return at, sorted_keys[at] == needles
 
 
-#: A view's keys get a :class:`KeyIndex` (:meth:`TermView.index_keys`) where the index takes at most this share of
-#: what the view holds without it: a common term's (at 3x10^6 chunks a term in 1 in 25 chunks or more; the
-#: index of a term in every third chunk ~3 % of its view). Memory only, never a result.
+#: A view's keys may get a :class:`KeyIndex` (:meth:`TermView.allow_index`) where the index takes at most this
+#: share of what the view holds without it: a common term's (at 3x10^6 chunks a term in 1 in 25 chunks or more;
+#: the index of a term in every third chunk ~3 % of its view). Memory only, never a result.
 KEY_INDEX_SHARE = 0.25
+
+#: An allowed index is built by the first lookup of at least this many keys (a pruned search's remaining chunks,
+#: tens of thousands), not by the threshold's few hundred, which a binary search finds in well under the ~3.5 ms
+#: an index of a term of 10^6 postings takes to build (``bench/key_index.py``): a long query's probe touches
+#: a hundred common terms, which a cache churned by such queries would index each time. Time only.
+INDEX_FROM_KEYS = 4096
 
 
 class KeyIndex:
@@ -139,7 +145,7 @@ class TermView:
     (:class:`~services.retriever.engine.lexical.postings_cache.PostingsCache`) keeps common terms' views, so
     neither the decoding nor the saturation is redone by each search."""
 
-    __slots__ = ("_index", "_saturation", "blocks", "keys", "packed")
+    __slots__ = ("_index", "_index_from", "_saturation", "blocks", "keys", "packed")
 
     def __init__(self, blocks: frozenset[BlockKey], packed: np.ndarray) -> None:
         keys = packed["key"].astype(np.int32)
@@ -151,6 +157,7 @@ class TermView:
         self.packed = packed
         self._saturation: tuple[Hashable, np.ndarray] | None = None
         self._index: KeyIndex | None = None
+        self._index_from: int | None = None  # (None: not to be indexed)
 
     @classmethod
     def of(cls, blocks: Mapping[BlockKey, bytes]) -> TermView:
@@ -169,25 +176,34 @@ class TermView:
             self._saturation = (signature, compute(self.packed))
         return self._saturation[1]
 
-    def index_keys(self, share: float = KEY_INDEX_SHARE) -> bool:
-        """Index this view's keys (:class:`KeyIndex`) if the index takes at most ``share`` (default
-        :data:`KEY_INDEX_SHARE`) of what the view holds without it (a view held for many searches: the retriever's
-        cache asks before keeping it); whether it is indexed."""
-        worth = len(self.keys) and KeyIndex.bytes_for(self.keys) <= share * len(self) * (POSTING.itemsize + 8)
-        if self._index is None and worth:
-            self._index = KeyIndex(self.keys)
-        return self._index is not None
+    def allow_index(self, share: float = KEY_INDEX_SHARE, from_keys: int = INDEX_FROM_KEYS) -> bool:
+        """Let this view's keys be indexed (:class:`KeyIndex`, built by the first lookup of at least ``from_keys``
+        keys, default :data:`INDEX_FROM_KEYS`) if the index takes at most ``share`` (default
+        :data:`KEY_INDEX_SHARE`) of what the view holds without it: a view held for many searches (the retriever's
+        cache allows it before keeping it, the index charged from then on). Whether it is allowed."""
+        if len(self.keys) and KeyIndex.bytes_for(self.keys) <= share * len(self) * (POSTING.itemsize + 8):
+            self._index_from = from_keys
+        return self.indexed
 
     @property
     def indexed(self) -> bool:
-        """Whether the view has a :class:`KeyIndex` (:meth:`lookup` then costs the same a key at any length)."""
+        """Whether the view's keys are indexed or may be (:meth:`lookup` of many keys then costs the same a key at
+        any length)."""
+        return self._index_from is not None
+
+    @property
+    def index_built(self) -> bool:
+        """Whether the view's :class:`KeyIndex` is built (by a lookup of enough keys, once allowed)."""
         return self._index is not None
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which of ``keys`` (sorted, none negative) this view holds (a mask over them) and their positions in
-        :attr:`keys`, in order: by its :class:`KeyIndex` where it has one, else by binary search."""
+        :attr:`keys`, in order: by its :class:`KeyIndex` where it has one (or may, and ``keys`` are many: it is
+        built first), else by binary search."""
         if not len(self.keys) or not len(keys):
             return np.zeros(len(keys), dtype=bool), np.zeros(0, dtype=np.intp)
+        if self._index is None and self._index_from is not None and len(keys) >= self._index_from:
+            self._index = KeyIndex(self.keys)
         if self._index is not None:
             return self._index.lookup(keys)
         needles = keys.astype(self.keys.dtype, copy=False)  # (mixed types would copy the view's keys each time)
@@ -201,8 +217,9 @@ class TermView:
     @property
     def held_bytes(self) -> int:
         """What the view takes in memory with a saturation held: 11 packed bytes, a 4-byte key and a 4-byte
-        saturation a posting, and its key index if it has one."""
-        return len(self) * (POSTING.itemsize + 8) + (0 if self._index is None else self._index.held_bytes)
+        saturation a posting, and its key index if it may have one (built or not: what the cache charges does not
+        change while it holds the view)."""
+        return len(self) * (POSTING.itemsize + 8) + (KeyIndex.bytes_for(self.keys) if self.indexed else 0)
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -79,7 +79,7 @@ class PostingsCache:
         """Keep ``view`` as ``term_id``'s (least recently used terms leave to make room); one larger than the cache
         is not kept."""
         if self.wants(len(view)):
-            view.index_keys()  # (held for many searches: the lookups of pruned searches in it cost less)
+            view.allow_index()  # (held for many searches: the lookups of pruned searches in it cost less)
         if view.held_bytes <= self.max_bytes and self.wants(len(view)):
             self._terms[term_id] = view
             POSTINGS_CACHE_BYTES.set(self.bytes_held)

@@ -87,6 +87,13 @@ PRUNE_FROM_POSTINGS = 65_536
 #: (a 200-term query's few lowest-bound terms). An estimate, not tuned; time only.
 SKIP_FROM_SHARE = 0.25
 
+#: Nor is skipping tried where the essential terms (neither seed nor non-essential) hold more than this share of
+#: the query's postings: whether lookups pay is judged from the chunks the seed's sums alone keep, and the essential
+#: terms' sums can keep many times more (the query of the 50 most frequent terms at 3x10^6 chunks: 97,000 chunks
+#: by the seed, 1.04 M once 40 % of its postings were summed, 130 ms spent before it scored every posting anyway).
+#: Every question of the benchmark has none (all its terms past the seed non-essential). Time only.
+ESSENTIAL_MAX_SHARE = 0.25
+
 #: The threshold's chunks are looked up in the other terms, highest bound first, while those terms' blocks come
 #: to at most this many: a 200-term query's threshold then costs a few milliseconds; the terms left out only make
 #: it lower (still a bound), never wrong. 4,096 blocks (~33 M postings) hold every term of a question at 3x10^6
@@ -202,6 +209,7 @@ async def pruned_scores(
     lookup_share: int | None = None,
     probe_blocks: int | None = None,
     skip_from_share: float | None = None,
+    essential_max_share: float | None = None,
     dense_sums_share: float | None = None,
     threads: int = 1,
 ) -> PrunedScores:
@@ -214,13 +222,15 @@ async def pruned_scores(
     (default :data:`SEED_POSTINGS`, :data:`SEED_SHARE`); a query of fewer than ``prune_from`` postings
     (default :data:`PRUNE_FROM_POSTINGS`) is scored whole. ``lookup_share`` (default :data:`LOOKUP_SHARE`)
     chooses between searching a term for the remaining chunks and a pass over its keys, and whether skipping
-    pays at all (with ``skip_from_share``, default :data:`SKIP_FROM_SHARE`); ``probe_blocks`` bounds the terms
+    pays at all (with ``skip_from_share``, default :data:`SKIP_FROM_SHARE`, and ``essential_max_share``, default
+    :data:`ESSENTIAL_MAX_SHARE`); ``probe_blocks`` bounds the terms
     the threshold's full scores look their chunks up in (:data:`PROBE_BLOCKS`); ``dense_sums_share``: when the
     partial sums are taken by bincount (:data:`DENSE_SUMS_SHARE`); ``threads``: what a pass over
     every posting is split across (:func:`~services.retriever.engine.lexical.postings.view_scores`)."""
     share = LOOKUP_SHARE if lookup_share is None else lookup_share
     probe_budget = PROBE_BLOCKS if probe_blocks is None else probe_blocks
     skip_from = SKIP_FROM_SHARE if skip_from_share is None else skip_from_share
+    essential_max = ESSENTIAL_MAX_SHARE if essential_max_share is None else essential_max_share
     dense_share = DENSE_SUMS_SHARE if dense_sums_share is None else dense_sums_share
     if not refs:
         return PrunedScores(KeyScores(np.zeros(0)), 0, 0.0)
@@ -278,10 +288,14 @@ async def pruned_scores(
         optional.append(t)
         summed += t.upper
     skippable = sum(t.postings for t in optional)
+    unseeded = total - holding - skippable  # the essential terms' postings, to be summed before any lookup
     # Chunks certain to remain (their partial score alone reaches the threshold less the non-essential terms'
-    # bounds): too many for lookups to pay (a long or common-word query's)?
-    if skippable < skip_from * total or not _lookups_pay(
-        int(np.count_nonzero(partial.values >= cutoff - summed)), optional, share, skippable
+    # bounds): too many for lookups to pay (a long or common-word query's)? Or the essential terms too large a
+    # share for that count to say much (see ESSENTIAL_MAX_SHARE)?
+    if (
+        skippable < skip_from * total
+        or unseeded > essential_max * total
+        or not _lookups_pay(int(np.count_nonzero(partial.values >= cutoff - summed)), optional, share, skippable)
     ):
         # Too little to skip: every posting scored in one pass, as exhaustively (no per-term sums to join).
         scores = _every_posting(terms, await read_once(refs), scoring, size, dead, threads)
