@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.retriever.engine.lexical import postings
+from services.retriever.engine.lexical import postings, pruning
 from services.retriever.engine.lexical.blocks import POSTING, BlockBounds, KeyIndex, TermView, encode_block, located
 from services.retriever.engine.lexical.postings import (
     BlockRef,
@@ -28,7 +28,7 @@ from services.retriever.engine.lexical.postings import (
     term_weight,
     view_scores,
 )
-from services.retriever.engine.lexical.pruning import BlockVanished, _covering_bound, _Term, pruned_scores
+from services.retriever.engine.lexical.pruning import BlockVanished, _covering_bound, _Sums, _Term, pruned_scores
 
 FIELDS = [f for f in POSTING.names or () if f != "key"]
 
@@ -451,3 +451,26 @@ def test_a_key_index_finds_what_a_binary_search_finds(seed: int, space: int, den
     at, held = located(keys, needles.astype(np.int32))
     got_held, got_at = index.lookup(needles)
     assert np.array_equal(got_held, held) and np.array_equal(got_at, at[held])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4))
+def test_partial_sums_are_the_same_bits_whole_or_split_into_key_ranges(seed: int, threads: int) -> None:
+    """The partial sums taken by sorting, in one array of every key, or in key ranges on ``threads`` threads:
+    the same chunks, the same bits (each chunk's contributions added in part order), removed chunks left out."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 3000))
+    parts = []
+    for _ in range(int(rng.integers(1, 6))):
+        keys = np.flatnonzero(rng.random(size) < rng.uniform(0.01, 0.9)).astype(np.int32)
+        parts.append((keys, rng.uniform(0.0, 5.0, len(keys)).astype(np.float32)))
+    dead = np.unique(rng.integers(0, size + 10, int(rng.integers(0, 20))))
+    sorted_sums = _Sums.of(parts, dead, size, dense_share=1e9)
+    whole = _Sums.of(parts, dead, size, dense_share=0.0, threads=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pruning, "SPLIT_FROM_POSTINGS", 0)
+        split = _Sums.of(parts, dead, size, dense_share=0.0, threads=threads)
+    for sums in (whole, split):
+        assert sums.keys.tolist() == sorted_sums.keys.tolist()
+        assert sums.values.tobytes() == sorted_sums.values.tobytes()
+    assert not np.isin(split.keys, dead).any()

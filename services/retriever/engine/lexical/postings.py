@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import asyncpg
 import numpy as np
@@ -352,15 +352,8 @@ def view_scores(
     scores = np.zeros(length)
     # Saturations memoised on the views before any thread reads them.
     parts = [(view.keys, view_saturation(view, scoring), weight) for view, weight in views]
-    if threads <= 1 or sum(len(keys) for keys, _, _ in parts) < SPLIT_FROM_POSTINGS:
-        _add_range(scores, parts, 0, length)
-    else:
-        cuts = [length * i // threads for i in range(threads + 1)]
-        helpers = _splitter(threads)
-        pending = [helpers.submit(_add_range, scores, parts, lo, hi) for lo, hi in itertools.pairwise(cuts[1:])]
-        _add_range(scores, parts, cuts[0], cuts[1])
-        for done in pending:
-            done.result()
+    split = 1 if sum(len(keys) for keys, _, _ in parts) < SPLIT_FROM_POSTINGS else threads
+    in_ranges(functools.partial(_add_range, scores, parts), length, split)
     scores[dead[dead < len(scores)]] = 0.0
     return scores
 
@@ -375,6 +368,20 @@ def _add_range(
         first, last = keys.searchsorted(low), keys.searchsorted(high)
         if last > first:
             scores[keys[first:last]] += saturation[first:last] * weight
+
+
+_T = TypeVar("_T")
+
+
+def in_ranges(task: Callable[[int, int], _T], length: int, threads: int) -> list[_T]:
+    """``task(low, high)`` over ``threads`` (at least one) consecutive ranges of ``[0, length)``, each on its own
+    thread (the caller's the first; numpy lets go of the GIL in its passes over large arrays): the results in
+    range order."""
+    if threads <= 1:
+        return [task(0, length)]
+    cuts = [length * i // threads for i in range(threads + 1)]
+    pending = [_splitter(threads).submit(task, lo, hi) for lo, hi in itertools.pairwise(cuts[1:])]
+    return [task(cuts[0], cuts[1]), *(done.result() for done in pending)]
 
 
 @functools.cache
