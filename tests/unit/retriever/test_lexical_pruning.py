@@ -125,6 +125,7 @@ def _pruned(
     dense_share: float | None = None,
     indexed: bool = False,
     essential_max: float = 1.0,
+    until_per_key: float = math.inf,
 ) -> tuple[np.ndarray, int, int]:
     reads: list[int] = []
 
@@ -166,6 +167,7 @@ def _pruned(
             skip_from_share=skip_from,
             dense_sums_share=dense_share,
             essential_max_share=essential_max,
+            prune_until_per_key=until_per_key,
         )
     )
     assert got.postings_read == sum(reads) and got.postings_scored <= got.postings_read
@@ -193,6 +195,7 @@ def _pruned(
     st.sampled_from([None, 0.0, 1e9]),
     st.booleans(),
     st.sampled_from([1.0, 1.0, 0.25, 0.0]),
+    st.sampled_from([math.inf, math.inf, 4.0, 0.5]),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
     seed: int,
@@ -207,12 +210,14 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
     dense_share: float | None,
     indexed: bool,
     essential_max: float,
+    until_per_key: float,
 ) -> None:
     """(``probe``: the threshold's chunks looked up in all, some or none of the other terms' blocks;
     ``skip_from``: 0, skip whenever lookups pay, or the default share; ``dense_share``: the partial sums by
     the cost model, always by bincount, always by sorting; ``indexed``: the terms' keys found by their
     :class:`KeyIndex` or by binary search; ``essential_max``: how many postings the essential terms may hold for
-    skipping to be tried: any, the default share, none.)"""
+    skipping to be tried: any, the default share, none; ``until_per_key``: the postings a key beyond which the
+    query is scored whole.)"""
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
@@ -230,6 +235,7 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
         dense_share=dense_share,
         indexed=indexed,
         essential_max=essential_max,
+        until_per_key=until_per_key,
     )
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 

@@ -85,6 +85,12 @@ SEED_MAX_PER_KEY = 0.25
 #: they save.
 PRUNE_FROM_POSTINGS = 65_536
 
+#: Nor is a query of more postings than this many a key of the corpus: nearly every chunk holds several of its
+#: terms, and every such query of the benchmark (200-term queries, ~16 postings a key at 3x10^6 chunks; the 50
+#: most frequent terms, ~14) scored every posting in the end, after its seed's sums and its threshold had cost
+#: ~20 % more (the seventh session's runs). A question holds ~0.7 a key. Time only.
+PRUNE_UNTIL_PER_KEY = 4.0
+
 #: Non-essential terms holding less than this share of the query's postings are scored with the others: skipping
 #: them would cost a second sum over the essential terms' postings and the lookups' steps, more than scoring them
 #: (a 200-term query's few lowest-bound terms). An estimate, not tuned; time only.
@@ -224,6 +230,7 @@ async def pruned_scores(
     probe_blocks: int | None = None,
     skip_from_share: float | None = None,
     essential_max_share: float | None = None,
+    prune_until_per_key: float | None = None,
     dense_sums_share: float | None = None,
     threads: int = 1,
 ) -> PrunedScores:
@@ -234,7 +241,8 @@ async def pruned_scores(
     in SQL; neither: no chunk is known to pass and nothing is skipped. ``dead``: keys of removed chunks. The
     seed terms hold up to ``seed_postings`` or ``seed_share`` of the query's postings, whichever is more
     (default :data:`SEED_POSTINGS`, :data:`SEED_SHARE`); a query of fewer than ``prune_from`` postings
-    (default :data:`PRUNE_FROM_POSTINGS`) is scored whole. ``lookup_share`` (default :data:`LOOKUP_SHARE`)
+    (default :data:`PRUNE_FROM_POSTINGS`) is scored whole, and so is one of more than ``prune_until_per_key``
+    a key (default :data:`PRUNE_UNTIL_PER_KEY`). ``lookup_share`` (default :data:`LOOKUP_SHARE`)
     chooses between searching a term for the remaining chunks and a pass over its keys, and whether skipping
     pays at all (with ``skip_from_share``, default :data:`SKIP_FROM_SHARE`, and ``essential_max_share``, default
     :data:`ESSENTIAL_MAX_SHARE`); ``probe_blocks`` bounds the terms
@@ -266,8 +274,10 @@ async def pruned_scores(
     def read_postings() -> int:
         return sum(len(view) for view in held.values())
 
-    if total < (PRUNE_FROM_POSTINGS if prune_from is None else prune_from):
-        # Too few postings for skipping to pay for its extra steps: all scored at once, as exhaustively.
+    until = PRUNE_UNTIL_PER_KEY if prune_until_per_key is None else prune_until_per_key
+    if total < (PRUNE_FROM_POSTINGS if prune_from is None else prune_from) or total > until * size:
+        # Too few postings for skipping to pay for its extra steps, or too many for it to skip: all scored at
+        # once, as exhaustively.
         scores = _every_posting(terms, await read_once(refs), scoring, size, dead, threads)
         return PrunedScores(KeyScores(scores), read_postings(), 0.0, total)
     # Highest bound first (rare terms), fewest postings first among equals.
