@@ -136,7 +136,8 @@ def _pruned(
             for t, mine in by_term_id(refs).items()
         }
         for view in views.values():
-            assert view.allow_index(math.inf if indexed else 0.0, from_keys=1) == indexed
+            allowed = view.allow_index(math.inf if indexed else 0.0, from_keys=1)
+            assert allowed == (indexed and len(view) > 0)  # (a term whose blocks hold no posting: nothing to index)
         return views
 
     async def check(keys: np.ndarray, wanted: int) -> np.ndarray:

@@ -434,7 +434,17 @@ class KeyScores:
 
 def best_keys(scores: np.ndarray, count: int) -> np.ndarray:
     """Keys of the ``count`` best scores (more where the last one ties), best first (ties: key order);
-    only positive scores."""
+    only positive scores. Over an array as long as the corpus (an exhaustive search's) the sampled floor
+    (:func:`_sampled_floor`) is taken over the array itself, so that one pass finds the few keys at or above it
+    (not every matching chunk's key and score first: ~3 of the ~6 ms at 3x10^6 chunks)."""
+    floor = _sampled_floor(scores, count) if count > 0 else None
+    if floor is not None and floor > 0:
+        above = np.flatnonzero(scores >= floor)
+        if len(above) >= count:  # the count-th best is at least the floor: every key that can be among them
+            values = scores[above]
+            kept = above[values >= np.partition(values, len(values) - count)[len(values) - count]]
+            ranked: np.ndarray = kept[np.lexsort((kept, -scores[kept]))]
+            return ranked
     positive = np.flatnonzero(scores > 0)
     if len(positive) > count > 0:
         values = scores[positive]
@@ -443,16 +453,24 @@ def best_keys(scores: np.ndarray, count: int) -> np.ndarray:
     return positive[order]
 
 
+def _sampled_floor(values: np.ndarray, count: int) -> float | None:
+    """A value about twice ``count`` of ``values`` reach, from a strided sample of about ``16 * count`` of them;
+    None where ``values`` are too few for a sample to pay. A guess: its callers check that ``count`` reach it."""
+    step = len(values) // (16 * count)
+    if step < 4:
+        return None
+    sample = values[::step]
+    rank = min(len(sample), 2 * count * len(sample) // len(values) + 2)
+    return float(np.partition(sample, len(sample) - rank)[len(sample) - rank])
+
+
 def _kth_largest(values: np.ndarray, count: int) -> float:
     """The ``count``-th largest of ``values`` (more than ``count`` of them). A selection over all of them costs
     ~10 ns a value (3 ms over the 300,000 chunks a question's terms touch at 10^6), so a strided sample of about
     ``16 * count`` first gives a floor that about twice ``count`` values reach; the selection then runs over those
     alone. The answer does not depend on the sample: a floor that fewer than ``count`` values reach is not used."""
-    step = len(values) // (16 * count)
-    if step >= 4:
-        sample = values[::step]
-        rank = min(len(sample), 2 * count * len(sample) // len(values) + 2)
-        floor = np.partition(sample, len(sample) - rank)[len(sample) - rank]
+    floor = _sampled_floor(values, count)
+    if floor is not None:
         above = values[values >= floor]
         if len(above) >= count:
             values = above
