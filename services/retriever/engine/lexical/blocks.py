@@ -93,9 +93,8 @@ class KeyIndex:
     before each of its 64-bit words (a rank directory). A pruned search looks tens of thousands of chunks up in a
     common term of a million postings; a binary search of each costs ~20 dependent reads, this a few gathers
     (``bench/key_index.py``, the 2-core machine: 30,000 keys in a term of 10^6 of 3x10^6, 1.3 ms searched, 0.39
-    ms indexed). Numpy offers no such
-    structure (``searchsorted`` is the binary search), and the 20 lines are cheaper than a dependency (a roaring
-    bitmap library ranks one key a call)."""
+    ms indexed). Numpy offers no such structure (``searchsorted`` is the binary search), and the 20 lines are
+    cheaper than a dependency (a roaring bitmap library ranks one key a call)."""
 
     __slots__ = ("ranks", "words")
 

@@ -16,12 +16,14 @@ posting of every query term, this one:
    fewer random reads). (The partial scores alone, the rare terms', would give a threshold far below the final
    one: a common term's bound would seldom fit under it);
 4. splits the other terms: the lowest-bound ones whose bounds sum below ``theta`` are *non-essential* (a chunk
-   that holds none of the other terms cannot reach ``theta``), the rest are scored in full;
+   that holds none of the other terms cannot reach ``theta``), the rest are scored in full (and ``theta`` is
+   taken again as in 3 from the best partial scores they make);
 5. bounds each chunk seen so far by its partial score plus, for each non-essential term, the bound of the
    block whose key range holds it, and drops the chunks below ``theta``;
 6. looks the remaining chunks up in the non-essential terms one term at a time, highest bound first (only the
    blocks whose range holds a remaining chunk are read; in them the chunks are found by one binary search of
-   the term's keys, or, where they are many, by one pass of a mask): each chunk's bound then holds the term's
+   the term's keys, or through its key index where the cache allows one, or, where they are many, by one pass
+   of a mask): each chunk's bound then holds the term's
    exact contribution instead of its bound, and the chunks that fall below ``theta`` are dropped before the next
    term is looked up. A common term costs a search per remaining chunk instead of a pass over its postings.
 
@@ -29,12 +31,14 @@ The scores it returns are those of the exhaustive pass (the same contributions s
 so the same bits) for every chunk that can still be among the ``k`` best passing chunks, and 0 for the others:
 the caller ranks and checks them exactly as it does the exhaustive scores. With no threshold (fewer than ``k``
 passing chunks found by the check) nothing is skipped; nor where skipping cannot pay (the non-essential terms
-hold few of the query's postings, or too many chunks are certain to remain for lookups to be cheaper: long and
-common-word queries): every posting is then scored in one pass, as exhaustively.
+hold few of the query's postings, the essential terms many, or too many chunks are certain to remain for lookups
+to be cheaper), nor for a query of many postings a key (long and common-word queries): every posting is then
+scored in one pass, as exhaustively.
 
 Terms come as :class:`~services.retriever.engine.lexical.blocks.TermView`: their keys decoded and their
-saturations held (by the retriever's cache, for common terms), so a lookup is one binary search a term and a
-contribution one multiplication.
+saturations held (by the retriever's cache, for common terms), so a lookup is one binary search a term (a few
+array operations through a :class:`~services.retriever.engine.lexical.blocks.KeyIndex`) and a contribution one
+multiplication.
 """
 
 from __future__ import annotations
@@ -247,8 +251,9 @@ async def pruned_scores(
     pays at all (with ``skip_from_share``, default :data:`SKIP_FROM_SHARE`, and ``essential_max_share``, default
     :data:`ESSENTIAL_MAX_SHARE`); ``probe_blocks`` bounds the terms
     the threshold's full scores look their chunks up in (:data:`PROBE_BLOCKS`); ``dense_sums_share``: when the
-    partial sums are taken by bincount (:data:`DENSE_SUMS_SHARE`); ``threads``: what a pass over
-    every posting is split across (:func:`~services.retriever.engine.lexical.postings.view_scores`)."""
+    partial sums are counted into arrays of every key (:data:`DENSE_SUMS_SHARE`); ``threads``: what a pass over
+    every posting (:func:`~services.retriever.engine.lexical.postings.view_scores`) and such partial sums are
+    split across."""
     share = LOOKUP_SHARE if lookup_share is None else lookup_share
     probe_budget = PROBE_BLOCKS if probe_blocks is None else probe_blocks
     skip_from = SKIP_FROM_SHARE if skip_from_share is None else skip_from_share
@@ -329,12 +334,10 @@ async def pruned_scores(
     if essential:
         await _score_full(essential, scoring, read_once, full)
         partial = _Sums.of([partial.part(), *(full[t.term_id] for t in essential)], dead, size, dense_share, threads)
-    # The threshold again, from the chunks of the best partial scores now (the essential terms' sums in them):
-    # their full scores, every other term looked up, are nearer the k best than the seed's best were (at 3x10^6
-    # chunks of the benchmark's corpus a question's first threshold sat ~10 % under the k-th best score, and
-    # ~20,000 chunks scored between the two were looked up in every term).
-    threshold = max(threshold, await filtering.threshold(partial, optional, scoring, read_once))
-    cutoff = threshold * (1 - THRESHOLD_SLACK)
+        # The threshold again, from the chunks of the best partial scores now (the essential terms' sums in them),
+        # every non-essential term looked up in them: they are nearer the k best than the seed's best were.
+        threshold = max(threshold, await filtering.threshold(partial, optional, scoring, read_once))
+        cutoff = threshold * (1 - THRESHOLD_SLACK)
     scored = sum(len(keys) for keys, _ in full.values())  # (the threshold's few lookups not counted)
     # The chunks that can still be among the best: first with every non-essential term at its bound (one
     # pass), then with the bounds of its blocks that hold them.
