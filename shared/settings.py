@@ -549,7 +549,8 @@ class RetrievalSettings(BaseSettings):
         ge=0,
         description=(
             "Memory each retriever keeps for common terms' postings, decoded and with their BM25 saturations "
-            "(19 bytes a posting; least recently used terms out first; 0: none). A lexical search reads from the "
+            "(19 bytes a posting, and a key index of at most a quarter of that for the commonest terms; least "
+            "recently used terms out first; 0: none). A lexical search reads from the "
             "database only the terms not held (and of a held term only the blocks written since): at 10^6 chunks "
             "the common terms are most of a query's postings. Size it to the common terms the searches touch "
             "(~0.4 KB a chunk: ~400 MB at 10^6 chunks, ~1.2 GB at 3x10^6; see docs/scaling.md)."
