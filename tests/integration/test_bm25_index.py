@@ -439,6 +439,18 @@ async def test_a_removal_rewrites_only_the_blocks_its_chunks_fall_in(private_pos
             assert (int(keys[0]), int(keys[-1])) == (r["min_key"], r["max_key"]) and (np.diff(keys) > 0).all()
 
 
+def _prune_small_stores(monkeypatch: pytest.MonkeyPatch, *, seeds: bool = True) -> None:
+    """Every step of a pruned search on, on a store this small: no minimum of postings, none a key too many, any
+    share of essential terms; with ``seeds``, seeds of one term at least but no fixed size (a store this small
+    would otherwise be one seed)."""
+    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
+    monkeypatch.setattr(pruning, "PRUNE_UNTIL_PER_KEY", math.inf)
+    monkeypatch.setattr(pruning, "ESSENTIAL_MAX_SHARE", 1.0)
+    if seeds:
+        monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)
+        monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
+
+
 def _ranked(hits: list[Scored]) -> list[tuple[str, float]]:
     return [(h.chunk_id, h.score) for h in hits]
 
@@ -447,9 +459,7 @@ def _ranked(hits: list[Scored]) -> list[tuple[str, float]]:
 async def test_cached_terms_answer_like_the_store_across_rewrites(
     private_postgres: LocalPostgres, monkeypatch: pytest.MonkeyPatch, pruning_on: bool
 ) -> None:
-    monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)  # a store this small would otherwise be one seed
-    monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
-    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
+    _prune_small_stores(monkeypatch)
     async with _fresh_pool(private_postgres, "bm25_cache") as pool:
         docs = await _stored(pool, 21, 60, store=50)
         await compact(pool, block_postings=16)
@@ -525,7 +535,7 @@ class _RemovesBetweenReads:
 async def test_a_block_merged_away_between_the_listing_and_the_read_is_read_again(
     private_postgres: LocalPostgres, monkeypatch: pytest.MonkeyPatch, pruning_on: bool
 ) -> None:
-    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
+    _prune_small_stores(monkeypatch, seeds=False)
     async with _fresh_pool(private_postgres, "bm25_cache_race") as pool:
         docs = await _stored(pool, 22, 40)
         await compact(pool, block_postings=16)
@@ -616,9 +626,7 @@ async def test_pruned_search_equals_the_exhaustive_one_through_writes_removals_a
 ) -> None:
     """On random queries, filters and k the pruned lexical leg returns the exhaustive one's hits and scores,
     after live writes, removals (dead postings, bounds left loose), compaction and blocks without bounds."""
-    monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)  # a store this small would otherwise be one seed
-    monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
-    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
+    _prune_small_stores(monkeypatch)
     rng = random.Random(38)
     async with _fresh_pool(private_postgres, "bm25_pruning") as pool:
         docs = await _stored(pool, 38, 90, store=70)
@@ -665,9 +673,7 @@ async def test_a_pruned_search_checks_no_chunk_against_the_filters_twice(
 ) -> None:
     """The threshold's check of the best partial scores and the leg's check of its best chunks share what they
     learnt: no chunk key is sent to SQL twice in a search, and the answers are the exhaustive ones."""
-    monkeypatch.setattr(pruning, "SEED_POSTINGS", 0)
-    monkeypatch.setattr(pruning, "SEED_SHARE", 0.0)
-    monkeypatch.setattr(pruning, "PRUNE_FROM_POSTINGS", 0)
+    _prune_small_stores(monkeypatch)
     monkeypatch.setattr(pruning, "SKIP_FROM_SHARE", 0.0)
     rng = random.Random(41)
     async with _fresh_pool(private_postgres, "bm25_checked_once") as pool:
@@ -700,8 +706,7 @@ async def test_under_the_default_filters_a_search_checks_about_k_candidates(
     reads); when enough of the best do fail, the next pass finds the rest, and the answers are the reference's
     without the retracted chunks. Pruned (every step forced on) or exhaustive."""
     if pruned:
-        for knob, value in [("SEED_POSTINGS", 0), ("SEED_SHARE", 0.0), ("PRUNE_FROM_POSTINGS", 0)]:
-            monkeypatch.setattr(pruning, knob, value)
+        _prune_small_stores(monkeypatch)
     async with _fresh_pool(private_postgres, f"bm25_few_checked_{int(pruned)}") as pool:
         await _stored(pool, 43, N_DOCS)
         query = "patients trial cohort aspirin statin"
