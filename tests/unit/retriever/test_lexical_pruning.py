@@ -376,11 +376,11 @@ def test_a_term_view_holds_its_blocks_in_key_order_and_its_saturation_per_scorin
     assert view.blocks == {(1, "v"), (2, "v")} and len(view) == 5 and view.held_bytes == 5 * (POSTING.itemsize + 8)
     assert view.keys.dtype == np.int32 and view.keys.tolist() == [2, 5, 7, 9, 40]
     assert view.packed["tf_text"].tolist() == [4, 1, 5, 2, 3]  # each key with its own posting
-    assert view.find(np.array([1, 5, 9, 10, 40], dtype=np.int64)).tolist() == [1, 3, 4]
+    assert view.lookup(np.array([1, 5, 9, 10, 40], dtype=np.int64))[1].tolist() == [1, 3, 4]
     assert not view.indexed and view.allow_index(math.inf, from_keys=6) and view.indexed
     assert view.held_bytes == 5 * (POSTING.itemsize + 8) + KeyIndex.bytes_for(view.keys)  # (charged before built)
     needles = np.array([1, 5, 9, 10, 40, 64, 10**6], dtype=np.int64)
-    assert view.find(needles[:5]).tolist() == [1, 3, 4] and not view.index_built  # too few keys to build it
+    assert view.lookup(needles[:5])[1].tolist() == [1, 3, 4] and not view.index_built  # too few keys to build it
     held_mask, at = view.lookup(needles)
     assert held_mask.tolist() == [False, True, True, False, True, False, False] and at.tolist() == [1, 3, 4]
     assert view.index_built

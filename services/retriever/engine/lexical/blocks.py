@@ -209,10 +209,6 @@ class TermView:
         at, held = located(self.keys, needles)
         return held, at[held]
 
-    def find(self, keys: np.ndarray) -> np.ndarray:
-        """Positions in :attr:`keys` of those of ``keys`` (sorted, none negative) that this view holds, in order."""
-        return self.lookup(keys)[1]
-
     @property
     def held_bytes(self) -> int:
         """What the view takes in memory with a saturation held: 11 packed bytes, a 4-byte key and a 4-byte

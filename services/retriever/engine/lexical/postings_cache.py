@@ -78,9 +78,10 @@ class PostingsCache:
     def put(self, term_id: int, view: TermView) -> None:
         """Keep ``view`` as ``term_id``'s (least recently used terms leave to make room); one larger than the cache
         is not kept."""
-        if self.wants(len(view)):
-            view.allow_index()  # (held for many searches: the lookups of pruned searches in it cost less)
-        if view.held_bytes <= self.max_bytes and self.wants(len(view)):
+        if not self.wants(len(view)):
+            return
+        view.allow_index()  # (held for many searches: the lookups of pruned searches in it cost less)
+        if view.held_bytes <= self.max_bytes:
             self._terms[term_id] = view
             POSTINGS_CACHE_BYTES.set(self.bytes_held)
 
