@@ -156,6 +156,25 @@ class _Term:
     def upper(self) -> float:
         return float(self.uppers.max())
 
+    @functools.cached_property
+    def ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The smallest and largest key of each block, in ``blocks`` order."""
+        return (
+            np.fromiter((b.min_key for b in self.blocks), dtype=np.int64, count=len(self.blocks)),
+            np.fromiter((b.max_key for b in self.blocks), dtype=np.int64, count=len(self.blocks)),
+        )
+
+    @functools.cached_property
+    def disjoint(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The blocks' smallest keys, largest keys and bounds ordered by key, where no two blocks' key ranges
+        overlap (as compaction leaves them; writes may add blocks that do): None where some do."""
+        lows, highs = self.ranges
+        order = np.argsort(lows, kind="stable")
+        lows, highs = lows[order], highs[order]
+        if (highs[:-1] >= lows[1:]).any():
+            return None
+        return lows, highs, self.uppers[order]
+
 
 #: A term's keys (``int32``) and their postings' contributions (``float32``).
 _Part = tuple[np.ndarray, np.ndarray]
@@ -176,39 +195,52 @@ class _Sums:
         in part order; over more than ``dense_share`` (:data:`DENSE_SUMS_SHARE`) postings a key, counted into
         arrays of every key, the key space split across ``threads`` from :data:`SPLIT_FROM_POSTINGS` postings."""
         postings = sum(len(part[0]) for part in parts)
-        if postings > size * dense_share:
-            # Many postings for the key space (a question's seed at 3x10^6 chunks, a long query's): counted into an
-            # array of each key range, the ranges on their own threads (750,000 postings at 3x10^6 keys: 12.6-14 ms
-            # on one, 7-9 on two; inline timeit).
-            split = threads if postings >= SPLIT_FROM_POSTINGS else 1
-            ranges = in_ranges(functools.partial(_dense_range, parts, dead), size, split)
-            return cls(np.concatenate([r[0] for r in ranges]), np.concatenate([r[1] for r in ranges]))
-        keys = np.concatenate([part[0] for part in parts])
-        values = np.concatenate([part[1] for part in parts]).astype(np.float64)
-        if not len(keys):
-            return cls(keys.astype(np.int64), values)
-        # A stable sort merges the parts' sorted runs (timsort): ~2.7 ms for 257,000 keys in 7 runs, where a
-        # quicksort of them took 6.8 and of key and position packed in one integer 12 (inline timeit, numpy 2.4).
-        order = np.argsort(keys, kind="stable")
-        keys, values = keys[order].astype(np.int64), values[order]
-        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-        keys, sums = keys[starts], np.add.reduceat(values, starts)
-        live = sums > 0
-        if len(dead):
-            live &= ~np.isin(keys, dead)
-        return cls(keys[live], sums[live])
+        # Many postings for the key space (a question's seed at 3x10^6 chunks, a long query's): counted into an
+        # array of each key range (750,000 postings at 3x10^6 keys: 12.6-14 ms on one thread, 7-9 on two); fewer:
+        # found by sorting the range's keys (~496,000 in 7 parts at 3x10^6 keys: 9-18 ms on one, 4.5 on two).
+        # Either way the key ranges on their own threads from SPLIT_FROM_POSTINGS postings (inline timeit).
+        summed = _dense_range if postings > size * dense_share else _sorted_range
+        split = threads if postings >= SPLIT_FROM_POSTINGS else 1
+        ranges = in_ranges(functools.partial(summed, parts, dead), size, split)
+        if len(ranges) == 1:
+            return cls(*ranges[0])
+        return cls(np.concatenate([r[0] for r in ranges]), np.concatenate([r[1] for r in ranges]))
 
     def part(self) -> _Part:
         return self.keys, self.values
+
+
+def _sorted_range(parts: Sequence[_Part], dead: np.ndarray, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """The keys in ``[low, high)`` that ``parts`` hold (sorted, removed ones and sums of 0 left out) and their
+    sums, in part order: found by sorting the range's keys (a stable sort merges the parts' sorted runs, timsort:
+    ~2.7 ms for 257,000 keys in 7 runs, where a quicksort of them took 6.8 and of key and position packed in one
+    integer 12; inline timeit, numpy 2.4)."""
+    keys, values = _joined(parts, low, high)
+    if not len(keys):
+        return keys.astype(np.int64), values.astype(np.float64)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order].astype(np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    keys, sums = keys[starts], np.add.reduceat(values[order].astype(np.float64), starts)
+    live = sums > 0
+    if len(dead):
+        live &= ~np.isin(keys, dead)
+    return keys[live], sums[live]
+
+
+def _joined(parts: Sequence[_Part], low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """The postings of ``parts`` with keys in ``[low, high)``: keys and contributions, joined in part order."""
+    bounds = [(keys.searchsorted(low), keys.searchsorted(high)) for keys, _ in parts]
+    keys = np.concatenate([part[0][first:last] for part, (first, last) in zip(parts, bounds, strict=True)])
+    values = np.concatenate([part[1][first:last] for part, (first, last) in zip(parts, bounds, strict=True)])
+    return keys, values
 
 
 def _dense_range(parts: Sequence[_Part], dead: np.ndarray, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
     """The keys in ``[low, high)`` that ``parts`` hold (sorted, removed ones left out) and their sums, in part
     order: bincount adds in the order given, the parts' postings of the range joined in part order (~35 % faster
     than adding part by part into one array: inline timeit, 750,000 postings at 3x10^6 keys)."""
-    bounds = [(keys.searchsorted(low), keys.searchsorted(high)) for keys, _ in parts]
-    keys = np.concatenate([part[0][first:last] for part, (first, last) in zip(parts, bounds, strict=True)])
-    values = np.concatenate([part[1][first:last] for part, (first, last) in zip(parts, bounds, strict=True)])
+    keys, values = _joined(parts, low, high)
     dense = np.bincount(keys - low, weights=values, minlength=high - low)
     gone = dead[(dead >= low) & (dead < high)]
     dense[gone - low] = 0.0
@@ -388,20 +420,21 @@ async def _look_up(
     blocks that hold a remaining chunk; after each term the chunks whose bound (partial score, the exact
     contributions found so far and the other terms' covering bounds) falls below ``cutoff`` are dropped. The
     postings found, by term id, and the chunks that remain."""
-    covers = [_covering_bound(t, candidates) for t in optional]
     bound = partial.astype(np.float64)
-    for cover in covers:
-        bound += cover
+    for t in optional:
+        bound += _covering_bound(t, candidates)
     found: dict[int, _Part] = {}
-    for i in sorted(range(len(optional)), key=lambda i: -optional[i].upper):
+    for t in sorted(optional, key=lambda t: -t.upper):
         keep = bound >= cutoff
         if not keep.all():
             alive[candidates[~keep]] = False
-            candidates, bound, covers = candidates[keep], bound[keep], [cover[keep] for cover in covers]
-        t = optional[i]
+            candidates, bound = candidates[keep], bound[keep]
         wanted = _blocks_holding(t, candidates)
         if not wanted:  # no block of the term holds a chunk that can still enter the top k
             continue
+        # The term's covering bounds again, over the remaining chunks alone (a few array steps; keeping every
+        # term's and dropping chunks from each after each term cost ~2 ms a question at 3x10^6 chunks).
+        cover = _covering_bound(t, candidates)
         view = (await read(wanted))[t.term_id]
         # Few (or the term's keys indexed: a few steps each): looked up each; many: one pass of their mask over
         # the term's keys.
@@ -415,7 +448,7 @@ async def _look_up(
             held[np.searchsorted(candidates, keys)] = True
         values = view_saturation(view, scoring)[at] * t.weight
         found[t.term_id] = (keys, values)
-        bound -= covers[i]
+        bound -= cover
         bound[held] += values
     keep = bound >= cutoff
     alive[candidates[~keep]] = False
@@ -563,10 +596,21 @@ async def _full_scores(
 def _covering_bound(term: _Term, candidates: np.ndarray) -> np.ndarray:
     """For each of ``candidates`` (sorted keys), the most ``term`` can add to it: the largest bound of the
     term's blocks whose key range holds it (0 where none does)."""
+    if term.disjoint is not None:
+        # One block at most holds each key, the blocks in key order: the candidates fall in runs (before the
+        # first block, in it, between it and the next, ...), each run's bound repeated over it.
+        lows, highs, uppers = term.disjoint
+        edges = np.empty(2 * len(lows) + 2, dtype=np.int64)
+        edges[0], edges[-1] = 0, len(candidates)
+        edges[1:-1:2] = np.searchsorted(candidates, lows, side="left")
+        edges[2:-1:2] = np.searchsorted(candidates, highs, side="right")
+        bounds = np.zeros(2 * len(lows) + 1)
+        bounds[1::2] = uppers
+        return np.repeat(bounds, np.diff(edges))
     out = np.zeros(len(candidates))
-    lows = np.searchsorted(candidates, [b.min_key for b in term.blocks], side="left")
-    highs = np.searchsorted(candidates, [b.max_key for b in term.blocks], side="right")
-    for low, high, upper in zip(lows, highs, term.uppers, strict=True):
+    first = np.searchsorted(candidates, term.ranges[0], side="left")
+    last = np.searchsorted(candidates, term.ranges[1], side="right")
+    for low, high, upper in zip(first, last, term.uppers, strict=True):
         if high > low:
             np.maximum(out[low:high], upper, out=out[low:high])
     return out
@@ -576,6 +620,6 @@ def _blocks_holding(term: _Term, keys: np.ndarray) -> list[BlockRef]:
     """The blocks of ``term`` whose key range holds one of ``keys`` (sorted)."""
     if not len(keys):
         return []
-    lows = np.searchsorted(keys, [b.min_key for b in term.blocks], side="left")
-    highs = np.searchsorted(keys, [b.max_key for b in term.blocks], side="right")
-    return [b for b, hold in zip(term.blocks, highs > lows, strict=True) if hold]
+    lows = np.searchsorted(keys, term.ranges[0], side="left")
+    highs = np.searchsorted(keys, term.ranges[1], side="right")
+    return [term.blocks[i] for i in np.flatnonzero(highs > lows)]
