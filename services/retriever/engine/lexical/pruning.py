@@ -125,11 +125,13 @@ DENSE_SUMS_SHARE = 1 / 6
 
 #: Remaining chunks are found in a non-essential term by binary search (a search each) while they, times this,
 #: come to fewer than the term's postings; else by one pass of the remaining chunks' mask over the term's keys.
-#: Also whether skipping pays at all: a chunk looked up costs about what this many postings scored whole do (a
-#: search ~50 ns; a posting scored whole ~7 ns plus ~10 ns to add it to the corpus-long sum), from an inline
-#: ``timeit`` of the steps at 10^6 chunks on the 2-core machine (not a bench script). Not tuned; the choice changes
-#: only the time, never the scores.
-LOOKUP_SHARE = 4
+#: Also whether skipping pays at all: a chunk looked up in a term costs about what this many postings scored whole
+#: do. Measured by line profile of the benchmark's slowest questions at 3x10^6 chunks on the 2-core machine
+#: (eighth session, with the key index): every step of the lookups came to ~25 ns a chunk and term (6.2 ms for
+#: ~30,000 chunks in 8 terms), a posting scored whole ~10 ns on two threads (12-14 ms for 1.2 M); 4 (from
+#: ``timeit`` of a binary search, ~50 ns, before the key index) sent such questions to score every posting
+#: after their seed and threshold were spent. The choice changes only the time, never the scores.
+LOOKUP_SHARE = 2
 
 
 @dataclass(frozen=True)
