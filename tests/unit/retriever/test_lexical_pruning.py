@@ -126,7 +126,10 @@ def _pruned(
     indexed: bool = False,
     essential_max: float = 1.0,
     until_per_key: float = math.inf,
+    threads: int = 1,
 ) -> tuple[np.ndarray, int, int]:
+    """``threads`` > 1: the sums and the lookups split across that many threads, however few postings and chunks
+    there are."""
     reads: list[int] = []
 
     async def read(refs: Sequence[BlockRef]) -> dict[int, TermView]:
@@ -150,27 +153,33 @@ def _pruned(
                 break
         return np.concatenate(passed)
 
-    got = asyncio.run(
-        pruned_scores(
-            c.refs,
-            c.scoring,
-            c.dead,
-            k,
-            read,
-            passing=passing if known else None,
-            check=check,
-            probe=8,
-            seed_postings=0,
-            seed_share=seed,
-            prune_from=prune_from,
-            lookup_share=LOOKUPS[lookups],
-            probe_blocks=probe_blocks,
-            skip_from_share=skip_from,
-            dense_sums_share=dense_share,
-            essential_max_share=essential_max,
-            prune_until_per_key=until_per_key,
+    with pytest.MonkeyPatch.context() as patch:
+        if threads > 1:
+            for module, name in ((pruning, "SPLIT_FROM_POSTINGS"), (postings, "SPLIT_FROM_POSTINGS")):
+                patch.setattr(module, name, 0)
+            patch.setattr(pruning, "SPLIT_LOOKUPS_FROM", 0)
+        got = asyncio.run(
+            pruned_scores(
+                c.refs,
+                c.scoring,
+                c.dead,
+                k,
+                read,
+                passing=passing if known else None,
+                check=check,
+                probe=8,
+                seed_postings=0,
+                seed_share=seed,
+                prune_from=prune_from,
+                lookup_share=LOOKUPS[lookups],
+                probe_blocks=probe_blocks,
+                skip_from_share=skip_from,
+                dense_sums_share=dense_share,
+                essential_max_share=essential_max,
+                prune_until_per_key=until_per_key,
+                threads=threads,
+            )
         )
-    )
     assert got.postings_read == sum(reads) and got.postings_scored <= got.postings_read
     scores = got.scores.values
     if got.scores.keys is not None:  # the remaining chunks' scores alone: every other key scores 0
@@ -197,6 +206,7 @@ def _pruned(
     st.booleans(),
     st.sampled_from([1.0, 1.0, 0.25, 0.0]),
     st.sampled_from([math.inf, math.inf, 4.0, 0.5]),
+    st.sampled_from([1, 1, 2, 3]),
 )
 def test_pruned_top_k_equals_the_exhaustive_top_k(
     seed: int,
@@ -212,13 +222,14 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
     indexed: bool,
     essential_max: float,
     until_per_key: float,
+    threads: int,
 ) -> None:
     """(``probe``: the threshold's chunks looked up in all, some or none of the other terms' blocks;
     ``skip_from``: 0, skip whenever lookups pay, or the default share; ``dense_share``: the partial sums by
     the cost model, always by bincount, always by sorting; ``indexed``: the terms' keys found by their
     :class:`KeyIndex` or by binary search; ``essential_max``: how many postings the essential terms may hold for
     skipping to be tried: any, the default share, none; ``until_per_key``: the postings a key beyond which the
-    query is scored whole.)"""
+    query is scored whole; ``threads``: the sums and lookups on one thread or split by key range across several.)"""
     rng = np.random.default_rng(seed)
     c = _corpus(rng)
     passing = np.flatnonzero(rng.random(c.chunks) < share)
@@ -237,6 +248,7 @@ def test_pruned_top_k_equals_the_exhaustive_top_k(
         indexed=indexed,
         essential_max=essential_max,
         until_per_key=until_per_key,
+        threads=threads,
     )
     assert _top(scores, passing, k) == expected  # same keys, same order, the same bits
 
@@ -477,7 +489,8 @@ def test_partial_sums_are_the_same_bits_whole_or_split_into_key_ranges(seed: int
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pruning, "SPLIT_FROM_POSTINGS", 0)
         split = _Sums.of(parts, dead, size, dense_share=0.0, threads=threads)
-    for sums in (whole, split):
+        split_sorted = _Sums.of(parts, dead, size, dense_share=1e9, threads=threads)
+    for sums in (whole, split, split_sorted):
         assert sums.keys.tolist() == sorted_sums.keys.tolist()
         assert sums.values.tobytes() == sorted_sums.values.tobytes()
     assert not np.isin(split.keys, dead).any()

@@ -195,14 +195,19 @@ class TermView:
         """Whether the view's :class:`KeyIndex` is built (by a lookup of enough keys, once allowed)."""
         return self._index is not None
 
+    def index_for(self, count: int) -> None:
+        """Build the :class:`KeyIndex` now if a lookup of ``count`` keys would (before lookups of parts of them
+        run on several threads, which then only read the view)."""
+        if self._index is None and self._index_from is not None and count >= self._index_from and len(self.keys):
+            self._index = KeyIndex(self.keys)
+
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which of ``keys`` (sorted, none negative) this view holds (a mask over them) and their positions in
         :attr:`keys`, in order: by its :class:`KeyIndex` where it has one (or may, and ``keys`` are many: it is
         built first), else by binary search."""
         if not len(self.keys) or not len(keys):
             return np.zeros(len(keys), dtype=bool), np.zeros(0, dtype=np.intp)
-        if self._index is None and self._index_from is not None and len(keys) >= self._index_from:
-            self._index = KeyIndex(self.keys)
+        self.index_for(len(keys))
         if self._index is not None:
             return self._index.lookup(keys)
         needles = keys.astype(self.keys.dtype, copy=False)  # (mixed types would copy the view's keys each time)

@@ -365,9 +365,19 @@ def _add_range(
     adding term by term sums each chunk's contributions in term order, as bincount over them all does; 4-16 %
     faster at 2 M postings, without the joined copies)."""
     for keys, saturation, weight in parts:
-        first, last = keys.searchsorted(low), keys.searchsorted(high)
+        first, last = key_span(keys, low, high)
         if last > first:
             scores[keys[first:last]] += saturation[first:last] * weight
+
+
+def key_span(keys: np.ndarray, low: int, high: int) -> tuple[int, int]:
+    """Where the keys in ``[low, high)`` lie in ``keys`` (sorted integers): the first position at or above ``low``
+    and the first at or above ``high``. Searched as the keys' own type: numpy would first copy ``keys`` to the type
+    of a Python int or a wider integer (~0.5 ms for 2 M ``int32`` keys, against ~1 us; inline timeit)."""
+    top = int(np.iinfo(keys.dtype).max)
+    first = len(keys) if low > top else int(keys.searchsorted(keys.dtype.type(low)))
+    last = len(keys) if high > top else int(keys.searchsorted(keys.dtype.type(high)))
+    return first, last
 
 
 _T = TypeVar("_T")
