@@ -602,8 +602,9 @@ class RetrievalSettings(BaseSettings):
         description=(
             "Threads one lexical search's sum over many postings (from 262,144) is split across, by chunk key "
             "range: the same scores, sooner (at 3x10^6 chunks a question's ~2 M postings ~25 ms on one core, "
-            "~13-15 on two; docs/benchmarks.md). Set it to the cores a retriever is given; 1: on the event loop "
-            "alone. It shortens a search, not the searches a second many concurrent clients get."
+            "~13-15 on two; docs/benchmarks.md); so are a pruned search's partial sums and, from 8,192 chunks, its "
+            "lookups. Set it to the cores a retriever is given; 1: on the event loop alone. It shortens a search, "
+            "not the searches a second many concurrent clients get."
         ),
     )
     bm25_compact_every_s: float = Field(

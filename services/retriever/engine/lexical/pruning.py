@@ -21,11 +21,12 @@ posting of every query term, this one:
 5. bounds each chunk seen so far by its partial score plus, for each non-essential term, the bound of the
    block whose key range holds it, and drops the chunks below ``theta``;
 6. looks the remaining chunks up in the non-essential terms one term at a time, highest bound first (only the
-   blocks whose range holds a remaining chunk are read; in them the chunks are found by one binary search of
-   the term's keys, or through its key index where the cache allows one, or, where they are many, by one pass
-   of a mask): each chunk's bound then holds the term's
-   exact contribution instead of its bound, and the chunks that fall below ``theta`` are dropped before the next
-   term is looked up. A common term costs a search per remaining chunk instead of a pass over its postings.
+   blocks whose range holds a remaining chunk are read, all in one read; in them the chunks are found by one
+   binary search of the term's keys, or through its key index where the cache allows one, or, where they are
+   many, by one pass of a mask): each chunk's bound then holds the term's exact contribution instead of its
+   bound, and the chunks that fall below ``theta`` are dropped before the next term is looked up. A common term
+   costs a search per remaining chunk instead of a pass over its postings. No chunk's lookups depend on
+   another's, so consecutive ranges of the chunks are looked up on the scoring threads.
 
 The scores it returns are those of the exhaustive pass (the same contributions summed in the same term order,
 so the same bits) for every chunk that can still be among the ``k`` best passing chunks, and 0 for the others:
