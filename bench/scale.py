@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -723,6 +724,32 @@ def services(root: Path, database_url: str, env_extra: dict[str, str]) -> Iterat
         kafka.stop()
 
 
+#: The retriever's gauge of the filter columns it holds (shared/metrics.py): above 0 once it has read them.
+DOC_VALUES_GAUGE = re.compile(r"^evidentia_retriever_doc_values_bytes\s+([0-9.e+]+)\s*$", re.MULTILINE)
+
+
+def await_doc_values(stack: Any, timeout_s: float = 300.0) -> float | None:
+    """Wait until the retriever holds its doc values (the gauge on its ``/metrics`` above 0): a replica that has
+    just started reads every chunk's filter columns in the background (~30 s at 3x10^6 chunks, on the cores
+    being measured), and the figures are those of a replica that has. The seconds waited; None if the gauge
+    stayed at 0 (doc values off, or not read in ``timeout_s``: the figures then say so)."""
+    import httpx
+
+    from shared.settings import Settings
+
+    if not Settings().retrieval.doc_values:
+        return None
+    url = f"http://127.0.0.1:{stack.processes['retriever'].port}/metrics"
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        with contextlib.suppress(httpx.HTTPError):
+            found = DOC_VALUES_GAUGE.search(httpx.get(url, timeout=5.0).text)
+            if found and float(found.group(1)) > 0:
+                return round(time.monotonic() - start, 1)
+        time.sleep(0.5)
+    return None
+
+
 def rss_mb(stack: Any) -> float | None:
     import psutil
 
@@ -944,6 +971,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         roles = {} if args.vector_modes else {"EVIDENTIA_RETRIEVAL_ROLE": "search"}
                         try:
                             with services(root, url, {**env_extra, **roles}) as (gw, stack):
+                                size["doc_values_wait_s"] = waited = await_doc_values(stack)
+                                print(f"    retriever's doc values held after {waited} s", flush=True)
                                 size["gateway"] = asyncio.run(
                                     through_gateway(
                                         gw,
