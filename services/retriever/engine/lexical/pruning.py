@@ -445,9 +445,9 @@ async def _look_up(
             # order were by the covering bounds above): the key index, where a lookup of every chunk would build
             # it; the saturations.
             view.index_for(len(candidates))
-            steps.append(_Step(t, view, view_saturation(view, scoring), share))
+            steps.append(_Step(t, view, view_saturation(view, scoring)))
     split = threads if len(candidates) >= SPLIT_LOOKUPS_FROM else 1
-    task = functools.partial(_look_up_range, steps, candidates, bound, alive, cutoff)
+    task = functools.partial(_look_up_range, steps, candidates, bound, alive, cutoff, share)
     ranges = in_ranges(task, len(candidates), split)
     found = {
         step.term.term_id: (
@@ -467,13 +467,11 @@ SPLIT_LOOKUPS_FROM = 8192
 @dataclass(frozen=True)
 class _Step:
     """A non-essential term to look chunks up in: its view (holding at least its blocks that hold a chunk looked
-    up) and its postings' saturations, and when to search its keys for them rather than pass over its keys
-    (:data:`LOOKUP_SHARE`)."""
+    up) and its postings' saturations."""
 
     term: _Term
     view: TermView
     saturation: np.ndarray
-    share: int
 
 
 def _look_up_range(
@@ -482,11 +480,13 @@ def _look_up_range(
     bound: np.ndarray,
     alive: np.ndarray,
     cutoff: float,
+    share: int,
     low: int,
     high: int,
 ) -> tuple[list[_Part], np.ndarray]:
     """:func:`_look_up` of ``candidates[low:high]`` (their bounds ``bound[low:high]``): the postings found in each
-    step's term (in ``steps`` order) and the chunks that remain. Writes ``alive`` only at those chunks' keys."""
+    step's term (in ``steps`` order) and the chunks that remain; ``share`` (:data:`LOOKUP_SHARE`): when to search
+    a term's keys for the chunks rather than pass over them. Writes ``alive`` only at those chunks' keys."""
     keys, bound = candidates[low:high], bound[low:high].copy()
     found: list[_Part] = []
     for step in steps:
@@ -501,7 +501,7 @@ def _look_up_range(
         # The term's postings in the chunks' key span: few (or the term's keys indexed: a few steps each) looked
         # up each; many: one pass of their mask over the span.
         first, last = key_span(view.keys, int(keys[0]), int(keys[-1]) + 1)
-        if len(keys) * (1 if view.indexed else step.share) <= last - first:
+        if len(keys) * (1 if view.indexed else share) <= last - first:
             held, at = view.lookup(keys)
         else:
             at = first + np.flatnonzero(alive[view.keys[first:last]])
