@@ -456,7 +456,17 @@ async def sizes(pool: Any, index: Any, chunks: int) -> dict[str, Any]:
         list(tables),
     )
     db = int(await pool.fetchval("SELECT pg_database_size(current_database())"))
+    # The lexical index's layout: its blocks, and how many more than each term's postings in full blocks would
+    # take (two stores compared should hold theirs alike: one left in many small blocks walks them all).
+    from services.retriever.engine.lexical.blocks import BLOCK_POSTINGS
+
+    layout = await pool.fetchrow(
+        "SELECT coalesce(sum(nb), 0) AS blocks, coalesce(sum(nb - ceil(tot / $1::numeric)), 0) AS beyond "
+        "FROM (SELECT count(*) AS nb, sum(n) AS tot FROM bm25_blocks GROUP BY term_id) t",
+        BLOCK_POSTINGS,
+    )
     return {
+        "lexical_blocks": {"blocks": int(layout["blocks"]), "beyond_full_blocks": int(layout["beyond"])},
         "database_bytes": db,
         "bytes_per_chunk": round(db / chunks),
         "tables": {
@@ -870,6 +880,7 @@ async def measure(
         chunks = int(await pool.fetchval("SELECT count(*) FROM chunks"))
         out: dict[str, Any] = {"chunks": chunks}
         out.update(await sizes(pool, index, chunks))
+        print(f"    lexical index: {out['lexical_blocks']}", flush=True)
         queries = gen.source.queries[: args.queries]
         abstracts = [f"{a.title} {' '.join(a.sentences)}" for a in gen.source.abstracts]
         out["long_queries"] = await long_queries(pool, queries, abstracts, args.long_query_rounds)

@@ -590,10 +590,10 @@ class RetrievalSettings(BaseSettings):
             "Lexical search skips the postings that cannot reach the top k (MaxScore over the query's terms with "
             "per-block score bounds; exact: the same top k and scores as scoring every posting). Off: every "
             "posting of every query term is scored (split across `bm25_scoring_threads`), the reference the pruned "
-            "search is tested against. Measured at 3x10^6 chunks on 2 cores, pruning takes half the CPU on "
-            "questions (14.4 against 29.5 ms; in process p95 20.4 against 37.7 ms; through the gateway 32.9 ms, "
-            "24.3 hybrid searches a second under 8 clients), and long and common-word queries are scored whole as "
-            "without it (docs/benchmarks.md, eighth session)."
+            "search is tested against. Measured at 3x10^6 chunks on 2 cores, pruning takes under half the CPU on "
+            "questions (12.3-14.4 against 26.4-34.2 ms; in process p95 16.6-19.9 against 36.0-48.5 ms; through the "
+            "gateway 28.4-31.9 ms, 25-27 hybrid searches a second under 8 clients), and long and common-word "
+            "queries are scored whole as without it (docs/benchmarks.md, ninth session)."
         ),
     )
     bm25_scoring_threads: int = Field(

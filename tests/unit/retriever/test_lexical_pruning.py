@@ -358,6 +358,27 @@ def test_a_block_merged_away_mid_search_is_reported() -> None:
     raise AssertionError("a missing block went unnoticed")
 
 
+def test_a_term_read_without_one_of_its_blocks_is_reported() -> None:
+    # The store answers with a view of the term that lacks one block asked for (merged away meanwhile): the
+    # search must not take the term as read.
+    rng = np.random.default_rng(12)
+    c = next(c for c in map(_corpus, [rng] * 200) if any(len(m) > 1 for m in by_term_id(c.refs).values()))
+    short: list[int] = []
+
+    async def read(refs: Sequence[BlockRef]) -> dict[int, TermView]:
+        views = {}
+        for t, mine in by_term_id(refs).items():
+            if len(mine) > 1 and not short:
+                short.append(t)
+                mine = mine[:-1]
+            views[t] = TermView.of({(r.block_id, r.version): c.blobs[r.block_id] for r in mine})
+        return views
+
+    with pytest.raises(BlockVanished):
+        asyncio.run(pruned_scores(c.refs, c.scoring, c.dead, 5, read, prune_from=0, seed_postings=0))
+    assert short  # (the block was left out)
+
+
 def test_a_terms_bound_over_each_candidate_is_its_largest_covering_blocks() -> None:
     """For each candidate, the largest bound among the term's blocks whose key range holds it (0 if none), with
     disjoint or overlapping ranges."""

@@ -101,6 +101,25 @@ def test_merge_plan_is_size_tiered() -> None:
     # a big open block is rewritten only once the small ones together reach half its size
     assert sorted(merge_plan([60, 1, 2, 3], 100)) == [1, 2, 3]
     assert sorted(merge_plan([60, 10, 10, 10], 100)) == [0, 1, 2, 3]
+    # a block too small for the next to join it waits alone; the others still merge
+    assert sorted(merge_plan([3, 30, 30, 30], 100)) == [1, 2, 3]
+    assert merge_plan([3, 30, 100], 100) == []
+
+
+def test_a_small_remnant_does_not_keep_later_blocks_from_merging() -> None:
+    # A block of 3 postings left by a rewrite, then writes of 100 postings each, a compaction after each: the
+    # term's small blocks stay few (started only from the smallest, the plan merged none of them, ever).
+    cap = 8192
+    blocks = [3]
+    for _ in range(500):
+        blocks.append(100)
+        plan = merge_plan(blocks, cap)
+        if plan:
+            total = sum(blocks[i] for i in plan)
+            blocks = [n for i, n in enumerate(blocks) if i not in set(plan)]
+            blocks += [cap] * (total // cap) + ([total % cap] if total % cap else [])
+    assert sum(1 for n in blocks if n < cap) <= math.log2(cap) + 1
+    assert sum(blocks) == 3 + 500 * 100
 
 
 def test_a_posting_is_rewritten_about_log2_cap_times_under_steady_appends() -> None:
