@@ -428,11 +428,8 @@ async def pruned_scores(
     # a pass over a seed term's keys: ~1 ms a question at 3x10^6 chunks).
     sums = np.zeros(len(survivors))
     for _, (keys, values) in sorted({**full, **looked_up}.items()):
-        if len(keys):
-            needles = survivors.astype(keys.dtype, copy=False)  # (mixed types would copy the keys)
-            at = np.minimum(np.searchsorted(keys, needles), len(keys) - 1)
-            hit = keys[at] == needles
-            sums[hit] += values[at[hit]]
+        at, hit = located(keys, survivors.astype(keys.dtype, copy=False))  # (mixed types would copy the keys)
+        sums[hit] += values[at[hit]]
     return PrunedScores(KeyScores(sums, survivors), read_postings(), threshold, scored)
 
 
